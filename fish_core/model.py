@@ -1,0 +1,244 @@
+"""The S2-Pro Dual-AR transformer: a slow AR over time and a fast AR over the codebooks of a frame.
+
+Module and parameter names follow fish-speech's internal names (``layers.N.attention.wqkv``,
+``fast_layers.N…``, ``codebook_embeddings`` …); ``checkpoint.py`` maps the HF names onto them.
+Shapes: B batch, S sequence, D model dim, H query heads, Hkv key/value heads, Dh head dim,
+K = num_codebooks, C = codebook size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+
+
+def rope_table(length: int, head_dim: int, base: float, device=None) -> Tensor:
+    """``[length, head_dim // 2, 2]`` (cos, sin) table, computed in fp32 and rounded to bf16.
+
+    The bf16 rounding is what the model was trained with; an exact fp32 table garbles audio.
+    """
+    freqs = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float()
+                           / head_dim)
+    angles = torch.outer(torch.arange(length, device=device).float(), freqs)
+    unit = torch.polar(torch.ones_like(angles), angles)
+    table = torch.stack([unit.real, unit.imag], dim=-1)
+    return table.to(torch.bfloat16).float()
+
+
+def apply_rope(x: Tensor, table: Tensor) -> Tensor:
+    """Rotate interleaved pairs (x0, x1) of ``x [B, S, H, Dh]`` by ``table [B or 1, S, Dh/2, 2]``."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    cos, sin = table[..., 0].unsqueeze(2), table[..., 1].unsqueeze(2)  # [B, S, 1, Dh/2]
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    rotated = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1)
+    return rotated.flatten(3).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    """Normalise in fp32, cast back, then scale by the (model-dtype) weight."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+class HeadNorm(nn.Module):
+    """Per-head RMSNorm of q/k (``torch.nn.RMSNorm`` semantics, as the reference uses)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+class KVCache(nn.Module):
+    """Static per-layer cache ``[B, Hkv, S, Dh]``; rows are written in place at their positions."""
+
+    def __init__(self, batch: int, heads: int, length: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (batch, heads, length, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def write(self, pos: Tensor, k: Tensor, v: Tensor) -> None:
+        """``pos [B, S]`` absolute positions; ``k, v [B, Hkv, S, Dh]``."""
+        rows = torch.arange(k.shape[0], device=k.device)[:, None]
+        self.k[rows, :, pos] = k.transpose(1, 2)
+        self.v[rows, :, pos] = v.transpose(1, 2)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, n_head: int, n_kv: int, head_dim: int, qk_norm: bool, eps: float):
+        super().__init__()
+        self.n_head, self.n_kv, self.head_dim = n_head, n_kv, head_dim
+        self.wqkv = nn.Linear(dim, (n_head + 2 * n_kv) * head_dim, bias=False)
+        self.wo = nn.Linear(n_head * head_dim, dim, bias=False)
+        self.q_norm = HeadNorm(head_dim, eps) if qk_norm else None
+        self.k_norm = HeadNorm(head_dim, eps) if qk_norm else None
+        self.kv_cache: KVCache | None = None
+
+    def project(self, x: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q ``[B, H, S, Dh]``, k and v ``[B, Hkv, S, Dh]`` with QK-norm and RoPE applied."""
+        B, S, _ = x.shape
+        q_size, kv_size = self.n_head * self.head_dim, self.n_kv * self.head_dim
+        q, k, v = self.wqkv(x).split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(B, S, self.n_head, self.head_dim)
+        k = k.view(B, S, self.n_kv, self.head_dim)
+        v = v.view(B, S, self.n_kv, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def forward(self, x: Tensor, rope: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
+        """Attend to the cache. ``mask`` ``[B, 1, S, L]`` (True = attend) or None for a causal
+        prompt that starts at position 0 and attends only to itself."""
+        B, S, _ = x.shape
+        q, k, v = self.project(x, rope)
+        if self.kv_cache is not None:
+            self.kv_cache.write(pos, k, v)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
+        else:
+            k, v = self.kv_cache.k, self.kv_cache.v
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return self.wo(y.transpose(1, 2).reshape(B, S, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, n_head, n_kv, head_dim, hidden, qk_norm, eps):
+        super().__init__()
+        self.attention = Attention(dim, n_head, n_kv, head_dim, qk_norm, eps)
+        self.feed_forward = FeedForward(dim, hidden)
+        self.attention_norm = RMSNorm(dim, eps)
+        self.ffn_norm = RMSNorm(dim, eps)
+
+    def forward(self, x: Tensor, rope: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, pos, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class DualAR(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        t, f = config.text, config.fast
+        K, C = config.num_codebooks, config.codebook_size
+        # Slow AR. codebook_embeddings is its input (stored under audio_decoder. in the checkpoint).
+        self.embeddings = nn.Embedding(t.vocab_size, t.dim)
+        self.codebook_embeddings = nn.Embedding(K * C, t.dim)
+        self.layers = nn.ModuleList(
+            Block(t.dim, t.n_head, t.n_local_heads, t.head_dim, t.intermediate_size,
+                  t.attention_qk_norm, t.norm_eps) for _ in range(t.n_layer))
+        self.norm = RMSNorm(t.dim, t.norm_eps)
+        # Fast AR. The reference builds it with the text norm_eps and rope_base.
+        self.fast_embeddings = nn.Embedding(C, f.dim)
+        self.fast_layers = nn.ModuleList(
+            Block(f.dim, f.n_head, f.n_local_heads, f.head_dim, f.intermediate_size,
+                  f.attention_qk_norm, t.norm_eps) for _ in range(f.n_layer))
+        self.fast_norm = RMSNorm(f.dim, t.norm_eps)
+        self.fast_output = nn.Linear(f.dim, C, bias=False)
+        self.reset_buffers()
+
+    def reset_buffers(self, device=None) -> None:
+        """(Re)build the non-persistent buffers, e.g. on the real device after a meta build."""
+        t, f, K = self.config.text, self.config.fast, self.config.num_codebooks
+        offsets = torch.arange(K, device=device) * self.config.codebook_size
+        self.register_buffer("codebook_offsets", offsets, persistent=False)
+        self.register_buffer("rope", rope_table(t.max_seq_len, t.head_dim, t.rope_base, device),
+                             persistent=False)
+        self.register_buffer("fast_rope", rope_table(K, f.head_dim, t.rope_base, device),
+                             persistent=False)
+
+    # ---- slow AR ----
+    def embed(self, tokens: Tensor) -> Tensor:
+        """``tokens [B, 1 + K, S]`` → ``[B, S, D]``: token embedding plus, at semantic positions,
+        the sum of the K codebook embeddings, all divided by sqrt(K + 1)."""
+        ids, codes = tokens[:, 0], tokens[:, 1:]
+        vq = self.codebook_embeddings(codes + self.codebook_offsets[None, :, None])  # [B,K,S,D]
+        vq_sum = vq.sum(dim=1)
+        c = self.config
+        is_semantic = ((ids >= c.semantic_start_token_id) & (ids <= c.semantic_end_token_id))
+        is_semantic = is_semantic.unsqueeze(-1)
+        x = self.embeddings(ids) + torch.where(is_semantic, vq_sum, torch.zeros_like(vq_sum))
+        return torch.where(is_semantic, x / math.sqrt(c.num_codebooks + 1), x)
+
+    def slow_forward(self, tokens: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
+        """Run the slow layers; returns the final-normed hidden states ``[B, S, D]``.
+
+        ``pos [B, S]`` are the absolute positions (RoPE rows and cache slots)."""
+        x = self.embed(tokens)
+        rope = self.rope[pos]
+        for layer in self.layers:
+            x = layer(x, rope, pos, mask)
+        return self.norm(x)
+
+    def vocab_logits(self, hidden: Tensor) -> Tensor:
+        """Full-vocabulary logits through the tied embedding."""
+        return F.linear(hidden, self.embeddings.weight)
+
+    # ---- fast AR ----
+    def fast_forward(self, x: Tensor, start: int) -> Tensor:
+        """Fast layers over ``x [B, S, D]`` at codebook positions ``start .. start+S-1``
+        (Python ints, so the frame loop unrolls into static slices). Returns logits ``[B, S, C]``."""
+        B, S, _ = x.shape
+        end = start + S
+        rope = self.fast_rope[start:end].unsqueeze(0)
+        for layer in self.fast_layers:
+            attn, cache = layer.attention, layer.attention.kv_cache
+            h = layer.attention_norm(x)
+            q, k, v = attn.project(h, rope)
+            cache.k[:, :, start:end] = k
+            cache.v[:, :, start:end] = v
+            y = F.scaled_dot_product_attention(
+                q, cache.k[:, :, :end], cache.v[:, :, :end], is_causal=S > 1 and start == 0,
+                enable_gqa=True)
+            x = x + attn.wo(y.transpose(1, 2).reshape(B, S, -1))
+            x = x + layer.feed_forward(layer.ffn_norm(x))
+        return self.fast_output(self.fast_norm(x))
+
+    # ---- caches ----
+    def setup_caches(self, batch: int, length: int, dtype=None, device=None) -> None:
+        """Allocate static KV caches: ``length`` slots for the slow AR, K for the fast AR."""
+        t, f = self.config.text, self.config.fast
+        dtype = dtype or self.embeddings.weight.dtype
+        device = device or self.embeddings.weight.device
+        for layer in self.layers:
+            layer.attention.kv_cache = KVCache(batch, t.n_local_heads, length, t.head_dim,
+                                               dtype, device)
+        for layer in self.fast_layers:
+            layer.attention.kv_cache = KVCache(batch, f.n_local_heads, self.config.num_codebooks,
+                                               f.head_dim, dtype, device)
+
+    def cache_shape(self) -> tuple[int, int] | None:
+        cache = self.layers[0].attention.kv_cache
+        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
+
+    def free_caches(self) -> None:
+        for layer in [*self.layers, *self.fast_layers]:
+            layer.attention.kv_cache = None

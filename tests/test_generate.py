@@ -1,0 +1,165 @@
+"""Generation parity: greedy codes for every scenario, the seeded sampled run, batching, compile."""
+
+import shutil
+
+import pytest
+import torch
+
+from fish_core.checkpoint import load_model
+from fish_core.generate import Cancelled, Engine, GenerationError, SamplingParams, cache_length
+
+
+@pytest.fixture(scope="module")
+def model(ckpt_dir):
+    return load_model(ckpt_dir, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    return Engine(model)
+
+
+def greedy_cases(golden):
+    """(prompt key, raw_new_columns key, max_new_tokens) for every recorded greedy batch."""
+    meta = golden.json("prompts")
+    cases = []
+    for name, value in meta.items():
+        if not isinstance(value, dict) or "batches" not in value:
+            continue
+        for i in range(len(value["batches"])):
+            cases.append((f"{name}.batch{i}.prompt", f"{name}.batch{i}.raw_new_columns",
+                          value["generate_long_kwargs"]["max_new_tokens"]))
+    return cases
+
+
+def greedy(max_new_tokens):
+    return SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=max_new_tokens)
+
+
+def test_greedy_codes_match_the_reference(engine, golden):
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    cases = greedy_cases(golden)
+    assert cases
+    for prompt_key, raw_key, max_new in cases:
+        result = engine.generate(prompts[prompt_key], greedy(max_new))[0]
+        raw = gen[raw_key]
+        assert torch.equal(result.columns, raw), prompt_key
+        # codes: the im_end column is dropped, and when the length limit stops generation the
+        # last frame is kept (the reference drops it: its `codes` are one frame shorter).
+        codes_key = raw_key.replace("raw_new_columns", "codes")
+        if result.stopped_on_eos:
+            assert torch.equal(result.codes, gen[codes_key])
+        else:
+            assert result.columns.shape[1] == max_new
+            assert torch.equal(result.codes, raw[1:])
+            assert torch.equal(result.codes[:, :-1], gen[codes_key])
+
+
+def test_seeded_sampling_replays_the_reference(engine, golden):
+    meta = golden.json("generation")["sampled_b_seed42"]
+    params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
+                            meta["max_new_tokens"])
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    result = engine.generate(prompt, params, seed=meta["seed"])[0]
+    raw = golden.tensors("generation")["sampled_b_seed42.raw_new_columns"]
+    assert torch.equal(result.columns, raw)
+    assert result.stopped_on_eos == meta["stopped_on_im_end"]
+    assert result.codes.shape[1] == meta["n_frames"]
+    again = engine.generate(prompt, params, seed=meta["seed"])[0]
+    assert torch.equal(again.columns, raw)
+    other = engine.generate(prompt, params, seed=meta["seed"] + 1)[0]
+    assert not torch.equal(other.columns, raw)
+
+
+def test_batched_rows_equal_single_runs(engine, golden):
+    """Prompts of different lengths and limits decoded together; each stops on its own."""
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    cases = greedy_cases(golden)
+    results = engine.generate([prompts[p] for p, _, _ in cases], [greedy(n) for _, _, n in cases])
+    for (prompt_key, raw_key, _), result in zip(cases, results):
+        assert torch.equal(result.columns, gen[raw_key]), prompt_key
+        assert result.prompt_length == prompts[prompt_key].shape[1]
+
+
+def test_progress_and_cancel_leave_the_engine_usable(engine, golden):
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    seen = []
+    result = engine.generate(prompt, greedy(21), on_frame=lambda i, n: seen.append((i, n)))[0]
+    assert seen == [(i + 1, 21) for i in range(result.columns.shape[1])]
+    with pytest.raises(Cancelled):
+        engine.generate(prompt, greedy(21), cancel=lambda: len(seen) >= 24,
+                        on_frame=lambda i, n: seen.append(i))
+    assert len(seen) == 24  # stopped within the frame that asked
+    again = engine.generate(prompt, greedy(21))[0]
+    assert torch.equal(again.columns, result.columns)
+
+
+def test_length_limit_is_clamped_to_the_context(engine, model):
+    limit = model.config.text.max_seq_len
+    prompt = torch.zeros(1 + model.config.num_codebooks, limit - 5, dtype=torch.long)
+    prompt[0] = 7
+    result = engine.generate(prompt, greedy(50), stop_on_eos=False)[0]
+    assert result.columns.shape[1] == 5
+    with pytest.raises(GenerationError, match="prompt is too long"):
+        engine.generate(torch.zeros(11, limit, dtype=torch.long), greedy(5))
+
+
+@pytest.mark.parametrize("params, field", [
+    (SamplingParams(temperature=0), "temperature"),
+    (SamplingParams(temperature=2.5), "temperature"),
+    (SamplingParams(top_p=0), "top_p"),
+    (SamplingParams(top_k=0), "top_k"),
+    (SamplingParams(max_new_tokens=0), "max_new_tokens"),
+])
+def test_bad_parameters_are_named(engine, golden, params, field):
+    prompt = golden.tensors("prompts")["a_plain.batch0.prompt"]
+    with pytest.raises(GenerationError, match=field):
+        engine.generate(prompt, params)
+
+
+def test_bad_prompt_shape(engine):
+    with pytest.raises(GenerationError, match=r"prompt 0 must be a \[11, T\]"):
+        engine.generate(torch.zeros(3, 5, dtype=torch.long))
+
+
+def test_cache_buckets_are_few():
+    lengths = {cache_length(n, 32768) for n in range(1, 32768, 7)}
+    assert len(lengths) <= 9
+    assert all(cache_length(n, 32768) >= n for n in (1, 255, 256, 257, 5000, 32767))
+
+
+def test_bf16_generation_runs(ckpt_dir, golden):
+    engine = Engine(load_model(ckpt_dir, dtype=torch.bfloat16))
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    result = engine.generate(prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
+    config = engine.config
+    assert result.columns.shape[0] == 1 + config.num_codebooks
+    main = result.columns[0]
+    assert ((main >= config.semantic_start_token_id) & (main <= config.semantic_end_token_id)
+            | (main == config.eos_token_id)).all()
+    assert (result.codes >= 0).all() and (result.codes < config.codebook_size).all()
+    again = engine.generate(prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
+    assert torch.equal(again.columns, result.columns)
+
+
+def _compiler_available():
+    return shutil.which("g++") is not None or shutil.which("c++") is not None
+
+
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_decode_is_identical_and_does_not_recompile(model, golden):
+    import torch._dynamo
+
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    compiled = Engine(model, compile=True)
+    result = compiled.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    # Another prompt length in the same cache bucket, sampled, 64 frames: no recompilation.
+    meta = golden.json("generation")["sampled_b_seed42"]
+    params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
+                            meta["max_new_tokens"])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        sampled = compiled.generate(prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+        long = compiled.generate(prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
+    assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
+    assert long[0].columns.shape[1] == 64
