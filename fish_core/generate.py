@@ -82,25 +82,36 @@ class Engine:
     """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
 
     def __init__(self, model: DualAR, compile: bool = False, compile_mode: str | None = None,
-                 eos_check_every: int | None = None):
+                 eos_check_every: int | None = None, max_context: int | None = None):
         self.model = model
         self.config = c = model.config
-        weight = model.embeddings.weight
-        self.device, self.dtype = weight.device, weight.dtype
         # Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
         # vocabulary order. Logits are computed for these rows only; every other row carries the
         # reference's -inf bias, so its probability is exactly 0 and it can never be drawn.
-        allowed = sorted({c.eos_token_id, *range(c.semantic_start_token_id,
-                                                  c.semantic_end_token_id + 1)})
-        self.allowed_ids = torch.tensor(allowed, device=self.device)
-        self.head = weight.detach().index_select(0, self.allowed_ids)
+        self.allowed = sorted({c.eos_token_id, *range(c.semantic_start_token_id,
+                                                       c.semantic_end_token_id + 1)})
+        self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
         self.compiled = compile
-        on_cuda = self.device.type == "cuda"
-        self.eos_check_every = eos_check_every or (8 if on_cuda else 1)
+        self.eos_check_every = eos_check_every
+        self._weights = None
+        self.follow_model()
         self._step = self.decode_frame
         if compile:
-            mode = compile_mode or ("reduce-overhead" if on_cuda else None)
+            mode = compile_mode or ("reduce-overhead" if self.device.type == "cuda" else None)
             self._step = torch.compile(self.decode_frame, fullgraph=True, mode=mode)
+
+    def follow_model(self) -> None:
+        """Re-derive the device-side state (head rows, ids) after the model's weights were moved
+        or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
+        weight = self.model.embeddings.weight
+        key = (weight.device, weight.dtype, weight.data_ptr())
+        if key == self._weights:
+            return
+        self._weights = key
+        self.device, self.dtype = weight.device, weight.dtype
+        self.allowed_ids = torch.tensor(self.allowed, device=self.device)
+        self.head = weight.detach().index_select(0, self.allowed_ids)
+        self.check_every = self.eos_check_every or (8 if self.device.type == "cuda" else 1)
 
     # ------------------------------------------------------------------ one frame
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
@@ -173,6 +184,7 @@ class Engine:
         """Generate for one prompt ``[1 + K, T]`` or several (decoded together, each stopping on
         its own). ``seed`` (or a ready ``generator``) makes sampling reproducible.
         ``stop_on_eos=False`` runs every row to its ``max_new_tokens`` (for benchmarks)."""
+        self.follow_model()
         prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
         if not prompts:
             raise GenerationError("prompts must hold at least one prompt")
@@ -187,10 +199,10 @@ class Engine:
                 raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
                                       f"got {tuple(p.shape)}")
         lengths = [p.shape[1] for p in prompts]
-        limit = c.text.max_seq_len
+        limit = self.max_context
         if max(lengths) >= limit:
-            raise GenerationError(f"prompt is too long: {max(lengths)} tokens, the model's "
-                                  f"context (max_seq_len) is {limit}")
+            raise GenerationError(f"prompt is too long: {max(lengths)} tokens, the context "
+                                  f"length is {limit}")
         steps = [min(p.max_new_tokens, limit - n) for p, n in zip(params, lengths)]
         total = max(steps)
 
@@ -232,7 +244,7 @@ class Engine:
         window = torch.zeros(B, RAS_WINDOW, dtype=torch.long, device=self.device)
         finished = column[:, 0] == c.eos_token_id
         for i in range(1, total):
-            if stop_on_eos and i % self.eos_check_every == 0 and bool(finished.all()):
+            if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
                 break
             column, window = self._step(column, pos, window, temperature, top_p, top_k, *draws())
             # Copy out of the step's (possibly CUDA-graph-owned) output buffers.

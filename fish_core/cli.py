@@ -1,0 +1,292 @@
+"""Command line: ``python -m fish_core <command>``.
+
+    say "Hello there!" -o hello.wav                       text (or --text-file) to speech
+    say "Hi." --voice me.safetensors -o hi.wav            ... in a saved voice
+    say "Hi." --ref-audio me.wav --ref-text "..." -o hi.wav   ... cloning a clip directly
+    say --script dialogue.txt --voice alice.safetensors --voice bob.safetensors -o talk.wav
+    voice encode me.wav --text "What I say." --name me -o me.safetensors
+    srt film.srt -o film.wav [--srt-out generated.srt] [--voice me.safetensors]
+    codes "Hello" -o codes.npy                            semantic codes only (no codec)
+    encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
+    download s2-pro                                       fetch a model into --models-dir
+
+``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
+downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and
+honour HF_HUB_OFFLINE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import hub
+
+DEFAULT_MODEL = "s2-pro"
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=DEFAULT_MODEL,
+                   help="checkpoint folder, variant (%s) or HF repo id" % ", ".join(hub.VARIANTS))
+    g.add_argument("--models-dir", default=None, help="where downloaded models live")
+    g.add_argument("--no-download", action="store_true", help="never download")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    g.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    g.add_argument("--quantization", default="none",
+                   choices=["none", "fp8", "int8", "int4", "fp8-dynamic", "nvfp4"])
+    g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=0.8)
+    g.add_argument("--top-p", type=float, default=0.8)
+    g.add_argument("--top-k", type=int, default=30)
+    g.add_argument("--max-new-tokens", type=int, default=1024, help="frames per batch (~21.5/s)")
+    g.add_argument("--seed", type=int, default=None, help="same seed → same audio")
+    g.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
+    g.add_argument("--history-turns", type=int, default=3,
+                   help="earlier batches the model hears again as context")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m fish_core", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("say", help="text to speech")
+    p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
+    p.add_argument("--text-file", help="read the text from this file")
+    p.add_argument("--script", help="a multi-speaker script file ([speaker_1]: / Name: lines)")
+    p.add_argument("--voice", action="append", default=[], help="voice .safetensors (repeatable)")
+    p.add_argument("--ref-audio", action="append", default=[], help="reference clip (repeatable)")
+    p.add_argument("--ref-text", action="append", default=[], help="its transcript")
+    p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
+    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    add_model_args(p)
+    add_sampling_args(p)
+
+    p = sub.add_parser("codes", help="generate semantic codes only")
+    p.add_argument("text")
+    p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
+    add_model_args(p)
+    add_sampling_args(p)
+
+    p = sub.add_parser("voice", help="voices")
+    vs = p.add_subparsers(dest="voice_command", required=True)
+    e = vs.add_parser("encode", help="encode a reference clip into a reusable voice")
+    e.add_argument("audio")
+    e.add_argument("--text", required=True, help="the words spoken in the clip")
+    e.add_argument("--name", default=None)
+    e.add_argument("-o", "--out", required=True, help="output .safetensors")
+    add_model_args(e)
+
+    p = sub.add_parser("srt", help="speak an SRT subtitle file on its timeline")
+    p.add_argument("srt")
+    p.add_argument("--voice", default=None, help="voice .safetensors")
+    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p.add_argument("--srt-out", default=None, help="write the SRT of what was generated")
+    add_model_args(p)
+    add_sampling_args(p)
+
+    p = sub.add_parser("encode", help="codec: audio file to codes")
+    p.add_argument("audio")
+    p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
+    add_model_args(p)
+
+    p = sub.add_parser("decode", help="codec: codes to audio")
+    p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
+    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    add_model_args(p)
+
+    p = sub.add_parser("download", help="download a model variant")
+    p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
+    p.add_argument("--models-dir", default=None)
+    return ap
+
+
+class Bar:
+    """tqdm progress over generated frames (a frame is ~46 ms of audio)."""
+
+    def __init__(self, desc: str):
+        from tqdm import tqdm
+
+        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self):
+        self.bar.close()
+
+
+def load_synth(args):
+    from .synth import Synthesizer
+
+    return Synthesizer.from_pretrained(
+        args.model, device=args.device, dtype=args.precision, compile=args.compile,
+        quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download)
+
+
+def load_codec(args):
+    from .codec import Codec
+    from .synth import resolve_device
+
+    folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
+    return Codec.from_file(folder / "codec.pth", device=resolve_device(args.device))
+
+
+def sampling(args) -> dict:
+    return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                max_new_tokens=args.max_new_tokens, seed=args.seed,
+                history_turns=args.history_turns)
+
+
+def save_codes(path: str, codes: torch.Tensor) -> None:
+    path = Path(path)
+    if path.suffix == ".npy":
+        np.save(path, codes.cpu().numpy().astype(np.int64))
+    elif path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({"codes": codes.cpu().to(torch.int64).contiguous()}, str(path))
+    else:
+        raise ValueError(f"codes are written as .npy or .safetensors, got {path.name!r}")
+
+
+def read_codes(path: str) -> torch.Tensor:
+    path = Path(path)
+    if path.suffix == ".npy":
+        return torch.from_numpy(np.load(path, allow_pickle=False))
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+        if "codes" not in tensors:
+            raise ValueError(f"{path} has no 'codes' tensor")
+        return tensors["codes"]
+    raise ValueError(f"codes are read from .npy or .safetensors, got {path.name!r}")
+
+
+def read_text(args) -> str:
+    if args.text_file:
+        return Path(args.text_file).read_text(encoding="utf-8")
+    if args.text is None:
+        raise ValueError("say needs a text, --text-file or --script")
+    return args.text
+
+
+def cmd_say(args) -> str:
+    from .audio import save_audio
+    from .voices import Voice
+
+    synth = load_synth(args)
+    voices = [Voice.load(v, synth.config.num_codebooks, synth.config.codebook_size)
+              for v in args.voice]
+    if len(args.ref_audio) != len(args.ref_text):
+        raise ValueError("give one --ref-text per --ref-audio")
+    for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
+        voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
+    bar = Bar("generating")
+    try:
+        if args.script:
+            speech = synth.dialogue(Path(args.script).read_text(encoding="utf-8"), voices,
+                                    pause=args.pause, max_bytes=args.max_bytes,
+                                    on_progress=bar, **sampling(args))
+        else:
+            speech = synth.tts(read_text(args), voices, max_bytes=args.max_bytes,
+                               on_progress=bar, **sampling(args))
+    finally:
+        bar.close()
+    save_audio(args.out, speech.waveform, speech.sample_rate)
+    return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
+            f"seed {speech.seed}")
+
+
+def cmd_codes(args) -> str:
+    from .generate import SamplingParams
+    from .prompt import conversation
+
+    synth = load_synth(args)
+    prompt = synth.encoder.encode(conversation(args.text))
+    params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
+    bar = Bar("generating")
+    try:
+        gen = synth.engine.generate(prompt, params, seed=args.seed, on_frame=bar)[0]
+    finally:
+        bar.close()
+    save_codes(args.out, gen.codes)
+    return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
+
+
+def cmd_voice(args) -> str:
+    synth = load_synth(args)
+    name = args.name or Path(args.audio).stem
+    voice = synth.encode_voice(args.audio, args.text, name=name)
+    voice.save(args.out)
+    return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
+
+
+def cmd_srt(args) -> str:
+    from .audio import save_audio
+    from .voices import Voice
+
+    synth = load_synth(args)
+    voice = Voice.load(args.voice, synth.config.num_codebooks, synth.config.codebook_size) \
+        if args.voice else None
+    bar = Bar("generating")
+    try:
+        result = synth.subtitles(Path(args.srt).read_text(encoding="utf-8"), voice,
+                                 on_progress=bar, **sampling(args))
+    finally:
+        bar.close()
+    save_audio(args.out, result.waveform, result.sample_rate)
+    if args.srt_out:
+        Path(args.srt_out).write_text(result.srt(), encoding="utf-8")
+    for line in result.overruns:
+        print(f"warning: {line}", file=sys.stderr)
+    return f"wrote {args.out}: {result.duration:.2f} s, {len(result.cues)} cues"
+
+
+def cmd_encode(args) -> str:
+    from .audio import load_audio
+
+    codec = load_codec(args)
+    codes = codec.encode(load_audio(args.audio))[0].cpu()
+    save_codes(args.out, codes)
+    return f"wrote {args.out}: codes {tuple(codes.shape)}"
+
+
+def cmd_decode(args) -> str:
+    from .audio import save_audio
+
+    codec = load_codec(args)
+    wave = codec.decode(read_codes(args.codes))[0, 0].cpu()
+    save_audio(args.out, wave, codec.sample_rate)
+    return f"wrote {args.out}: {wave.shape[-1] / codec.sample_rate:.2f} s"
+
+
+def cmd_download(args) -> str:
+    path = hub.resolve(args.variant, models_dir=args.models_dir, download=True)
+    return f"model ready in {path}"
+
+
+COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_srt,
+            "encode": cmd_encode, "decode": cmd_decode, "download": cmd_download}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(COMMANDS[args.command](args))
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

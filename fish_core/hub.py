@@ -1,0 +1,91 @@
+"""Where checkpoints come from: a local folder, or a Hugging Face repo downloaded into a models
+directory with only the files the chosen variant needs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MODELS_DIR = Path(os.environ.get("SAILFISH_MODELS_DIR",
+                                         Path.home() / ".cache" / "sailfish" / "models"))
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    repo_id: str
+    files: tuple[str, ...]  # glob patterns, relative to the repo root
+    note: str
+
+
+VARIANTS = {
+    v.name: v for v in (
+        Variant("s2-pro", "fishaudio/s2-pro",
+                ("config.json", "model.safetensors.index.json", "model-*.safetensors",
+                 "codec.pth", *TOKENIZER_FILES),
+                "official bf16 weights, ~9.1 GB + 1.9 GB codec"),
+        Variant("s2-pro-fp8", "drbaph/s2-pro-fp8",
+                ("config.json", "model.safetensors", "model.safetensors.index.json",
+                 "model-*.safetensors", "codec.pth", "quantization_info.json", *TOKENIZER_FILES),
+                "community FP8 (per-row e4m3) weights, ~6.2 GB + codec"),
+    )
+}
+REQUIRED_FILES = ("config.json", "tokenizer.json", "codec.pth")
+
+
+class ModelNotFound(FileNotFoundError):
+    """The model is neither a local folder nor downloadable right now."""
+
+
+def is_model_dir(path: Path) -> bool:
+    return path.is_dir() and all((path / f).is_file() for f in REQUIRED_FILES[:2])
+
+
+def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None,
+            download: bool = True) -> Path:
+    """A local checkpoint folder for ``spec``: a folder path, a variant name (``s2-pro``) or a
+    Hugging Face repo id (``owner/name``). Downloads into ``models_dir/<name>`` when needed."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not is_model_dir(path):
+            raise ModelNotFound(f"{path} is not an S2 checkpoint folder (needs config.json and "
+                                "tokenizer.json, and codec.pth for audio)")
+        return path
+    spec = str(spec)
+    variant = VARIANTS.get(spec)
+    if variant is None:
+        if spec.count("/") != 1 or spec.startswith((".", "/")):
+            raise ModelNotFound(f"model {spec!r}: no such folder, and not a known variant "
+                                f"({', '.join(VARIANTS)}) or a Hugging Face repo id (owner/name)")
+        variant = Variant(spec.split("/")[1], spec, VARIANTS["s2-pro"].files, "custom repo")
+    target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / variant.name
+    if is_model_dir(target) and (target / "codec.pth").is_file():
+        return target
+    if not download:
+        raise ModelNotFound(f"model {spec!r} is not in {target.parent} and downloading is off")
+    return fetch(variant, target)
+
+
+def fetch(variant: Variant, target: Path) -> Path:
+    """Download ``variant`` into ``target`` (only its files). Honours ``HF_HUB_OFFLINE``."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    if offline:
+        raise ModelNotFound(
+            f"model {variant.name!r} ({variant.repo_id}) is not in {target.parent} and "
+            "HF_HUB_OFFLINE is set, so it cannot be downloaded. Download it once online, or "
+            "pass a local checkpoint folder.")
+    try:
+        snapshot_download(repo_id=variant.repo_id, local_dir=str(target),
+                          allow_patterns=list(variant.files))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
+        raise ModelNotFound(f"could not download {variant.repo_id} into {target}: {e}") from None
+    if not is_model_dir(target):
+        raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
+                            f"{' / '.join(REQUIRED_FILES[:2])}")
+    return target
+

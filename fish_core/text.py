@@ -1,0 +1,280 @@
+"""Text planning: long text into sentence-bounded batches, speaker scripts into tagged turns,
+and SRT subtitles in and out. Pure Python; no model here.
+
+Rules (see the README for examples):
+
+* Untagged text is split at sentence ends (``. ! ? 。 ！ ？ …`` and blank lines) and the sentences
+  are packed into batches of at most ``max_bytes`` UTF-8 bytes. A sentence longer than that is
+  cut at a clause mark (``, ; : ，、；``), else at a space, else at ``max_bytes``.
+* Tagged text (``<|speaker:i|>``) becomes turns; text before the first tag is kept as an
+  untagged turn (the reference drops it). Turns are packed into batches by size and at most
+  ``max_speakers`` turns per batch, like the reference; an oversized turn is split as above
+  and every piece keeps its speaker tag.
+* ``reference_batches`` reproduces fish-speech's own batching exactly, quirks included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SPEAKER_TAG = re.compile(r"<\|speaker:(\d+)\|>")
+SENTENCE = re.compile(r""".+?(?:[.!?…]+["'”’)\]]*(?=\s|$)|[。！？]+["'”’」』）)]*|(?=\n\s*\n)|$)""",
+                      re.DOTALL)
+CLAUSE_PIECE = re.compile(r".+?(?:[,;:，、；：]\s*|$)", re.DOTALL)
+WORD_PIECE = re.compile(r"\S+\s*")
+DEFAULT_MAX_BYTES = 300
+
+
+def nbytes(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------- sentences and batches
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text``, whitespace-trimmed, punctuation kept, empty pieces dropped."""
+    return [m.group().strip() for m in SENTENCE.finditer(text) if m.group().strip()]
+
+
+def split_long(sentence: str, max_bytes: int) -> list[str]:
+    """Cut one sentence into pieces of at most ``max_bytes``: at clauses, then spaces, then bytes."""
+    if nbytes(sentence) <= max_bytes:
+        return [sentence]
+    for piece_pattern in (CLAUSE_PIECE, WORD_PIECE):
+        pieces = piece_pattern.findall(sentence)  # "".join(pieces) == sentence
+        if len(pieces) > 1:
+            return [part for chunk in pack(pieces, max_bytes, joiner="")
+                    for part in split_long(chunk.strip(), max_bytes)]
+    pieces, current = [], ""
+    for ch in sentence:  # no break point at all (e.g. a long CJK run without punctuation)
+        if current and nbytes(current + ch) > max_bytes:
+            pieces.append(current)
+            current = ""
+        current += ch
+    return pieces + [current] if current else pieces
+
+
+def pack(pieces: list[str], max_bytes: int, joiner: str = " ") -> list[str]:
+    """Greedily join consecutive pieces while the result stays within ``max_bytes``."""
+    out, current = [], ""
+    for piece in pieces:
+        candidate = current + joiner + piece if current else piece
+        if current and nbytes(candidate.strip()) > max_bytes:
+            out.append(current.strip())
+            current = piece
+        else:
+            current = candidate
+    if current.strip():
+        out.append(current.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str
+    speaker: int | None = None  # None: no speaker tag
+
+    @property
+    def tagged(self) -> str:
+        return self.text if self.speaker is None else f"<|speaker:{self.speaker}|>{self.text}"
+
+
+def split_turns(text: str) -> list[Turn]:
+    """Turns by ``<|speaker:i|>`` tag; text before the first tag is an untagged turn."""
+    pieces = SPEAKER_TAG.split(text)
+    turns = [Turn(pieces[0].strip())] if pieces[0].strip() else []
+    for i in range(1, len(pieces), 2):
+        body = pieces[i + 1].strip()
+        if body:
+            turns.append(Turn(body, int(pieces[i])))
+    return turns
+
+
+def plan_batches(text: str, max_bytes: int = DEFAULT_MAX_BYTES, max_speakers: int = 5) -> list[str]:
+    """Batches of text to generate one after another (see the module rules)."""
+    if max_bytes < 16:
+        raise ValueError(f"max_bytes must be at least 16, got {max_bytes}")
+    turns = split_turns(text)
+    if not turns:
+        raise ValueError("text is empty: nothing to say")
+    if len(turns) == 1 and turns[0].speaker is None:
+        sentences = [p for s in split_sentences(turns[0].text) for p in split_long(s, max_bytes)]
+        return pack(sentences, max_bytes)
+    pieces = []
+    for turn in turns:
+        budget = max_bytes - nbytes(Turn("", turn.speaker).tagged)
+        sentences = [p for s in split_sentences(turn.text) for p in split_long(s, budget)]
+        pieces += [Turn(chunk, turn.speaker).tagged for chunk in pack(sentences, budget)]
+    return group_turns(pieces, max_bytes, max_speakers)
+
+
+def group_turns(turns: list[str], max_bytes: int, max_speakers: int) -> list[str]:
+    """Join turns with newlines into batches: a new batch starts when the byte budget or the
+    turn count would be exceeded (the reference's rule)."""
+    batches, current, size = [], [], 0
+    for turn in turns:
+        n = nbytes(turn)
+        if current and (len(current) >= max_speakers or size + n > max_bytes):
+            batches.append("\n".join(current))
+            current, size = [], 0
+        current.append(turn)
+        size += n
+    if current:
+        batches.append("\n".join(current))
+    return batches
+
+
+def reference_batches(text: str, chunk_length: int) -> list[str]:
+    """fish-speech ``generate_long`` batching, quirks included: untagged text is never split and
+    text before the first speaker tag is dropped."""
+    turns = [t.tagged for t in split_turns(text) if t.speaker is not None]
+    if not SPEAKER_TAG.search(text) or not turns:
+        return [text]
+    return group_turns(turns, chunk_length, max_speakers=5)
+
+
+# ---------------------------------------------------------------- speaker scripts
+BRACKET_LINE = re.compile(r"^\s*\[([^\]\n]{1,40})\]\s*:?\s*(.*)$")
+NAME_LINE = re.compile(r"^\s*([^\W\d][\w .'\-]{0,39}?)\s*:\s+(.*)$")
+NUMBERED = re.compile(r"^(?:speaker|spk|s)[ _\-]?(\d+)$", re.IGNORECASE)
+
+
+class ScriptError(ValueError):
+    """A speaker script cannot be mapped onto the given voices."""
+
+
+@dataclass(frozen=True)
+class ScriptTurn:
+    label: str  # as written: "speaker_1", "Alice", "0" …
+    text: str
+
+
+def parse_script(script: str, names: list[str] | None = None) -> list[ScriptTurn]:
+    """Turns of a multi-speaker script in any of the accepted forms:
+
+    ``<|speaker:0|>Hi``, ``[speaker_1]: Hi`` / ``[Alice] Hi``, or ``Alice: Hi`` lines.
+    ``Name:`` lines count as speaker lines when ``Name`` is one of ``names``, or when the script
+    starts with such a line and has at least two (so a lone "Note: …" in prose is left alone).
+    Lines without a label continue the previous turn."""
+    if SPEAKER_TAG.search(script):
+        return [ScriptTurn(str(t.speaker) if t.speaker is not None else "", t.text)
+                for t in split_turns(script)]
+    lines = [line for line in script.splitlines() if line.strip()]
+    known = {n.casefold() for n in names or []}
+    named = [bool(NAME_LINE.match(line)) for line in lines]
+    dialogue = bool(lines) and named[0] and sum(named) >= 2
+    turns: list[list[str]] = []
+    for line in lines:
+        m = BRACKET_LINE.match(line)
+        if not m:
+            m = NAME_LINE.match(line)
+            if m and not (dialogue or m.group(1).strip().casefold() in known):
+                m = None
+        if m:
+            turns.append([m.group(1).strip(), m.group(2).strip()])
+        elif turns:
+            turns[-1][1] = (turns[-1][1] + " " + line.strip()).strip()
+        else:
+            turns.append(["", line.strip()])
+    return [ScriptTurn(label, text) for label, text in turns if text]
+
+
+def assign_speakers(turns: list[ScriptTurn], names: list[str],
+                    require_voice: bool) -> list[Turn]:
+    """Map each turn's label to a speaker index = a position in ``names`` (the voices).
+
+    A label equal to a voice name (case-insensitive) takes that voice; ``<|speaker:i|>`` takes
+    voice i; ``speaker_N``/``S N`` take the N-th voice, 1-based (0-based if the script uses
+    ``speaker_0``); other labels take the unclaimed voices in order of appearance. Unlabelled
+    text goes to the first speaker. With ``require_voice``, a label left without a voice is an
+    error naming it."""
+    folded = [n.casefold() for n in names]
+    numbered = [int(m.group(1)) for t in turns if (m := NUMBERED.match(t.label))]
+    base = 0 if 0 in numbered else 1
+    mapping: dict[str, int] = {}
+    pending = []
+    for t in turns:
+        label = t.label
+        if label in mapping:
+            continue
+        if label.casefold() in folded:
+            mapping[label] = folded.index(label.casefold())
+        elif label.isdigit():
+            mapping[label] = int(label)
+        elif (m := NUMBERED.match(label)) is not None:
+            mapping[label] = int(m.group(1)) - base
+        elif label:
+            pending.append(label)
+    free = [i for i in range(max(len(names), 1)) if i not in mapping.values()]
+    next_index = max([*mapping.values(), *free, len(names) - 1]) + 1
+    for label in pending:
+        if free:
+            mapping[label] = free.pop(0)
+        else:
+            mapping[label] = next_index
+            next_index += 1
+    mapping.setdefault("", min(mapping.values(), default=0))
+    if require_voice:
+        missing = sorted({label or "(unlabelled)" for label, i in mapping.items()
+                          if (i < 0 or i >= len(names)) and any(t.label == label for t in turns)})
+        if missing:
+            raise ScriptError(f"speaker(s) {', '.join(missing)} have no reference voice; "
+                              f"voices given: {', '.join(names) or 'none'}")
+    return [Turn(t.text, mapping[t.label]) for t in turns]
+
+
+# ---------------------------------------------------------------- SRT
+@dataclass(frozen=True)
+class Cue:
+    index: int
+    start: float  # seconds
+    end: float
+    text: str
+
+
+SRT_TIME = re.compile(r"(\d+):(\d{1,2}):(\d{1,2})[,.](\d{1,3})")
+
+
+class SubtitleError(ValueError):
+    """An SRT file cannot be parsed."""
+
+
+def parse_srt(text: str) -> list[Cue]:
+    """Cues of an SRT document (tolerates a BOM, CRLF, missing indices and ``.`` decimals)."""
+    cues = []
+    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff"))
+    for block in blocks:
+        lines = [line for line in block.strip().split("\n")]
+        if not lines or not lines[0].strip():
+            continue
+        timing = next((i for i, line in enumerate(lines[:2]) if "-->" in line), None)
+        if timing is None:
+            raise SubtitleError(f"SRT block without a 'start --> end' line: {block.strip()[:60]!r}")
+        parts = lines[timing].split("-->")
+        times = [SRT_TIME.search(p) for p in parts]
+        if len(parts) != 2 or not all(times):
+            raise SubtitleError(f"bad SRT timing line: {lines[timing]!r}")
+        start, end = (_seconds(m) for m in times)
+        if end < start:
+            raise SubtitleError(f"SRT cue ends before it starts: {lines[timing]!r}")
+        body = " ".join(re.sub(r"<[^>]+>", "", line).strip() for line in lines[timing + 1:])
+        if body.strip():
+            cues.append(Cue(len(cues) + 1, start, end, body.strip()))
+    if not cues:
+        raise SubtitleError("the SRT text holds no cues")
+    return cues
+
+
+def _seconds(m: re.Match) -> float:
+    h, mi, s, frac = m.groups()
+    return int(h) * 3600 + int(mi) * 60 + int(s) + int(frac.ljust(3, "0")) / 1000
+
+
+def format_time(seconds: float) -> str:
+    ms = max(0, round(seconds * 1000))
+    return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d},{ms % 1000:03d}"
+
+
+def format_srt(cues: list[Cue]) -> str:
+    return "\n".join(f"{i}\n{format_time(c.start)} --> {format_time(c.end)}\n{c.text}\n"
+                     for i, c in enumerate(cues, 1))

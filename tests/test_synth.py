@@ -1,0 +1,166 @@
+"""End-to-end synthesis on the tiny fixture checkpoint: TTS, cloning, dialogue, subtitles."""
+
+import math
+
+import pytest
+import torch
+
+from fish_core.generate import Cancelled
+from fish_core.synth import Synthesizer
+from fish_core.text import ScriptError, parse_srt
+
+FAST = dict(max_new_tokens=6, temperature=0.8, top_p=0.8, top_k=30)
+
+
+@pytest.fixture(scope="module")
+def synth(ckpt_dir):
+    return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def voice(synth):
+    t = torch.arange(44100 // 2) / 44100
+    wave = 0.3 * torch.sin(2 * math.pi * 220 * t) + 0.01 * torch.randn(t.shape[0])
+    return synth.encode_voice({"waveform": wave[None, None], "sample_rate": 44100},
+                              "A short reference.", name="Ref")
+
+
+def record_prompts(synth, monkeypatch):
+    lengths = []
+    original = synth.engine.generate
+
+    def spy(prompts, *args, **kwargs):
+        lengths.append(prompts.shape[1])
+        return original(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(synth.engine, "generate", spy)
+    return lengths
+
+
+def test_tts_output_contract(synth):
+    speech = synth.tts("Hello there, this is a test.", seed=1, **FAST)
+    frames = speech.codes.shape[1]
+    assert speech.sample_rate == 44100
+    assert speech.waveform.dtype == torch.float32 and speech.waveform.dim() == 1
+    assert speech.waveform.shape[0] == frames * 2048
+    assert speech.segments[0].frames == frames and speech.segments[0].end == pytest.approx(
+        frames * 2048 / 44100)
+    assert speech.waveform.abs().max() <= 1.0
+
+
+def test_same_seed_same_audio_different_seed_differs(synth):
+    a = synth.tts("Same seed, same audio.", seed=5, **FAST)
+    b = synth.tts("Same seed, same audio.", seed=5, **FAST)
+    c = synth.tts("Same seed, same audio.", seed=6, **FAST)
+    assert a.seed == b.seed == 5
+    assert torch.equal(a.codes, b.codes) and torch.equal(a.waveform, b.waveform)
+    assert not torch.equal(a.codes, c.codes)
+
+
+def test_long_text_makes_batches_with_a_bounded_prompt(synth, monkeypatch):
+    lengths = record_prompts(synth, monkeypatch)
+    text = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
+    speech = synth.tts(text, seed=2, max_bytes=90, history_turns=1, **FAST)
+    assert len(speech.segments) == len(lengths) >= 8
+    # with one turn of history, the prompt stops growing after the second batch
+    assert max(lengths) <= max(lengths[:3]) + 8
+    assert speech.waveform.shape[0] == speech.codes.shape[1] * 2048
+    starts = [s.start for s in speech.segments]
+    assert starts == sorted(starts) and speech.segments[-1].end == pytest.approx(speech.duration)
+
+
+def test_history_is_trimmed_to_fit_the_context(ckpt_dir, monkeypatch):
+    small = Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", context_length=140)
+    lengths = record_prompts(small, monkeypatch)
+    text = " ".join(f"Sentence {i} is here." for i in range(12))
+    small.tts(text, seed=3, max_bytes=40, history_turns=10, **FAST)
+    assert len(lengths) >= 4
+    assert all(n + min(FAST["max_new_tokens"], 70) <= 140 for n in lengths)
+
+
+def test_clone_voice_save_load_same_codes(synth, voice, tmp_path):
+    from fish_core.voices import Voice
+
+    path = voice.save(tmp_path / "ref.safetensors")
+    loaded = Voice.load(path, synth.config.num_codebooks, synth.config.codebook_size)
+    assert loaded.name == "Ref" and len(loaded.clips) == 1
+    assert torch.equal(loaded.clips[0].codes, voice.clips[0].codes)
+    assert loaded.clips[0].text == voice.clips[0].text
+    a = synth.tts("Cloned speech.", voice=voice, seed=4, **FAST)
+    b = synth.tts("Cloned speech.", voice=loaded, seed=4, **FAST)
+    assert torch.equal(a.codes, b.codes)
+
+
+def test_dialogue_pauses_and_speakers(synth, voice):
+    script = "Alice: Hello Bob.\nBob: Hi Alice.\nAlice: Bye."
+    speech = synth.dialogue(script, {"Alice": voice, "Bob": voice}, pause=0.25, seed=1, **FAST)
+    assert [s.speaker for s in speech.segments] == [0, 1, 0]
+    gap = round(0.25 * 44100)
+    for prev, nxt in zip(speech.segments, speech.segments[1:]):
+        assert nxt.start - prev.end == pytest.approx(gap / 44100)
+        silent = speech.waveform[round(prev.end * 44100) + 10: round(nxt.start * 44100) - 10]
+        assert silent.abs().max() == 0
+    assert speech.waveform.shape[0] == speech.codes.shape[1] * 2048 + 2 * gap
+
+
+def test_dialogue_speaker_without_voice_is_an_error(synth, voice):
+    with pytest.raises(ScriptError, match="Carol"):
+        synth.dialogue("Alice: Hi.\nCarol: Hello.", {"Alice": voice}, **FAST)
+
+
+def test_text_before_the_first_tag_is_kept(synth):
+    speech = synth.tts("Intro words. <|speaker:0|>Tagged words.", seed=1, **FAST)
+    assert speech.segments[0].text.startswith("Intro words.")
+
+
+def test_subtitles_follow_the_timeline(synth, voice):
+    srt = ("1\n00:00:00,500 --> 00:00:01,500\nFirst cue.\n\n"
+           "2\n00:00:02,000 --> 00:00:03,000\nSecond cue.\n\n"
+           "3\n00:00:03,100 --> 00:00:04,000\nThird cue.\n")
+    result = synth.subtitles(srt, voice, seed=1, **FAST)
+    frame = 2048 / 44100
+    cues = parse_srt(srt)
+    for want, got in zip(cues, result.cues):
+        if not any(f"cue {want.index} starts" in o for o in result.overruns):
+            assert abs(got.start - want.start) <= frame
+    assert result.duration >= cues[-1].end - 1e-6
+    written = parse_srt(result.srt())
+    assert [c.text for c in written] == [c.text for c in result.cues]
+    for w, c in zip(written, result.cues):
+        assert w.start == pytest.approx(c.start, abs=1e-3) and w.end == pytest.approx(c.end, abs=1e-3)
+
+
+def test_subtitle_overrun_is_reported_not_cut(synth):
+    srt = ("1\n00:00:00,000 --> 00:00:00,050\nA cue far too long for its slot.\n\n"
+           "2\n00:00:00,060 --> 00:00:01,000\nNext.\n")
+    result = synth.subtitles(srt, seed=1, max_new_tokens=12)
+    first = result.segments[0]
+    assert first.frames >= 2  # generated in full
+    assert any("cue 1" in o and "cue 2" in o for o in result.overruns)
+    assert result.cues[1].start >= result.cues[0].end  # later cue moved, nothing overlaps
+
+
+def test_progress_and_cancel(synth):
+    seen = []
+    synth.tts("Progress please.", seed=1, on_progress=lambda d, t: seen.append((d, t)), **FAST)
+    assert seen and seen[-1][0] == seen[-1][1] and all(t == seen[0][1] for _, t in seen)
+    with pytest.raises(Cancelled):
+        synth.tts("Cancel me.", seed=1, cancel=lambda: True, **FAST)
+    assert synth.tts("Still usable.", seed=1, **FAST).waveform.numel() > 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(text=""), "empty"),
+    (dict(text="hi", temperature=0), "temperature"),
+    (dict(text="hi", history_turns=-1), "history_turns"),
+])
+def test_bad_requests_are_named(synth, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        synth.tts(**{**FAST, **kwargs})
+
+
+def test_bad_reference_audio_is_named(synth):
+    with pytest.raises(ValueError, match="silent"):
+        synth.encode_voice(torch.zeros(44100), "words", sample_rate=44100)
+    with pytest.raises(ValueError, match="transcript"):
+        synth.encode_voice(torch.rand(44100) - 0.5, "  ", sample_rate=44100)
