@@ -153,6 +153,28 @@ def slow_share(engine: Engine, prompt, device, steps: int = 16) -> float:
     return 1 - statistics.median(slow) / statistics.median(full)
 
 
+def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repeats: int) -> float:
+    """Seconds from the request to the first ``frames`` frames of audio: prefill, ``frames``
+    frames, and the codec decode of those frames (a voice-clone prompt of the same length)."""
+    params = SamplingParams(max_new_tokens=frames)
+
+    def once():
+        gen = engine.generate(prompt, params, seed=0, stop_on_eos=False)[0]
+        return codec.decode(gen.codes.to(device))
+
+    once()  # warm-up
+    return statistics.median(timed(once, device)[0] for _ in range(repeats))
+
+
+def load_codec(args, device):
+    from fish_core.codec import Codec
+
+    if args.model and (Path(args.model) / "codec.pth").is_file():
+        return Codec.from_file(Path(args.model) / "codec.pth", device=device)
+    with torch.device(device):
+        return Codec().eval().requires_grad_(False)  # real-size architecture, random weights
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
@@ -169,6 +191,8 @@ def main(argv=None):
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="memory bandwidth in GB/s, for the fraction of the bound")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--ttfa-frames", type=int, default=0,
+                    help="also time the first N frames + their codec decode (0: skip)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.threads:
@@ -195,6 +219,7 @@ def main(argv=None):
         for mode, engine in engines.items():
             results[mode]["runs"].append(measure(engine, prompt, args, device))
 
+    codec = load_codec(args, device) if args.ttfa_frames else None
     cache_len = model.cache_shape()[1]
     bytes_per_frame = frame_bytes(model, engines[next(iter(engines))], cache_len)
     report = {
@@ -221,6 +246,9 @@ def main(argv=None):
             "compile_s_cold": round(r["first_call_s"] - steady, 2) if mode == "compiled" else None,
             "fast_ar_share": round(slow_share(engines[mode], prompt, device), 3),
         }
+        if args.ttfa_frames:
+            entry["time_to_first_audio_s"] = round(time_to_first_audio(
+                engines[mode], codec, prompt, args.ttfa_frames, device, args.repeats), 4)
         if mode == "compiled":
             entry["recompiles_over_frames"] = count_recompiles(
                 engines[mode], prompt_for(config, args.prompt_len - 3),

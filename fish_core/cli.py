@@ -40,6 +40,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--quantization", default="none",
                    choices=["none", "fp8", "int8", "int4", "fp8-dynamic", "nvfp4"])
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+    g.add_argument("--compile-cache", default=None,
+                   help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -132,6 +134,7 @@ def load_synth(args):
 
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
+        compile_cache=args.compile_cache,
         quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -82,7 +83,8 @@ class Engine:
     """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
 
     def __init__(self, model: DualAR, compile: bool = False, compile_mode: str | None = None,
-                 eos_check_every: int | None = None, max_context: int | None = None):
+                 eos_check_every: int | None = None, max_context: int | None = None,
+                 compile_cache: str | os.PathLike | None = None):
         self.model = model
         self.config = c = model.config
         # Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
@@ -97,8 +99,23 @@ class Engine:
         self.follow_model()
         self._step = self.decode_frame
         if compile:
+            use_compile_cache(compile_cache)
             mode = compile_mode or ("reduce-overhead" if self.device.type == "cuda" else None)
             self._step = torch.compile(self.decode_frame, fullgraph=True, mode=mode)
+
+    def step(self, *args) -> tuple[Tensor, Tensor]:
+        """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
+        an unsupported platform …) it warns once and decodes eagerly from then on."""
+        try:
+            return self._step(*args)
+        except Exception as e:  # noqa: BLE001 - any compiler failure means: run eagerly
+            if self._step == self.decode_frame:
+                raise
+            warnings.warn(f"torch.compile of the decode step failed ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); decoding without compile")
+            self._step = self.decode_frame
+            self.compiled = False
+            return self._step(*args)
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
@@ -246,7 +263,7 @@ class Engine:
         for i in range(1, total):
             if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
                 break
-            column, window = self._step(column, pos, window, temperature, top_p, top_k, *draws())
+            column, window = self.step(column, pos, window, temperature, top_p, top_k, *draws())
             # Copy out of the step's (possibly CUDA-graph-owned) output buffers.
             column, window = column.clone(), window.clone()
             columns.append(column)
@@ -274,8 +291,13 @@ def report(on_frame, cancel, done: int, total: int) -> None:
         raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
 
 
-def compile_cache_dir(path: str | os.PathLike | None) -> None:
-    """Point inductor's persistent compile cache at ``path`` (kept across processes)."""
-    if path:
-        os.makedirs(path, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+def use_compile_cache(path: str | os.PathLike | None = None) -> str | None:
+    """Keep inductor's compiled kernels in a persistent folder (``path``, else
+    ``$SAILFISH_COMPILE_CACHE``), so a later process reuses them: a warm compile takes seconds
+    instead of minutes. With neither, torch's own default (a per-user temp folder) is kept."""
+    path = path or os.environ.get("SAILFISH_COMPILE_CACHE")
+    if not path:
+        return os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.makedirs(path, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return str(path)

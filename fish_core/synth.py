@@ -98,14 +98,16 @@ class SubtitleSpeech(Speech):
 
 class Synthesizer:
     def __init__(self, model: DualAR, tokenizer: FishTokenizer, codec: Codec | None,
-                 compile: bool = False, context_length: int | None = None):
+                 compile: bool = False, context_length: int | None = None,
+                 compile_cache: str | None = None):
         self.model = model
         self.config: ModelConfig = model.config
         self.tokenizer = tokenizer
         tokenizer.check_config(self.config)
         self.codec = codec
         self.encoder = PromptEncoder(tokenizer, self.config.num_codebooks, self.config.codebook_size)
-        self.engine = Engine(model, compile=compile, max_context=context_length)
+        self.engine = Engine(model, compile=compile, max_context=context_length,
+                             compile_cache=compile_cache)
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
@@ -114,7 +116,8 @@ class Synthesizer:
     @classmethod
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,
                         quantization: str | None = None, models_dir=None, download=True,
-                        codec_dtype=None, context_length: int | None = None) -> "Synthesizer":
+                        codec_dtype=None, context_length: int | None = None,
+                        compile_cache: str | None = None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768)."""
         from .hub import resolve
@@ -129,7 +132,8 @@ class Synthesizer:
             codec = Codec.from_file(folder / "codec.pth", device=device,
                                     dtype=codec_dtype or (torch.float32 if device.type == "cpu"
                                                           else dtype))
-        return cls(model, tokenizer, codec, compile=compile, context_length=context_length)
+        return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
+                   compile_cache=compile_cache)
 
     @property
     def sample_rate(self) -> int:

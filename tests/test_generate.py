@@ -163,3 +163,18 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden):
         long = compiled.generate(prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
     assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
     assert long[0].columns.shape[1] == 64
+
+
+def test_a_failing_compiler_falls_back_to_eager(model, golden):
+    """Users without a working toolchain (e.g. no Triton on Windows) still get audio."""
+    engine = Engine(model)
+
+    def broken_compiled_step(*args):
+        raise RuntimeError("inductor: no C++ compiler found")
+
+    engine._step, engine.compiled = broken_compiled_step, True
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.warns(UserWarning, match="decoding without compile"):
+        result = engine.generate(prompt, greedy(21))[0]
+    assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
+    assert not engine.compiled
