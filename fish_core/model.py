@@ -114,9 +114,22 @@ class Attention(nn.Module):
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
         else:
-            k, v = self.kv_cache.k, self.kv_cache.v
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            y = grouped_attention(q, self.kv_cache.k, self.kv_cache.v, mask)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
+
+
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Masked attention of ``q [B, H, S, Dh]`` over ``k, v [B, Hkv, L, Dh]`` (``mask [B, 1, S, L]``,
+    True = attend) without repeating k/v per query head: the G = H / Hkv query heads that share
+    a kv head are stacked as extra query rows, so the cache is read once, not G times."""
+    B, H, S, Dh = q.shape
+    Hkv, L = k.shape[1], k.shape[2]
+    G = H // Hkv
+    q = q.reshape(B, Hkv, G * S, Dh)
+    scores = (q @ k.transpose(-1, -2)) * (Dh ** -0.5)  # [B, Hkv, G*S, L]
+    scores = scores.view(B, Hkv, G, S, L).masked_fill(~mask.unsqueeze(2), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).view(B, Hkv, G * S, L)
+    return (probs @ v).view(B, H, S, Dh)
 
 
 class FeedForward(nn.Module):
