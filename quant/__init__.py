@@ -1,7 +1,18 @@
 """quant: smaller weights for S2-Pro (FP8 per-row weight-only, torchao modes, FP8 checkpoints).
 
-Pure torch; torchao is imported only when a torchao mode is asked for. ``load_model`` is the
-entry point fish_core's Synthesizer uses.
+    model = quant.load_model(folder, "cuda", torch.bfloat16, "fp8")   # ~6 GB of weights
+    model = quant.quantize_model(model, "fp8")                          # a model already in memory
+    quant.export_fp8("s2-pro", "s2-pro-fp8")                            # python -m quant export …
+
+Modes: ``none``, ``fp8`` (our per-row e4m3 weight-only, pure torch; see ``fp8.py`` for how each
+device runs it), and through torchao (imported only for these) ``int8``, ``int4``,
+``fp8-dynamic`` and ``nvfp4`` (see ``torchao_modes.py`` for where each runs).
+
+FP8 checkpoints (any tensor stored as float8_e4m3fn) load as FP8 with ``none`` or ``fp8``; the
+torchao modes dequantize them and quantize again, so the two errors add (sensible for int4/nvfp4:
+a 4-bit model from the 6 GB download; int8 and fp8-dynamic gain nothing on memory over FP8).
+
+Pure torch; ``load_model`` is the entry point fish_core's Synthesizer uses.
 """
 
 from __future__ import annotations
@@ -17,8 +28,64 @@ def fish_core(module: str = ""):
     return importlib.import_module(f"{name}.{module}" if module else name)
 
 
-def load_model(folder, device, dtype, quantization: str | None = None):
-    """Load the Dual-AR model from ``folder``, quantized with ``quantization``."""
-    if quantization not in (None, "", "none"):
-        raise ValueError(f"quantization {quantization!r} is not available yet; use 'none'")
-    return fish_core("checkpoint").load_model(folder, device, dtype)
+from .checkpoints import export_fp8, is_fp8_checkpoint, load_fp8  # noqa: E402
+from .convert import MODES, Converter, linear_weights, normalize_mode, skipped  # noqa: E402
+from .fp8 import FP8Linear, QuantizationError, dequantize_rows, quantize_rows  # noqa: E402
+
+# Linear layers left in bf16 by default. Measured (bench/bench_quant.py --errors, see its
+# docstring): keeping the fast head (fast_output) in bf16 does not measurably lower the error.
+DEFAULT_SKIP: tuple[str, ...] = ()
+
+__all__ = ["MODES", "DEFAULT_SKIP", "FP8Linear", "QuantizationError", "export_fp8",
+           "fish_core", "is_fp8_checkpoint", "load_model", "quantize_model", "quantize_rows",
+           "dequantize_rows", "weight_bytes"]
+
+
+def load_model(folder, device, dtype, quantization: str | None = None, *,
+               fp8_path: str | None = None, skip=DEFAULT_SKIP):
+    """Load the Dual-AR model from ``folder``, quantized with ``quantization``.
+
+    An FP8 checkpoint stays FP8 unless a torchao mode is asked for. ``fp8_path`` picks how FP8
+    layers run (``fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``); ``skip`` lists
+    fnmatch patterns of Linear module names kept in bf16."""
+    import torch
+
+    ck = fish_core("checkpoint")
+    mode = normalize_mode(quantization)
+    device = torch.device(device)
+    config = fish_core("config").ModelConfig.from_file(folder)
+    targets = [n for n in linear_weights(ck.build_meta(config, dtype)) if not skipped(n, skip)]
+    if is_fp8_checkpoint(folder):
+        converter = Converter(mode, device, dtype, targets, fp8_path)
+        return load_fp8(folder, device, dtype, converter, config)
+    if mode == "none":
+        return ck.load_model(folder, device, dtype, config)
+    converter = Converter(mode, device, dtype, targets, fp8_path)
+    return converter.finish(ck.load_model(folder, device, dtype, config, convert=converter))
+
+
+def quantize_model(model, mode: str = "fp8", skip=DEFAULT_SKIP, fp8_path: str | None = None):
+    """Quantize the Linear layers of a loaded (bf16/fp32) model in place; returns it."""
+    ck = fish_core("checkpoint")
+    mode = normalize_mode(mode)
+    weight = model.embeddings.weight
+    targets = [n for n in linear_weights(model) if not skipped(n, skip)]
+    converter = Converter(mode, weight.device, weight.dtype, targets, fp8_path)
+    for name in targets:
+        tensor = model.get_parameter(name)
+        if tensor.dtype.is_floating_point and tensor.dtype.itemsize > 1:
+            ck.assign(model, name, converter(name, tensor.detach()))
+    return converter.finish(model)
+
+
+def tensor_bytes(t) -> int:
+    """Storage bytes of a tensor, looking inside tensor subclasses (torchao) at their parts."""
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n) is not None)
+    return t.numel() * t.element_size()
+
+
+def weight_bytes(model) -> int:
+    """Bytes held by the model's parameters (FP8 codes, scales, torchao parts, bf16 rest)."""
+    return sum(tensor_bytes(p) for p in model.parameters())
