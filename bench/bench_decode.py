@@ -69,8 +69,10 @@ def random_model(config: ModelConfig, device, dtype) -> DualAR:
 def frame_bytes(model: DualAR, engine: Engine, cache_len: int) -> int:
     """Bytes read from memory for one frame at batch 1: slow layers + sampled head rows, then the
     fast layers and head nine times, plus the KV cache."""
+    import quant
+
     def size(mod):
-        return sum(p.numel() * p.element_size() for p in mod.parameters())
+        return quant.weight_bytes(mod)
 
     slow = sum(size(layer) for layer in model.layers) + engine.head.numel() * engine.head.element_size()
     fast = sum(size(layer) for layer in model.fast_layers) + size(model.fast_output)
@@ -190,6 +192,8 @@ def main(argv=None):
                     help="decode exactly --frames frames (default; the stop token is ignored)")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="memory bandwidth in GB/s, for the fraction of the bound")
+    ap.add_argument("--quantization", default="none",
+                    help="none, fp8, int8, int4, fp8-dynamic, nvfp4 (quant.quantize_model)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--ttfa-frames", type=int, default=0,
                     help="also time the first N frames + their codec decode (0: skip)")
@@ -204,6 +208,10 @@ def main(argv=None):
         model = load_model(args.model, device, dtype)
     else:
         model = random_model(make_config(args.config), device, dtype)
+    if args.quantization != "none":
+        import quant
+
+        model = quant.quantize_model(model, args.quantization)
     load_s = time.perf_counter() - t0
     config = model.config
     prompt = prompt_for(config, args.prompt_len)
@@ -226,7 +234,8 @@ def main(argv=None):
         "machine": platform.processor() or platform.machine(), "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "model": args.model or args.config, "dtype": args.dtype, "frames": args.frames,
+        "model": args.model or args.config, "dtype": args.dtype,
+        "quantization": args.quantization, "frames": args.frames,
         "prompt_len": args.prompt_len, "repeats": args.repeats, "load_s": round(load_s, 2),
         "params": sum(p.numel() for p in model.parameters()),
         "bytes_per_frame": bytes_per_frame, "cache_len": cache_len, "modes": {},
