@@ -1,0 +1,354 @@
+"""quant: per-row FP8 numerics, FP8Linear paths, FP8 checkpoints (both key styles), export round
+trip, torchao modes where they run on CPU, and clear errors for what cannot run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+import quant
+from fish_core.checkpoint import CheckpointError, iter_tensors, load_model, to_hf, to_internal
+from fish_core.generate import Engine, SamplingParams
+from quant import fp8 as fp8mod
+from quant import FP8Linear, QuantizationError, dequantize_rows, quantize_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+NORMAL_REL = 2.0 ** -4  # half an ulp of a 3-bit mantissa, relative to the value
+SUBNORMAL_ABS = 2.0 ** -10  # half the e4m3 subnormal spacing (2^-9), in units of the row scale
+BF16_REL = 2.0 ** -8  # one bf16 rounding
+
+
+def greedy(n):
+    return SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=n)
+
+
+def weights(n=64, k=256, seed=0):
+    """Rows of very different magnitudes, an all-zero row, and values deep in the subnormals."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * torch.logspace(-4, 1, n)[:, None]
+    w[3] = 0
+    w[5, :8] = torch.tensor([1.0, 1e-4, -1e-5, 3e-6, 0.0, -0.5, 0.25, 1e-7])
+    return w
+
+
+# ---------------------------------------------------------------------------- numerics
+def test_per_row_quantization_error_within_the_e4m3_bound():
+    w = weights()
+    q, scale = quantize_rows(w)
+    assert q.dtype == torch.float8_e4m3fn and q.shape == w.shape
+    assert scale.dtype == torch.float32 and scale.shape == (w.shape[0], 1)
+    assert torch.equal(scale[3], torch.ones(1))  # zero row: scale 1, codes 0
+    assert not torch.isnan(q.float()).any()
+    assert torch.equal(q.float().abs().amax(1)[w.abs().amax(1) > 0],
+                       torch.full(((w.abs().amax(1) > 0).sum(),), 448.0))  # full range used
+    err = (w - dequantize_rows(q, scale, torch.float32)).abs()
+    bound = NORMAL_REL * w.abs() + SUBNORMAL_ABS * scale
+    assert (err <= bound * (1 + 1e-6)).all()
+    assert (err / bound).max() > 0.5  # the bound is tight, not vacuous
+    # stored in bf16 (the "load" path): one more rounding of the dequantized value
+    err16 = (w - dequantize_rows(q, scale, torch.bfloat16).float()).abs()
+    assert (err16 <= (NORMAL_REL + 2 * BF16_REL) * w.abs() + 2 * SUBNORMAL_ABS * scale).all()
+
+
+def test_fp8_linear_error_is_bounded_by_the_weight_bound():
+    w, x = weights(96, 128), torch.randn(5, 128, generator=torch.Generator().manual_seed(1))
+    layer = FP8Linear.from_weight(w)
+    q, scale = layer.weight, layer.scale
+    y = layer(x)
+    w_hat = q.double() * scale.double()
+    fp32_slack = 1e-5 * (x.abs().double() @ w_hat.abs().T)  # fp32 accumulation
+    assert ((y.double() - F.linear(x.double(), w_hat)).abs() <= fp32_slack).all()
+    # |x·(w - ŵ)| <= |x|·(2^-4|w| + 2^-10 s), elementwise
+    bound = x.abs().double() @ (NORMAL_REL * w.abs() + SUBNORMAL_ABS * scale).double().T
+    assert ((F.linear(x.double(), w.double()) - y.double()).abs() <= bound * 1.001 + fp32_slack).all()
+    assert layer.weight.element_size() == 1
+
+
+def test_paths_load_and_dequant_are_bitwise_equal_and_scaled_mm_is_close():
+    g = torch.Generator().manual_seed(2)
+    w = (torch.randn(256, 512, generator=g) * 0.02).to(torch.bfloat16)
+    x = torch.randn(3, 7, 512, generator=g).to(torch.bfloat16)
+    dequant = FP8Linear.from_weight(w, "dequant")
+    loaded = nn.Linear(512, 256, bias=False).to(torch.bfloat16)
+    loaded.weight.data = fp8mod.fake_quantize(w)
+    assert torch.equal(dequant(x), loaded(x))
+    w8a8 = FP8Linear.from_weight(w, "scaled_mm")
+    ref = F.linear(x.float(), w.float())
+    rel = lambda y: float((y.float() - ref).norm() / ref.norm())  # noqa: E731
+    assert rel(dequant(x)) < 0.04 and rel(w8a8(x)) < 0.06
+    assert w8a8(x).shape == (3, 7, 256)
+
+
+def test_unknown_path_and_mode_are_rejected():
+    with pytest.raises(QuantizationError, match="fp8 path must be one of"):
+        fp8mod.resolve_path("fast", torch.device("cpu"))
+    with pytest.raises(QuantizationError, match="unknown quantization 'int3'.*fp8"):
+        quant.load_model(ROOT / "tests/fixtures/tiny-s2", "cpu", torch.bfloat16, "int3")
+
+
+def test_fp8_on_a_device_without_float8_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(fp8mod._float8_ok, "cpu", False)
+    with pytest.raises(QuantizationError, match="cannot hold or cast.*'load'"):
+        fp8mod.resolve_path("dequant", torch.device("cpu"))
+    assert fp8mod.resolve_path("auto", torch.device("cpu")) == "load"  # still runs, in bf16
+
+
+def test_env_var_picks_the_path(monkeypatch):
+    monkeypatch.setenv("SAILFISH_FP8_PATH", "dequant")
+    assert fp8mod.resolve_path(None, torch.device("cpu")) == "dequant"
+    assert fp8mod.resolve_path("fastest", torch.device("cpu")) == "load"  # no CUDA: auto
+
+
+# ---------------------------------------------------------------------------- models
+@pytest.fixture(scope="module")
+def bf16_model(ckpt_dir):
+    return load_model(ckpt_dir, dtype=torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def prompt(golden):
+    return golden.tensors("prompts")["b_clone.batch0.prompt"]
+
+
+def test_quantize_model_replaces_every_linear_but_the_skipped(ckpt_dir):
+    model = quant.quantize_model(load_model(ckpt_dir), "fp8", skip=("fast_output",),
+                                 fp8_path="dequant")
+    fp8 = [n for n, m in model.named_modules() if isinstance(m, FP8Linear)]
+    c = model.config
+    assert len(fp8) == 5 * (c.text.n_layer + c.fast.n_layer)
+    assert type(model.fast_output) is nn.Linear and model.fast_output.weight.dtype == torch.bfloat16
+    assert model.embeddings.weight.dtype == torch.bfloat16  # the tied slow head stays bf16
+    assert not any(isinstance(m, nn.Linear) for n, m in model.named_modules()
+                   if n.startswith(("layers.", "fast_layers.")))
+
+
+def test_streamed_fp8_load_equals_quantizing_after_load(ckpt_dir):
+    streamed = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant")
+    after = quant.quantize_model(load_model(ckpt_dir), "fp8", fp8_path="dequant")
+    a, b = streamed.state_dict(), after.state_dict()
+    assert a.keys() == b.keys() and any(k.endswith(".scale") for k in a)
+    assert all(torch.equal(a[k].float(), b[k].float()) for k in a)
+
+
+def write_fp8_checkpoint(src: Path, dst: Path, names: str) -> Path:
+    """A community-style FP8 checkpoint of ``src``: one model.safetensors, ``_buf.*`` junk."""
+    dst.mkdir()
+    (dst / "config.json").write_bytes((src / "config.json").read_bytes())
+    linears = set(quant.linear_weights(load_model(src)))
+    key = to_hf if names == "hf" else str
+    out = {"_buf.freqs_cis": torch.randn(16, 8, 2), "_buf.causal_mask": torch.ones(4, 4).bool()}
+    for stored, tensor in iter_tensors(src):
+        name = to_internal(stored)
+        if name in linears:
+            out[key(name)], out[key(name) + ".scale"] = quantize_rows(tensor)
+        else:
+            out[key(name)] = tensor
+    save_file(out, str(dst / "model.safetensors"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def fp8_dirs(ckpt_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fp8")
+    return {names: write_fp8_checkpoint(ckpt_dir, root / f"s2-{names}", names)
+            for names in ("internal", "hf")}
+
+
+def test_fp8_checkpoint_is_detected_by_dtype(ckpt_dir, fp8_dirs):
+    assert not quant.is_fp8_checkpoint(ckpt_dir)
+    assert all(quant.is_fp8_checkpoint(d) for d in fp8_dirs.values())  # names lack "fp8"
+
+
+def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_model, prompt):
+    stored = {to_internal(k): v for k, v in load_file(str(fp8_dirs["hf"] / "model.safetensors"))
+              .items()}
+    runs = {}
+    for names, folder in fp8_dirs.items():
+        model = quant.load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
+        layers = {n: m for n, m in model.named_modules() if isinstance(m, FP8Linear)}
+        assert len(layers) == 21
+        for n, m in layers.items():
+            assert torch.equal(m.weight.view(torch.uint8), stored[n + ".weight"].view(torch.uint8))
+            assert torch.equal(m.scale, stored[n + ".weight.scale"])
+        runs[names] = Engine(model).generate(prompt, greedy(24), seed=0)[0].columns
+    # the CPU default: dequantized once at load, plain Linear layers, same numbers
+    loaded = quant.load_model(fp8_dirs["internal"], "cpu", torch.bfloat16)
+    assert not any(isinstance(m, FP8Linear) for m in loaded.modules())
+    runs["load"] = Engine(loaded).generate(prompt, greedy(24), seed=0)[0].columns
+    assert torch.equal(runs["internal"], runs["hf"]) and torch.equal(runs["internal"], runs["load"])
+
+
+def test_fp8_against_bf16_logits_and_greedy_agreement(fp8_dirs, bf16_model, prompt):
+    """The tiny random model's logits are nearly flat, so greedy runs part ways within a few
+    frames under any perturbation (bf16 itself vs fp32 too); the logit error is what is bounded."""
+    fp8_model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16)
+    T = prompt.shape[1]
+    with torch.inference_mode():
+        pos = torch.arange(T)[None]
+        ref = bf16_model.vocab_logits(bf16_model.slow_forward(prompt[None], pos, None)).float()
+        out = fp8_model.vocab_logits(fp8_model.slow_forward(prompt[None], pos, None)).float()
+    rel = float((out - ref).norm() / ref.norm())
+    assert rel < 0.1, rel
+    a = Engine(bf16_model).generate(prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
+    b = Engine(fp8_model).generate(prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
+    identical = int((a == b).all(0).int().cumprod(0).sum())
+    print(f"\nfp8 vs bf16 on tiny-s2: slow logits rel err {rel:.4f}, "
+          f"greedy frames identical {identical}/32")
+
+
+# ---------------------------------------------------------------------------- bad checkpoints
+def broken(fp8_dir, tmp_path, edit) -> Path:
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((fp8_dir / "config.json").read_bytes())
+    tensors = load_file(str(fp8_dir / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_corrupted_fp8_checkpoint_gives_one_error_listing_everything(fp8_dirs, tmp_path):
+    wqkv = "layers.0.attention.wqkv.weight"
+
+    def edit(t):
+        t[wqkv + ".scale"] = t[wqkv + ".scale"][:-1]  # wrong scale shape
+        del t["layers.1.attention.wo.weight.scale"]  # missing scale
+        t["fast_norm.weight"] = t["fast_norm.weight"].to(torch.float8_e4m3fn)  # fp8 non-Linear
+        t["norm.weight.scale"] = torch.ones(64, 1)  # unexpected
+        del t["fast_layers.0.feed_forward.w1.weight"]  # missing weight
+
+    folder = broken(fp8_dirs["internal"], tmp_path, edit)
+    with pytest.raises(CheckpointError) as e:
+        quant.load_model(folder, "cpu", torch.bfloat16)
+    msg = str(e.value)
+    assert f"{wqkv}.scale: (191, 1)" in msg
+    assert "text_model.model.layers.1.attention.wo.weight.scale" in msg
+    assert "fast_norm.weight: float8_e4m3fn, but only Linear weights" in msg
+    assert "norm.weight.scale" in msg and "unexpected" in msg
+    assert "audio_decoder.layers.0.feed_forward.w1.weight" in msg
+
+
+def test_scale_for_a_bf16_weight_and_nan_scales_are_errors(fp8_dirs, tmp_path):
+    w1 = "fast_layers.1.feed_forward.w1.weight"
+
+    def edit(t):
+        t["fast_output.weight"] = dequantize_rows(t["fast_output.weight"],
+                                                  t["fast_output.weight.scale"], torch.bfloat16)
+        t[w1 + ".scale"] = torch.full_like(t[w1 + ".scale"], float("nan"))
+
+    folder = broken(fp8_dirs["internal"], tmp_path, edit)
+    with pytest.raises(CheckpointError) as e:
+        quant.load_model(folder, "cpu", torch.bfloat16)
+    assert f"{w1}.scale: holds inf or NaN" in str(e.value)
+    assert "fast_output.weight.scale (its weight is not FP8)" in str(e.value)
+
+
+def test_mixed_checkpoint_with_a_bf16_head_loads(fp8_dirs, tmp_path):
+    def edit(t):
+        t["fast_output.weight"] = dequantize_rows(t.pop("fast_output.weight"),
+                                                  t.pop("fast_output.weight.scale"),
+                                                  torch.bfloat16)
+
+    folder = broken(fp8_dirs["internal"], tmp_path, edit)
+    model = quant.load_model(folder, "cpu", torch.bfloat16, "fp8", fp8_path="dequant")
+    assert isinstance(model.fast_output, FP8Linear)  # quantized on load, as asked
+    model = quant.load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    assert type(model.fast_output) is nn.Linear  # stays as stored
+
+
+# ---------------------------------------------------------------------------- export
+def test_export_round_trip(ckpt_dir, tmp_path):
+    dst = tmp_path / "exported"
+    info = quant.export_fp8(ckpt_dir, dst, skip=("fast_output",))
+    assert info["num_quantized_layers"] == 20 and info["skipped_layers"] == ["fast_output"]
+    for name in ("config.json", "tokenizer.json", "codec.pth", "quantization_info.json",
+                 "model.safetensors"):
+        assert (dst / name).is_file(), name
+    assert json.loads((dst / "quantization_info.json").read_text())["method"] == \
+        "per_row_symmetric_fp8"
+    stored = load_file(str(dst / "model.safetensors"))
+    assert all(k.startswith(("text_model.model.", "audio_decoder.")) for k in stored)
+    original = {to_internal(k): v for k, v in iter_tensors(ckpt_dir)}
+    model = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    state = model.state_dict()
+    for name, tensor in original.items():
+        if name.endswith(".weight") and isinstance(model.get_submodule(name[:-7]), FP8Linear):
+            q, scale = quantize_rows(tensor)
+            assert torch.equal(state[name].view(torch.uint8), q.view(torch.uint8)), name
+            assert torch.equal(state[name[:-7] + ".scale"], scale), name
+            assert torch.equal(stored[to_hf(name)].view(torch.uint8), q.view(torch.uint8))
+        else:
+            assert torch.equal(state[name], tensor.to(torch.bfloat16)), name
+    with pytest.raises(QuantizationError, match="already an FP8 checkpoint"):
+        quant.export_fp8(dst, tmp_path / "again")
+
+
+def test_export_cli_with_shards(ckpt_dir, tmp_path):
+    dst = tmp_path / "cli"
+    subprocess.run([sys.executable, "-m", "quant", "export", str(ckpt_dir), str(dst),
+                    "--names", "internal", "--shard-mb", "0.2"], cwd=ROOT, check=True,
+                   capture_output=True)
+    shards = sorted(p.name for p in dst.glob("*.safetensors"))
+    assert len(shards) > 1 and (dst / "model.safetensors.index.json").is_file()
+    a = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant").state_dict()
+    b = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant").state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k].float(), b[k].float()) for k in a)
+
+
+# ---------------------------------------------------------------------------- torchao
+def test_torchao_missing_is_a_clear_error(monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def fake(name, *args):
+        if name == "torchao" or name.startswith("torchao."):
+            raise ImportError("no torchao")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    with pytest.raises(QuantizationError, match="torchao is not installed: pip install torchao"):
+        quant.torchao_modes.import_torchao()
+
+
+@pytest.mark.parametrize("mode,needs", [("int4", "int4 weight-only needs CUDA"),
+                                        ("fp8-dynamic", r"compute capability >= 8\.9")])
+def test_gpu_only_torchao_modes_explain_what_they_need(ckpt_dir, mode, needs):
+    with pytest.raises(QuantizationError, match=needs):
+        quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
+
+
+@pytest.mark.parametrize("mode", ["int8", "nvfp4"])
+def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, mode):
+    pytest.importorskip("torchao", reason="torchao is not installed (optional)")
+    model = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
+    assert quant.weight_bytes(model) < quant.weight_bytes(bf16_model)
+    weight = model.layers[0].attention.wqkv.weight
+    assert type(weight).__module__.startswith("torchao")
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    ref = bf16_model.layers[0].attention.wqkv(x).float()
+    rel = float((model.layers[0].attention.wqkv(x).float() - ref).norm() / ref.norm())
+    assert rel < {"int8": 0.02, "nvfp4": 0.2}[mode], rel
+    assert Engine(model).generate(prompt, greedy(8), seed=0)[0].columns.shape[1] >= 1
+    # an FP8 checkpoint is dequantized, then quantized again
+    again = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, mode)
+    assert type(again.layers[0].attention.wqkv.weight).__module__.startswith("torchao")
+
+
+# ---------------------------------------------------------------------------- compile
+def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt, tmp_path, monkeypatch):
+    """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, None, fp8_path="dequant")
+    eager = Engine(model).generate(prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    engine = Engine(model, compile=True)
+    compiled = engine.generate(prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    assert engine.compiled, "compile failed and the engine fell back to eager"
+    assert torch.equal(compiled.columns, eager.columns)
