@@ -1,0 +1,181 @@
+"""Audio input/output for the codec.
+
+Input is validated, downmixed to mono (mean over channels), resampled to 44.1 kHz with soxr
+("HQ") and returned as float32 in [-1, 1]. No loudness or peak normalisation is applied, as in the
+reference. Every rejected input raises ``AudioError`` (a ``ValueError``) that says what was expected.
+
+Limits (all overridable per call):
+  * at least ``MIN_SECONDS`` = 0.1 s: about two codec frames (one frame is 2048 samples = 46 ms);
+    anything shorter carries no usable voice for cloning.
+  * at most ``MAX_SECONDS`` = 600 s (10 minutes).
+  * not all-silent: the peak after downmixing must reach ``SILENCE_PEAK`` (1e-4, i.e. -80 dBFS).
+"""
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+import torch
+
+SAMPLE_RATE = 44100
+MIN_SECONDS = 0.1
+MAX_SECONDS = 600.0
+SILENCE_PEAK = 1e-4
+MAX_CHANNELS = 16
+
+# Integer PCM -> float: divide by the full-scale value (and remove the offset of unsigned 8-bit).
+_INT_SCALE = {np.dtype(np.int8): (0, 128.0), np.dtype(np.uint8): (128, 128.0),
+              np.dtype(np.int16): (0, 32768.0), np.dtype(np.int32): (0, 2147483648.0)}
+
+# Writable formats: extension -> (soundfile format, default subtype, allowed subtypes).
+_WRITE_FORMATS = {
+    ".wav": ("WAV", "PCM_16", ("PCM_16", "PCM_24", "PCM_32", "FLOAT")),
+    ".flac": ("FLAC", "PCM_16", ("PCM_16", "PCM_24")),
+}
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used: unreadable, malformed, silent, too short or too long."""
+
+
+def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_SECONDS,
+               max_seconds: float = MAX_SECONDS) -> torch.Tensor:
+    """Read an audio file (wav/flac/ogg/... via soundfile) -> mono float32 [T] at ``target_sr``."""
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"audio file not found: {path}")
+    try:
+        info = sf.info(str(path))
+        # Refuse absurdly long files before decoding them.
+        if info.samplerate > 0 and info.frames > 0 and info.frames / info.samplerate > max_seconds:
+            raise AudioError(f"{path}: audio is {info.frames / info.samplerate:.1f} s long; "
+                             f"the limit is {max_seconds:g} s")
+        data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+    except (sf.LibsndfileError, RuntimeError, TypeError) as err:
+        raise AudioError(f"cannot read audio file {path}: {err}") from err
+    return prepare_audio(data.T, sr, target_sr=target_sr, min_seconds=min_seconds,
+                         max_seconds=max_seconds, name=str(path))
+
+
+def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
+                  min_seconds: float = MIN_SECONDS, max_seconds: float = MAX_SECONDS,
+                  name: str = "audio") -> torch.Tensor:
+    """Validate in-memory audio -> mono float32 [T] at ``target_sr``.
+
+    ``audio``: tensor or ndarray shaped [T], [C, T] or [B, C, T] (ComfyUI style; item 0 is used), or a
+    ComfyUI AUDIO dict ``{"waveform": [B, C, T], "sample_rate": sr}``. Float samples are taken as is;
+    integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1].
+    """
+    if isinstance(audio, Mapping):
+        if "waveform" not in audio or "sample_rate" not in audio:
+            raise AudioError(f"{name}: an audio dict needs 'waveform' and 'sample_rate' keys, "
+                             f"got {sorted(audio)}")
+        audio, sample_rate = audio["waveform"], audio["sample_rate"]
+    sr = _check_rate(sample_rate, name)
+    x = _channels_first(_as_float32(audio, name), name)  # [C, T]
+
+    if x.shape[1] == 0:
+        raise AudioError(f"{name}: audio is empty (0 samples)")
+    bad = int(np.count_nonzero(~np.isfinite(x)))
+    if bad:
+        raise AudioError(f"{name}: audio contains {bad} NaN/Inf samples")
+    seconds = x.shape[1] / sr
+    if seconds < min_seconds:
+        raise AudioError(f"{name}: audio is too short to encode ({seconds:.3f} s); "
+                         f"at least {min_seconds:g} s is needed")
+    if seconds > max_seconds:
+        raise AudioError(f"{name}: audio is {seconds:.1f} s long; the limit is {max_seconds:g} s")
+
+    mono = x.mean(axis=0, dtype=np.float32)
+    if float(np.abs(mono).max()) < SILENCE_PEAK:
+        raise AudioError(f"{name}: audio is silent (peak below {SILENCE_PEAK:g}, i.e. -80 dBFS)")
+    if sr != target_sr:
+        mono = soxr.resample(mono, sr, target_sr, quality="HQ")
+    return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))
+
+
+def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | None = None) -> Path:
+    """Write ``wave`` ([T], [C, T] or [1, C, T], float in [-1, 1]) to .wav or .flac.
+
+    Samples are clipped to [-1, 1]. Default subtype is 16-bit PCM for both formats; wav also takes
+    PCM_24/PCM_32/FLOAT and flac PCM_24. Parent folders are created. Returns the path written.
+    """
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in _WRITE_FORMATS:
+        raise AudioError(f"cannot write {path}: unsupported extension {ext!r}; "
+                         f"use one of {sorted(_WRITE_FORMATS)}")
+    fmt, default_subtype, allowed = _WRITE_FORMATS[ext]
+    subtype = (subtype or default_subtype).upper()
+    if subtype not in allowed:
+        raise AudioError(f"cannot write {path}: subtype {subtype!r} is not one of {allowed} for {ext}")
+    sr = _check_rate(sample_rate, str(path))
+    if sr != int(sr):
+        raise AudioError(f"cannot write {path}: sample_rate must be an integer, got {sample_rate}")
+
+    x = _as_float32(wave, str(path))
+    if x.ndim == 3 and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim not in (1, 2):
+        raise AudioError(f"cannot write {path}: expected a wave shaped [T], [C, T] or [1, C, T], "
+                         f"got {list(x.shape)}")
+    x = x.reshape(1, -1) if x.ndim == 1 else x
+    if x.shape[1] == 0:
+        raise AudioError(f"cannot write {path}: wave is empty")
+    if not np.isfinite(x).all():
+        raise AudioError(f"cannot write {path}: wave contains NaN/Inf samples")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        sf.write(str(path), np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
+    except (sf.LibsndfileError, RuntimeError, OSError) as err:
+        raise AudioError(f"cannot write {path}: {err}") from err
+    return path
+
+
+def _check_rate(sample_rate, name: str) -> float:
+    try:
+        sr = float(sample_rate)
+    except (TypeError, ValueError):
+        sr = float("nan")
+    if not np.isfinite(sr) or sr <= 0:
+        raise AudioError(f"{name}: sample_rate must be a positive number, got {sample_rate!r}")
+    return int(sr) if sr == int(sr) else sr
+
+
+def _as_float32(audio, name: str) -> np.ndarray:
+    """Tensor/ndarray -> float32 ndarray; integer PCM is scaled to [-1, 1]."""
+    if isinstance(audio, torch.Tensor):
+        audio = audio.detach().cpu()
+        if audio.dtype in (torch.bfloat16, torch.float16):
+            audio = audio.float()
+        audio = audio.numpy()
+    elif not isinstance(audio, np.ndarray):
+        raise AudioError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(audio).__name__}")
+    if audio.dtype.kind == "f":
+        return audio.astype(np.float32, copy=False)
+    if audio.dtype in _INT_SCALE:
+        offset, scale = _INT_SCALE[audio.dtype]
+        return ((audio.astype(np.float32) - offset) / scale).astype(np.float32)
+    raise AudioError(f"{name}: unsupported sample dtype {audio.dtype}; expected float samples in "
+                     f"[-1, 1] or int8/uint8/int16/int32 PCM")
+
+
+def _channels_first(x: np.ndarray, name: str) -> np.ndarray:
+    """[T] | [C, T] | [B, C, T] -> [C, T] (batch item 0)."""
+    if x.ndim == 3:
+        if x.shape[0] == 0:
+            raise AudioError(f"{name}: audio batch is empty (shape {list(x.shape)})")
+        x = x[0]
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2:
+        raise AudioError(f"{name}: expected audio shaped [T], [C, T] or [B, C, T], got {list(x.shape)}")
+    if x.shape[0] == 0:
+        raise AudioError(f"{name}: audio has no channels (shape {list(x.shape)})")
+    if x.shape[0] > MAX_CHANNELS:
+        raise AudioError(f"{name}: audio has {x.shape[0]} channels (max {MAX_CHANNELS}); "
+                         f"expected channels first, [C, T] - was it [T, C]?")
+    return x
