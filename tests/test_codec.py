@@ -1,0 +1,365 @@
+"""Codec parity with the reference goldens, loading rules, chunking and receptive field."""
+
+import json
+import math
+import pickle
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+import torch
+import torch.nn.functional as F
+
+from fish_core.audio import load_audio
+from fish_core.codec import (WN_LEGACY, WN_PARAMETRIZATIONS, Codec, CodecConfig, CodecLoadError,
+                             build_codec, decode_to_file, encode_file, read_checkpoint,
+                             receptive_field)
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="session")
+def codec(ckpt_dir) -> Codec:
+    return Codec.from_file(ckpt_dir)
+
+
+@pytest.fixture(scope="session")
+def gold(golden) -> dict:
+    return golden.tensors("codec")
+
+
+@pytest.fixture(scope="session")
+def checkpoint(ckpt_dir) -> dict:
+    return read_checkpoint(ckpt_dir / "codec.pth")
+
+
+def random_codes(codec: Codec, frames: int, seed: int = 0, batch: int = 1) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.tensor([codec.config.semantic_codebook_size]
+                         + [codec.config.codebook_size] * codec.config.n_codebooks)
+    return (torch.rand(batch, codec.num_codebooks, frames, generator=gen) * sizes[:, None]).long()
+
+
+def random_audio(codec: Codec, frames: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return 0.3 * torch.randn(1, 1, frames * codec.frame_length, generator=gen)
+
+
+# --- parity with the reference ----------------------------------------------------------------
+
+
+def test_encode_matches_golden(codec, gold):
+    wave = gold["wave"]
+    codes = codec.encode(wave)
+    assert codes.dtype == torch.int64
+    assert codes.shape == (1, codec.num_codebooks, math.ceil(wave.numel() / codec.frame_length))
+    assert codes.shape[-1] == int(gold["code_lengths"][0])
+    assert torch.equal(codes[0], gold["codes"])
+    assert torch.equal(codec.encode(wave[None, None], chunk_frames=None)[0], gold["codes"])
+
+
+def test_encoder_output_matches_golden(codec, gold):
+    wave = gold["wave"]
+    padded = F.pad(wave, (0, -wave.numel() % codec.frame_length))[None, None]
+    z = codec.encoder(padded, {})
+    torch.testing.assert_close(z[0], gold["encoder_out"], atol=1e-4, rtol=0)
+
+
+def test_decode_latent_matches_golden(codec, gold):
+    latent = codec.quantizer.decode(codec.clamp_codes(gold["codes"])[None], {})
+    torch.testing.assert_close(latent[0], gold["decode_latent"], atol=1e-4, rtol=0)
+
+
+def test_decode_matches_golden(codec, gold):
+    wave = codec.decode(gold["codes"])
+    assert wave.shape == (1, 1, gold["codes"].shape[-1] * codec.frame_length)
+    assert wave.dtype == torch.float32
+    torch.testing.assert_close(wave[0, 0], gold["decode"], atol=1e-4, rtol=0)
+
+
+def test_decode_clamps_a_copy(codec, gold):
+    codes = gold["codes2"].clone()
+    wave = codec.decode(codes)
+    assert torch.equal(codes, gold["codes2"]), "decode must not modify the caller's codes"
+    torch.testing.assert_close(wave[0, 0], gold["decode2"], atol=1e-4, rtol=0)
+    assert torch.equal(codec.clamp_codes(codes), gold["codes2_after_decode_inplace_clamp"])
+
+
+def test_decode_batch_and_int32(codec, gold):
+    codes = torch.stack([gold["codes2"], gold["codes2_after_decode_inplace_clamp"]]).int()
+    wave = codec.decode(codes)
+    assert wave.shape == (2, 1, codes.shape[-1] * codec.frame_length)
+    torch.testing.assert_close(wave[0], wave[1], atol=0, rtol=0)
+    torch.testing.assert_close(wave[0, 0], gold["decode2"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (torch.zeros(10, 4), "integer"),
+    (torch.zeros(3, 4, dtype=torch.long), "shaped"),
+    (torch.zeros(10, 0, dtype=torch.long), "shaped"),
+    (torch.full((10, 4), -1, dtype=torch.long), "non-negative"),
+])
+def test_decode_rejects_bad_codes(codec, bad, match):
+    with pytest.raises(ValueError, match=match):
+        codec.decode(bad)
+
+
+def test_encode_rejects_bad_audio(codec):
+    with pytest.raises(ValueError, match="mono"):
+        codec.encode(torch.zeros(1, 2, 4096))
+    with pytest.raises(ValueError, match="float"):
+        codec.encode(torch.zeros(4096, dtype=torch.int16))
+
+
+# --- architecture and loading -----------------------------------------------------------------
+
+
+def test_real_codec_on_meta_matches_manifest(fixtures):
+    path = fixtures / "real-s2-manifest.json"
+    manifest = json.loads((path if path.is_file() else TESTS_DIR / "fixtures" / path.name).read_text())["codec"]
+    expected = {t["key"]: tuple(t["shape"]) for t in manifest["tensors"]}
+    codec = build_codec()  # real-size defaults, meta device
+    assert all(p.is_meta for p in codec.parameters())
+    shapes = codec.checkpoint_shapes()
+    assert shapes == expected
+    assert len(shapes) == manifest["n_tensors"] == 535
+    assert sum(math.prod(s) for s in shapes.values()) == manifest["n_params"] == 391_430_530
+    assert sum(k.endswith(WN_PARAMETRIZATIONS) for k in shapes) == 2 * 60
+    assert sum(k.endswith(WN_LEGACY) for k in shapes) == 2 * 20
+
+
+def test_fixture_key_layout_round_trips(codec, checkpoint):
+    assert codec.checkpoint_shapes() == {k: tuple(v.shape) for k, v in checkpoint.items()}
+
+
+def test_weight_norm_folded_once_and_no_buffers(codec):
+    keys = codec.state_dict().keys()
+    assert not any("parametrizations" in k or k.endswith(("weight_g", "weight_v")) for k in keys)
+    assert not list(codec.buffers()), "no masks or tables may be stored"
+
+
+def test_config_comes_from_json_and_shapes(codec, ckpt_dir, checkpoint):
+    data = json.loads((ckpt_dir / "codec_config.json").read_text())
+    cfg = codec.config
+    assert cfg.encoder_window == data.get("encoder_transformer", {}).get(
+        "window_size", data["transformer_general_config"].get("window_size", 512))
+    assert cfg.quantizer_transformer.window == data["quantizer"]["pre_module"]["window_size"]
+    assert cfg.latent_dim == data["latent_dim"] and cfg.decoder_dim == data["decoder_dim"]
+    assert cfg.semantic_codebook_size == data["quantizer"]["semantic_codebook_size"]
+    assert cfg.frame_length == data["frame_length"]
+    # Without the json, shapes still decide the architecture; windows fall back to the real ones.
+    bare = Codec.from_state_dict(checkpoint)
+    assert bare.config.latent_dim == cfg.latent_dim
+    assert (bare.config.encoder_window, bare.config.quantizer_transformer.window) == (512, 128)
+
+
+def _restyle(state_dict: dict, src: tuple, dst: tuple) -> dict:
+    out = {}
+    for key, value in state_dict.items():
+        for s, d in zip(src, dst):
+            if key.endswith("." + s):
+                key = key[: -len(s)] + d
+        out[key] = value
+    return out
+
+
+def _assert_same_weights(a: Codec, b: Codec):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+
+
+def test_both_weight_norm_styles_load_identically(codec, checkpoint):
+    all_legacy = _restyle(checkpoint, WN_PARAMETRIZATIONS, WN_LEGACY)
+    all_new = _restyle(checkpoint, WN_LEGACY, WN_PARAMETRIZATIONS)
+    assert all_legacy.keys() != checkpoint.keys() != all_new.keys()
+    for variant in (all_legacy, all_new):
+        _assert_same_weights(codec, Codec.from_state_dict(variant, codec.config))
+    folded = codec.state_dict()  # plain weights load as well
+    _assert_same_weights(codec, Codec.from_state_dict(folded, codec.config))
+
+
+def test_generator_prefix_and_state_dict_wrapper(codec, checkpoint, tmp_path):
+    # A training checkpoint: wrapped, generator-prefixed, with other networks' weights beside it.
+    wrapped = {"state_dict": {**{"generator." + k: v for k, v in checkpoint.items()},
+                              "discriminator.conv.weight": torch.zeros(3)}}
+    path = tmp_path / "codec.pth"
+    torch.save(wrapped, path)
+    _assert_same_weights(codec, Codec.from_file(path))
+
+
+def test_strict_loading_lists_bad_keys(codec, checkpoint):
+    broken = dict(checkpoint)
+    missing = "quantizer.pre_module.norm.weight"
+    reshaped = "decoder.model.0.conv.bias"
+    del broken[missing]
+    broken["decoder.extra.weight"] = torch.zeros(2)
+    broken[reshaped] = torch.zeros(broken[reshaped].numel() + 1)
+    with pytest.raises(CodecLoadError) as err:
+        Codec.from_state_dict(broken, codec.config, name="broken.pth")
+    message = str(err.value)
+    assert "broken.pth" in message
+    assert "missing keys (1)" in message and missing in message
+    assert "unexpected keys (1)" in message and "decoder.extra.weight" in message
+    assert "shape mismatches (1)" in message and reshaped in message
+
+
+def test_unpaired_weight_norm_half_is_reported(codec, checkpoint):
+    key = "encoder.block.0.conv.parametrizations.weight.original0"
+    broken = {k: v for k, v in checkpoint.items() if k != key}
+    with pytest.raises(CodecLoadError, match=r"(?s)missing keys.*encoder\.block\.0\.conv\.weight.*"
+                                             r"unexpected keys.*original1"):
+        Codec.from_state_dict(broken, codec.config)
+
+
+class _Payload:
+    """Unpickling this calls open(marker, "w"): it creates a file, i.e. runs code."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def test_malicious_pickle_is_refused(tmp_path):
+    live = tmp_path / "live-marker"
+    pickle.loads(pickle.dumps(_Payload(live)))  # the payload really runs code under plain pickle
+    assert live.exists()
+
+    marker = tmp_path / "marker"
+    path = tmp_path / "codec.pth"
+    torch.save({"encoder.block.0.conv.bias": torch.zeros(1), "evil": _Payload(marker)}, path)
+    with pytest.raises(CodecLoadError, match="refusing to load") as err:
+        Codec.from_file(path)
+    assert str(path) in str(err.value) and "open" in str(err.value)
+    assert not marker.exists()
+
+
+def test_missing_and_corrupt_checkpoint(tmp_path):
+    with pytest.raises(CodecLoadError, match="not found"):
+        Codec.from_file(tmp_path)
+    (tmp_path / "codec.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(CodecLoadError, match="corrupt"):
+        Codec.from_file(tmp_path / "codec.pth")
+    torch.save({"a": torch.zeros(1000)}, tmp_path / "codec.pth")
+    data = (tmp_path / "codec.pth").read_bytes()
+    (tmp_path / "codec.pth").write_bytes(data[: len(data) // 2])  # truncated download
+    with pytest.raises(CodecLoadError, match="cannot read"):
+        Codec.from_file(tmp_path)
+
+
+# --- chunking, causality, receptive field -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def long_audio(codec):
+    rf = receptive_field(codec.config)
+    return random_audio(codec, rf["encode_frames"] + 9, seed=1)
+
+
+@pytest.fixture(scope="module")
+def long_codes(codec):
+    rf = receptive_field(codec.config)
+    return random_codes(codec, rf["decode_frames"] + 11, seed=2)
+
+
+def _not_a_multiple(frames: int, chunk: int) -> int:
+    """A frame count just below `frames` that `chunk` (> 1) does not divide."""
+    return frames - 1 if chunk > 1 and frames % chunk == 0 else frames
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 16])
+def test_chunked_encode_equals_whole(codec, long_audio, chunk):
+    frames = _not_a_multiple(long_audio.shape[-1] // codec.frame_length, chunk)
+    audio = long_audio[..., : frames * codec.frame_length - 100]  # a ragged tail as well
+    whole = codec.encode(audio, chunk_frames=None)
+    assert whole.shape[-1] == frames and chunk < frames
+    assert torch.equal(codec.encode(audio, chunk_frames=chunk), whole)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 13])
+def test_chunked_decode_equals_whole(codec, long_codes, chunk):
+    codes = long_codes[..., : _not_a_multiple(long_codes.shape[-1], chunk)]
+    whole = codec.decode(codes, chunk_frames=None)
+    chunked = codec.decode(codes, chunk_frames=chunk)
+    assert chunked.shape == whole.shape and chunk < codes.shape[-1]
+    assert (chunked - whole).abs().max().item() <= 1e-5
+
+
+def test_streaming_chunks_of_varying_size(codec, long_codes):
+    whole = codec.decode(long_codes, chunk_frames=None)
+    state, pieces, start = {}, [], 0
+    for size in (1, 4, 2, 9, 3):
+        pieces.append(codec.decode_chunk(long_codes[..., start:start + size], state))
+        start += size
+    got = torch.cat(pieces, dim=-1)
+    assert (got - whole[..., : got.shape[-1]]).abs().max().item() <= 1e-5
+
+
+def test_decode_prefix_is_stable(codec, long_codes):
+    whole = codec.decode(long_codes, chunk_frames=None)
+    for n in (1, 5, long_codes.shape[-1] - 1):
+        prefix = codec.decode(long_codes[..., :n], chunk_frames=None)
+        assert (prefix - whole[..., : n * codec.frame_length]).abs().max().item() <= 1e-5
+
+
+def test_decode_receptive_field(codec, long_codes):
+    """Changing frame 0 changes nothing past frame_length + decode_samples, and is still felt
+    in the frame just before that bound (the windows really are that wide)."""
+    bound = codec.frame_length + receptive_field(codec.config)["decode_samples"]
+    changed = long_codes.clone()
+    changed[:, :, 0] = (changed[:, :, 0] + 1) % codec.config.codebook_size
+    diff = (codec.decode(changed, None) - codec.decode(long_codes, None)).abs()[0, 0]
+    assert diff[bound:].max().item() == 0.0
+    assert diff[bound - codec.frame_length:bound].max().item() > 0.0
+
+
+def test_encode_receptive_field(codec, long_audio):
+    """Perturbing sample 0 leaves the pre-VQ latent unchanged from frame encode_samples // 2048
+    + 1 on, and changes the frame at that bound."""
+    def latent(audio):
+        state = {}
+        z = codec.quantizer.downsample(codec.encoder(audio, state), state)
+        return codec.quantizer.pre_module(z, state)
+
+    bound = receptive_field(codec.config)["encode_samples"] // codec.frame_length
+    changed = long_audio.clone()
+    changed[..., 0] += 0.5
+    diff = (latent(changed) - latent(long_audio)).abs().amax(dim=1)[0]
+    assert diff[bound + 1:].max().item() == 0.0
+    assert diff[bound].item() > 0.0
+
+
+def test_real_receptive_field_numbers():
+    rf = receptive_field(CodecConfig())
+    # Dominated by the quantizer transformers: 8 layers x 127 positions at 21.5 Hz.
+    assert rf == {"encode_samples": 3153194, "encode_frames": 1540,
+                  "decode_samples": 2099498, "decode_frames": 1026}
+
+
+# --- precision and file helpers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_runs(ckpt_dir, codec, gold, dtype):
+    half = Codec.from_file(ckpt_dir, dtype=dtype)
+    assert half.dtype == dtype
+    wave, ref = half.decode(gold["codes"]), codec.decode(gold["codes"])
+    assert wave.dtype == torch.float32 and torch.isfinite(wave).all()
+    rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
+    assert rms(wave - ref) < 0.1 * rms(ref)  # measured: bf16 ~0.02, fp16 ~0.003
+    codes = half.encode(gold["wave"])
+    assert codes.shape == (1, codec.num_codebooks, gold["codes"].shape[-1])
+
+
+def test_encode_file_and_decode_to_file(codec, gold, tmp_path):
+    src = tmp_path / "in.wav"
+    sf.write(src, gold["wave"].numpy(), codec.sample_rate, subtype="FLOAT")  # exact, unclipped
+    codes = encode_file(codec, src)
+    assert torch.equal(codes, gold["codes"])
+    out = decode_to_file(codec, codes, tmp_path / "out" / "decoded.flac")
+    back = load_audio(out)
+    assert back.numel() == codes.shape[-1] * codec.frame_length
+    torch.testing.assert_close(back, gold["decode"], atol=2 / 32768, rtol=0)
