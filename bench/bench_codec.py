@@ -1,0 +1,133 @@
+"""Codec speed and memory: encode/decode real-time factor and peak RSS, whole vs chunked.
+
+Each (operation, duration, mode) runs in a fresh subprocess, so ``ru_maxrss`` is that
+measurement's own peak. RTF = compute seconds / audio seconds (below 1 is faster than real time).
+
+    python bench/bench_codec.py --config tiny                      # fixture codec (tests/fixtures)
+    python bench/bench_codec.py --config real --long-repeats 1     # real size, random weights, fp32
+    python bench/bench_codec.py --ckpt /path/to/s2-pro             # a real codec.pth
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from fish_core.codec import DEFAULT_CHUNK_FRAMES, Codec, CodecConfig, build_codec  # noqa: E402
+
+
+def maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def random_real_codec(seed: int = 0) -> Codec:
+    """Real-size codec with random weights (DAC-like init scale) in fp32 on CPU."""
+    codec = build_codec(CodecConfig(), device="meta").to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in codec.named_parameters():
+            if name.endswith("alpha") or name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith("gamma"):
+                p.fill_(0.01)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+    return codec
+
+
+def load(args) -> Codec:
+    if args.ckpt:
+        return Codec.from_file(args.ckpt)
+    if args.config == "real":
+        return random_real_codec()
+    fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests" / "fixtures"))
+    return Codec.from_file(fixtures / "tiny-s2")
+
+
+def worker(args) -> dict:
+    """One measurement in this process; prints a JSON line."""
+    torch.set_num_threads(args.threads)
+    codec = load(args)
+    frames = round(args.seconds * codec.sample_rate / codec.frame_length)
+    gen = torch.Generator().manual_seed(1234)
+    if args.op == "encode":
+        t = torch.arange(frames * codec.frame_length) / codec.sample_rate
+        data = 0.5 * torch.sin(2 * torch.pi * (100 + 200 * t) * t) + 0.05 * torch.randn(t.shape, generator=gen)
+        run = lambda: codec.encode(data, chunk_frames=args.chunk_frames or None)  # noqa: E731
+    else:
+        sizes = torch.tensor([codec.config.semantic_codebook_size]
+                             + [codec.config.codebook_size] * codec.config.n_codebooks)
+        data = (torch.rand(codec.num_codebooks, frames, generator=gen) * sizes[:, None]).long()
+        run = lambda: codec.decode(data, chunk_frames=args.chunk_frames or None)  # noqa: E731
+    rss_loaded = maxrss_mb()
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return {"times": times, "rss_loaded_mb": rss_loaded, "rss_peak_mb": maxrss_mb(), "frames": frames}
+
+
+def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--op", op, "--seconds", str(seconds),
+           "--chunk-frames", str(chunk_frames), "--repeats", str(repeats), "--threads", str(args.threads),
+           "--config", args.config] + (["--ckpt", args.ckpt] if args.ckpt else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    median = statistics.median(result["times"])
+    return {"op": op, "seconds": seconds, "mode": f"chunk {chunk_frames}" if chunk_frames else "whole",
+            "repeats": repeats, "median_s": median, "rtf": median / seconds,
+            "peak_rss_mb": result["rss_peak_mb"], "activation_mb": result["rss_peak_mb"] - result["rss_loaded_mb"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", choices=("tiny", "real"), default="tiny")
+    parser.add_argument("--ckpt", help="folder or codec.pth of a real checkpoint (overrides --config)")
+    parser.add_argument("--seconds", type=float, nargs="+", default=[10.0, 60.0])
+    parser.add_argument("--chunk-frames", type=int, default=DEFAULT_CHUNK_FRAMES,
+                        help="chunk size of the chunked mode (0 = whole)")
+    parser.add_argument("--modes", nargs="+", choices=("whole", "chunked"), default=["whole", "chunked"])
+    parser.add_argument("--ops", nargs="+", choices=("encode", "decode"), default=["encode", "decode"])
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (median)")
+    parser.add_argument("--long-repeats", type=int, help="repeats for durations over 30 s (default --repeats)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--op", choices=("encode", "decode"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        args.seconds = args.seconds[0]
+        print(json.dumps(worker(args)))
+        return
+
+    rows = []
+    print(f"{'op':7} {'audio':>6} {'mode':>9} {'n':>2} {'median s':>9} {'RTF':>7} {'peak RSS MB':>12} {'activ. MB':>10}")
+    for seconds in args.seconds:
+        repeats = args.long_repeats if args.long_repeats and seconds > 30 else args.repeats
+        for op in args.ops:
+            for mode in args.modes:
+                row = measure(args, op, seconds, args.chunk_frames if mode == "chunked" else 0, repeats)
+                rows.append(row)
+                print(f"{op:7} {seconds:5.0f}s {row['mode']:>9} {repeats:2d} {row['median_s']:9.3f} "
+                      f"{row['rtf']:7.3f} {row['peak_rss_mb']:12.0f} {row['activation_mb']:10.0f}", flush=True)
+    if args.json:
+        meta = {"config": args.ckpt or args.config, "threads": args.threads, "torch": torch.__version__}
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
