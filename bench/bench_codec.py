@@ -1,7 +1,9 @@
 """Codec speed and memory: encode/decode real-time factor and peak RSS, whole vs chunked.
 
 Each (operation, duration, mode) runs in a fresh subprocess, so ``ru_maxrss`` is that
-measurement's own peak. RTF = compute seconds / audio seconds (below 1 is faster than real time).
+measurement's own peak. RTF = wall seconds / audio seconds (below 1 is faster than real time);
+CPU s is the process CPU time of the same run (all threads), which other load on the machine
+inflates much less than wall time. The load average is recorded with the results.
 
     python bench/bench_codec.py --config tiny                      # fixture codec (tests/fixtures)
     python bench/bench_codec.py --config real --long-repeats 1     # real size, random weights, fp32
@@ -72,12 +74,14 @@ def worker(args) -> dict:
         data = (torch.rand(codec.num_codebooks, frames, generator=gen) * sizes[:, None]).long()
         run = lambda: codec.decode(data, chunk_frames=args.chunk_frames or None)  # noqa: E731
     rss_loaded = maxrss_mb()
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         run()
         times.append(time.perf_counter() - start)
-    return {"times": times, "rss_loaded_mb": rss_loaded, "rss_peak_mb": maxrss_mb(), "frames": frames}
+        cpu.append(time.process_time() - start_cpu)
+    return {"times": times, "cpu": cpu, "rss_loaded_mb": rss_loaded, "rss_peak_mb": maxrss_mb(),
+            "frames": frames}
 
 
 def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int) -> dict:
@@ -89,6 +93,7 @@ def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int) -> d
     median = statistics.median(result["times"])
     return {"op": op, "seconds": seconds, "mode": f"chunk {chunk_frames}" if chunk_frames else "whole",
             "repeats": repeats, "median_s": median, "rtf": median / seconds,
+            "median_cpu_s": statistics.median(result["cpu"]), "load_avg": os.getloadavg()[0],
             "peak_rss_mb": result["rss_peak_mb"], "activation_mb": result["rss_peak_mb"] - result["rss_loaded_mb"]}
 
 
@@ -115,7 +120,8 @@ def main():
         return
 
     rows = []
-    print(f"{'op':7} {'audio':>6} {'mode':>9} {'n':>2} {'median s':>9} {'RTF':>7} {'peak RSS MB':>12} {'activ. MB':>10}")
+    print(f"{'op':7} {'audio':>6} {'mode':>9} {'n':>2} {'median s':>9} {'RTF':>7} {'CPU s':>8} "
+          f"{'peak RSS MB':>12} {'activ. MB':>10} {'load':>5}")
     for seconds in args.seconds:
         repeats = args.long_repeats if args.long_repeats and seconds > 30 else args.repeats
         for op in args.ops:
@@ -123,7 +129,8 @@ def main():
                 row = measure(args, op, seconds, args.chunk_frames if mode == "chunked" else 0, repeats)
                 rows.append(row)
                 print(f"{op:7} {seconds:5.0f}s {row['mode']:>9} {repeats:2d} {row['median_s']:9.3f} "
-                      f"{row['rtf']:7.3f} {row['peak_rss_mb']:12.0f} {row['activation_mb']:10.0f}", flush=True)
+                      f"{row['rtf']:7.3f} {row['median_cpu_s']:8.2f} {row['peak_rss_mb']:12.0f} "
+                      f"{row['activation_mb']:10.0f} {row['load_avg']:5.1f}", flush=True)
     if args.json:
         meta = {"config": args.ckpt or args.config, "threads": args.threads, "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))

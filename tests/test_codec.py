@@ -250,6 +250,20 @@ def test_missing_and_corrupt_checkpoint(tmp_path):
         Codec.from_file(tmp_path)
 
 
+def test_bad_codec_config_json(ckpt_dir, tmp_path):
+    (tmp_path / "codec.pth").write_bytes((ckpt_dir / "codec.pth").read_bytes())
+    config = tmp_path / "codec_config.json"
+    config.write_text("{not json")
+    with pytest.raises(CodecLoadError, match="cannot read codec config"):
+        Codec.from_file(tmp_path)
+    data = json.loads((ckpt_dir / "codec_config.json").read_text())
+    pre = data["quantizer"]["pre_module"]
+    data["quantizer"]["post_module"] = {**pre, "window_size": pre["window_size"] + 1}
+    config.write_text(json.dumps(data))
+    with pytest.raises(CodecLoadError, match="pre_module and post_module"):
+        Codec.from_file(tmp_path)
+
+
 # --- chunking, causality, receptive field -----------------------------------------------------
 
 
