@@ -1,0 +1,24 @@
+"""Sailfish: Fish Audio S2-Pro text-to-speech nodes for ComfyUI (pure PyTorch engine in
+fish_core/, nodes in nodes/).
+
+With the V3 node API (``comfy_api.latest``, ComfyUI 0.3.4x and later) the nodes are registered
+through ``comfy_entrypoint``; on older ComfyUI through ``NODE_CLASS_MAPPINGS``. Only one of the
+two is exported, because ComfyUI ignores ``comfy_entrypoint`` when ``NODE_CLASS_MAPPINGS``
+exists.
+"""
+
+from .nodes import host, paths
+
+WEB_DIRECTORY = "./web"
+
+paths.register_folders()
+
+if host.v3_api() is not None:
+    from .nodes import comfy_entrypoint
+
+    __all__ = ["comfy_entrypoint", "WEB_DIRECTORY"]
+else:
+    from .nodes import v1_mappings
+
+    NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS = v1_mappings()
+    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

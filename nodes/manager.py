@@ -1,0 +1,275 @@
+"""The one model manager every Sailfish node shares.
+
+A FISH_S2_MODEL value is a ``ModelHandle``: how to load a model, not the model. The manager
+loads each configuration once (a lock makes concurrent requests wait for the first load) and
+keeps it until one of these frees it:
+
+* ComfyUI: the model's torch modules are wrapped in a ``ModelPatcher`` and handed to
+  ``comfy.model_management.load_models_gpu`` before every generation, so ComfyUI accounts for
+  them, may evict other models for them, and may evict them ("Unload models", "Free memory",
+  low VRAM). Its detach callback drops our entry and the KV caches, so memory is really freed;
+  the next run loads the model again from the handle.
+* Idle unload: ``unload_after_minutes`` after the last use (postponed while ComfyUI is running
+  a prompt, so that its model list is not changed under it).
+
+Outside ComfyUI the manager is a plain cache with the same idle unload.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from ..fish_core.synth import Synthesizer, resolve_device
+from . import host
+
+log = logging.getLogger("sailfish")
+BUSY_RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ModelHandle:
+    """What flows between nodes as FISH_S2_MODEL."""
+
+    folder: str
+    precision: str = "auto"
+    quantization: str = "none"
+    device: str = "auto"
+    compile: bool = False
+    context_length: int = 0  # 0: the model's own
+    unload_after_minutes: float = 0  # 0: keep loaded until ComfyUI frees memory
+
+    @property
+    def name(self) -> str:
+        return Path(self.folder).name
+
+
+def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
+    return Synthesizer.from_pretrained(
+        handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
+        quantization=handle.quantization, download=False,
+        context_length=handle.context_length or None)
+
+
+class SailfishS2(torch.nn.Module):
+    """The torch modules of one loaded model, as one module for ComfyUI to move and count."""
+
+    def __init__(self, synth: Synthesizer):
+        super().__init__()
+        self.model = synth.model
+        self.codec = synth.codec
+
+    def empty(self) -> None:
+        """Let go of the weights (ComfyUI may still hold this module for a moment)."""
+        self.model = self.codec = None
+
+
+class ComfyMemory:
+    """ComfyUI's memory management, for the manager."""
+
+    def __init__(self, mm, model_patcher):
+        self.mm = mm
+        self.model_patcher = model_patcher
+
+    @classmethod
+    def find(cls) -> "ComfyMemory | None":
+        mm, model_patcher = host.module("comfy.model_management"), host.module("comfy.model_patcher")
+        return None if mm is None or model_patcher is None else cls(mm, model_patcher)
+
+    def default_device(self) -> torch.device:
+        return self.mm.get_torch_device()  # honours --cpu, --directml …
+
+    def make_room(self, nbytes: int, device: torch.device) -> None:
+        """Let ComfyUI evict other models before we allocate ``nbytes`` on ``device``."""
+        if device.type != "cpu":
+            self.mm.free_memory(nbytes, device)
+
+    def register(self, synth: Synthesizer, device: torch.device, on_detach: Callable):
+        offload = torch.device("cpu") if device.type == "cpu" else self.mm.unet_offload_device()
+        patcher = self.model_patcher.ModelPatcher(SailfishS2(synth), load_device=device,
+                                                  offload_device=offload)
+        patcher.add_callback("on_detach_after", on_detach)  # CallbacksMP.ON_DETACH
+        return patcher
+
+    def load(self, patcher) -> None:
+        self.mm.load_models_gpu([patcher], force_full_load=True)
+
+    def unload(self, patcher) -> None:
+        """Take ``patcher`` out of ComfyUI's loaded models (this fires its detach callback)."""
+        for loaded in list(self.mm.current_loaded_models):
+            if loaded.model is patcher:
+                loaded.model_unload()
+                self.mm.current_loaded_models.remove(loaded)
+
+    def busy(self) -> bool:
+        server = host.module("server")
+        instance = getattr(getattr(server, "PromptServer", None), "instance", None)
+        queue = getattr(instance, "prompt_queue", None)
+        return queue is not None and queue.get_tasks_remaining() > 0
+
+    def empty_cache(self) -> None:
+        self.mm.soft_empty_cache()
+
+
+@dataclass
+class Entry:
+    synth: Synthesizer
+    patcher: object | None  # the ModelPatcher inside ComfyUI; we hold the strong reference
+    idle_seconds: float
+    users: int = 0
+    timer: threading.Timer | None = None
+
+
+class ModelManager:
+    def __init__(self, load: Callable[[ModelHandle, torch.device], Synthesizer] = load_synthesizer,
+                 memory: ComfyMemory | None | str = "auto"):
+        self._load = load
+        self._memory = memory
+        self._lock = threading.RLock()
+        self._entries: dict[tuple, Entry] = {}
+        # Emptied patchers ComfyUI was still unloading when their detach callback ran. Freeing
+        # them there would fire ComfyUI's finalizer, which edits the list it is iterating.
+        self._retired: list = []
+
+    @property
+    def memory(self) -> ComfyMemory | None:
+        if self._memory == "auto":
+            self._memory = ComfyMemory.find()
+        return self._memory
+
+    def device(self, handle: ModelHandle) -> torch.device:
+        if handle.device != "auto":
+            return torch.device(handle.device)
+        return self.memory.default_device() if self.memory else resolve_device("auto")
+
+    def key(self, handle: ModelHandle) -> tuple:
+        return (os.path.realpath(handle.folder), handle.precision, handle.quantization,
+                str(self.device(handle)), bool(handle.compile), int(handle.context_length))
+
+    def loaded(self) -> list[tuple]:
+        with self._lock:
+            return list(self._entries)
+
+    def get(self, handle: ModelHandle) -> Synthesizer:
+        """The loaded model of ``handle`` (loaded now if needed)."""
+        with self._lock:
+            key, entry = self._entry(handle)
+            self._schedule(key, entry)
+            return entry.synth
+
+    @contextmanager
+    def use(self, handle: ModelHandle) -> Iterator[Synthesizer]:
+        """The model of ``handle``, loaded on its device (ComfyUI may first evict others) and
+        kept from idle unload until the block ends."""
+        with self._lock:
+            key, entry = self._entry(handle)
+            entry.users += 1
+            if entry.timer is not None:
+                entry.timer.cancel()
+        try:
+            if entry.patcher is not None:
+                self.memory.load(entry.patcher)
+            yield entry.synth
+        finally:
+            with self._lock:
+                entry.users -= 1
+                self._schedule(key, entry)
+
+    def unload(self, handle: ModelHandle | None = None) -> None:
+        """Free ``handle``'s model, or every model."""
+        with self._lock:
+            keys = list(self._entries) if handle is None else [self.key(handle)]
+            for key in keys:
+                self._drop(key, "unloaded")
+        self._collect()
+
+    # ---------------------------------------------------------------- internals (lock held)
+    def _entry(self, handle: ModelHandle) -> tuple[tuple, Entry]:
+        key = self.key(handle)
+        entry = self._entries.get(key)
+        self._retired.clear()  # ComfyUI is done with them by the next run
+        if entry is None:
+            device = torch.device(key[3])
+            if self.memory is not None:
+                self.memory.make_room(weights_size(handle.folder), device)
+            log.info("Sailfish: loading %s on %s (%s, quantization %s)", handle.name, device,
+                     handle.precision, handle.quantization)
+            t0 = time.perf_counter()
+            synth = self._load(handle, device)
+            patcher = self.memory.register(synth, device, self._on_detach) if self.memory else None
+            entry = Entry(synth, patcher, 0.0)
+            self._entries[key] = entry
+            log.info("Sailfish: %s loaded in %.1f s", handle.name, time.perf_counter() - t0)
+        entry.idle_seconds = max(0.0, float(handle.unload_after_minutes) * 60)
+        return key, entry
+
+    def _schedule(self, key: tuple, entry: Entry, seconds: float | None = None) -> None:
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        if entry.idle_seconds > 0 and entry.users == 0:
+            # The timer gets the key only: a timer must not keep the model alive.
+            entry.timer = threading.Timer(seconds or entry.idle_seconds, self._expire, (key,))
+            entry.timer.daemon = True
+            entry.timer.start()
+
+    def _expire(self, key: tuple) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.timer is not threading.current_thread() or entry.users:
+                return  # unloaded, used again, or rescheduled meanwhile
+            if self.memory is not None and self.memory.busy():
+                self._schedule(key, entry, min(entry.idle_seconds, BUSY_RETRY_SECONDS))
+                return
+            self._drop(key, f"idle for {entry.idle_seconds / 60:g} min")
+            del entry  # so that the collection below can free it
+        self._collect()
+
+    def _on_detach(self, patcher, unpatch_all=True) -> None:
+        """ComfyUI unloaded our model ("Unload models", "Free memory", low VRAM). A detach
+        without unpatching is ComfyUI re-loading a loaded model: the weights stay."""
+        if not unpatch_all:
+            return
+        with self._lock:
+            self._retired.append(patcher)
+            for key, entry in list(self._entries.items()):
+                if entry.patcher is patcher:
+                    self._drop(key, "freed by ComfyUI", detached=True)
+        self._collect()
+
+    def _drop(self, key: tuple, reason: str, detached: bool = False) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        if entry.patcher is not None:
+            if not detached:
+                self.memory.unload(entry.patcher)  # its detach callback finds nothing to drop
+            entry.patcher.model.empty()
+        entry.synth.release_caches()
+        log.info("Sailfish: unloaded %s (%s)", Path(key[0]).name, reason)
+
+    def _collect(self) -> None:
+        gc.collect()  # the engine holds reference cycles; free the weights now
+        if self.memory is not None:
+            self.memory.empty_cache()
+
+
+def weights_size(folder: str) -> int:
+    """Bytes of the weights on disk (what loading will roughly allocate)."""
+    files = [*Path(folder).glob("*.safetensors"), Path(folder, "codec.pth")]
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+MANAGER = ModelManager()
