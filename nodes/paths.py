@@ -1,0 +1,139 @@
+"""Where checkpoints and voices live: ComfyUI model folders, honouring extra_model_paths.yaml.
+
+* ``fish_speech`` (default ``models/fish_speech``): one sub-folder per checkpoint. Checkpoints in
+  the ``tts``/``TTS`` folders other TTS packs use are listed too. Downloads go into the first
+  ``fish_speech`` folder.
+* ``fish_speech_voices`` (default ``models/fish_speech_voices``): voice ``.safetensors`` files.
+
+Only names listed here are ever resolved, so a combo value can never reach outside these
+folders. Without ComfyUI (scripts) the folders are fish_core's model cache and a ``voices``
+folder next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..fish_core import hub
+from . import host
+
+MODELS = "fish_speech"
+VOICES = "fish_speech_voices"
+SHARED_MODELS = ("tts", "TTS")  # folder names other TTS packs register
+DOWNLOAD = " (download)"  # combo suffix of a variant that is fetched when the loader runs
+STANDALONE = {MODELS: hub.DEFAULT_MODELS_DIR, VOICES: hub.DEFAULT_MODELS_DIR.parent / "voices"}
+
+
+def register_folders() -> None:
+    """Add our folders to ComfyUI (after any extra_model_paths.yaml entries for them)."""
+    folder_paths = host.module("folder_paths")
+    if folder_paths is not None:
+        for name in (MODELS, VOICES):
+            folder_paths.add_model_folder_path(name, os.path.join(folder_paths.models_dir, name))
+
+
+def roots(name: str) -> list[Path]:
+    folder_paths = host.module("folder_paths")
+    if folder_paths is None:
+        return [STANDALONE[name]]
+    try:
+        return [Path(p) for p in folder_paths.get_folder_paths(name)]
+    except KeyError:  # a folder name nobody registered
+        return []
+
+
+def model_roots() -> list[Path]:
+    found = roots(MODELS) + [p for name in SHARED_MODELS for p in roots(name)]
+    folder_paths = host.module("folder_paths")
+    if folder_paths is not None:
+        found += [Path(folder_paths.models_dir, name) for name in SHARED_MODELS]
+    unique, seen = [], set()
+    for root in found:
+        key = os.path.normcase(os.path.realpath(root))
+        if key not in seen and root.is_dir():
+            seen.add(key)
+            unique.append(root)
+    return unique
+
+
+def local_models() -> dict[str, Path]:
+    """Checkpoint folders (with a codec) by combo name: ``<folder>`` or ``<folder>/<sub>``."""
+    found: dict[str, Path] = {}
+    for root in model_roots():
+        for child in sorted(p for p in root.iterdir() if p.is_dir()):
+            candidates = [child] + sorted(p for p in child.iterdir() if p.is_dir())
+            for folder in candidates:
+                if hub.is_model_dir(folder) and (folder / "codec.pth").is_file():
+                    found.setdefault(folder.relative_to(root).as_posix(), folder)
+    return found
+
+
+def model_choices() -> list[str]:
+    """Local checkpoints first, then the downloadable variants."""
+    return list(local_models()) + [name + DOWNLOAD for name in hub.VARIANTS]
+
+
+def resolve_model(choice: str) -> Path:
+    """The checkpoint folder for a combo value; a ``(download)`` variant is fetched now (into
+    the first ``fish_speech`` folder) unless it is there already."""
+    if choice.endswith(DOWNLOAD) and choice[: -len(DOWNLOAD)] in hub.VARIANTS:
+        target = roots(MODELS)[0]
+        target.mkdir(parents=True, exist_ok=True)
+        return hub.resolve(choice[: -len(DOWNLOAD)], models_dir=target, download=True)
+    local = local_models()
+    if choice not in local:
+        where = ", ".join(str(r) for r in model_roots()) or str(roots(MODELS)[0])
+        raise hub.ModelNotFound(
+            f"model: {choice!r} is not a checkpoint folder in {where}. Put the folder (config.json, "
+            f"tokenizer.json, model*.safetensors, codec.pth) there, or pick a '(download)' entry.")
+    return local[choice]
+
+
+# ---------------------------------------------------------------- voices
+def voice_files() -> dict[str, Path]:
+    """Voice files by combo name (path relative to its voices folder)."""
+    found: dict[str, Path] = {}
+    for root in roots(VOICES):
+        if not root.is_dir():
+            continue
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".safetensors"):
+                    path = Path(folder, name)
+                    found.setdefault(path.relative_to(root).as_posix(), path)
+    return found
+
+
+def voice_choices() -> list[str]:
+    return list(voice_files())
+
+
+def resolve_voice(choice: str) -> Path:
+    files = voice_files()
+    if choice not in files:
+        where = ", ".join(str(r) for r in roots(VOICES))
+        raise FileNotFoundError(f"voice: {choice!r} is not a voice file in {where} "
+                                "(save one with Sailfish Voice Save)")
+    return files[choice]
+
+
+def voice_name(path: Path) -> str:
+    """The combo name of a file saved by ``new_voice_path``."""
+    return path.relative_to(roots(VOICES)[0].resolve()).as_posix()
+
+
+def new_voice_path(prefix: str) -> Path:
+    """``<voices>/<prefix>_00001.safetensors`` with the next free number; ``prefix`` may hold
+    sub-folders but must stay inside the voices folder."""
+    prefix = prefix.strip()
+    root = roots(VOICES)[0].resolve()
+    target = (root / prefix).resolve()
+    if not prefix or root not in target.parents:
+        raise ValueError(f"filename_prefix: {prefix!r} must name a file inside {root}")
+    pattern = re.compile(re.escape(target.name) + r"_(\d{5})\.safetensors")
+    taken = [int(m.group(1)) for f in (os.listdir(target.parent) if target.parent.is_dir() else [])
+             if (m := pattern.fullmatch(f))]
+    return target.parent / f"{target.name}_{max(taken, default=0) + 1:05d}.safetensors"

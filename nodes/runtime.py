@@ -1,0 +1,60 @@
+"""What every generating node shares: the model from the manager, a progress bar per frame,
+Cancel, and fish_core results as ComfyUI AUDIO."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..fish_core.generate import Cancelled
+from . import host
+from .manager import MANAGER, ModelHandle
+
+
+def generate(model: ModelHandle, run: Callable):
+    """``run(synth, on_progress=…, cancel=…)`` on the loaded model. ComfyUI's progress bar moves
+    per generated frame; Cancel stops within a frame and is reported as an interruption (the
+    model stays loaded for the next prompt)."""
+    with MANAGER.use(model) as synth:
+        try:
+            return run(synth, on_progress=progress_bar(), cancel=interrupted)
+        except Cancelled:
+            mm = host.module("comfy.model_management")
+            if mm is not None:
+                mm.throw_exception_if_processing_interrupted()  # ComfyUI's "interrupted"
+            raise
+
+
+def progress_bar() -> Callable[[int, int], None] | None:
+    utils = host.module("comfy.utils")
+    if utils is None:
+        return None
+    bar = utils.ProgressBar(1)  # made here: it takes ComfyUI's hook at construction
+
+    def on_progress(done: int, total: int) -> None:
+        bar.update_absolute(done, total)  # the hook also raises if Cancel was pressed
+
+    return on_progress
+
+
+def interrupted() -> bool:
+    mm = host.module("comfy.model_management")
+    return mm is not None and mm.processing_interrupted()
+
+
+def to_audio(speech) -> dict:
+    """A fish_core ``Speech`` as ComfyUI AUDIO: float32 ``[1, 1, T]`` on the CPU."""
+    wave = speech.waveform.detach().to("cpu", torch.float32).reshape(1, 1, -1).contiguous()
+    return {"waveform": wave, "sample_rate": int(speech.sample_rate)}
+
+
+def require_text(field: str, value: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field} is empty: {what}")
+    return value
+
+
+def sampling(seed, temperature, top_p, top_k, max_new_tokens) -> dict:
+    return dict(seed=seed, temperature=temperature, top_p=top_p, top_k=top_k,
+                max_new_tokens=max_new_tokens)

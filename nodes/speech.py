@@ -1,0 +1,160 @@
+"""The generating nodes: TTS, Voice Clone, Multi-Speaker and Subtitles → AUDIO."""
+
+from __future__ import annotations
+
+from ..fish_core import text as textplan
+from .runtime import generate, require_text, sampling, to_audio
+from .schema import MODEL, VOICE, Float, Int, Node, Output, Socket, String
+
+MAX_SEED = 2**63 - 1
+SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
+
+MODEL_IN = Socket("model", MODEL, "The model from Sailfish Model Loader.")
+SAMPLING = [
+    Int("seed", 0, 0, MAX_SEED,
+        "Same seed + same inputs = the same audio. Each text batch uses seed + its index.",
+        seed=True),
+    Float("temperature", 0.8, 0.1, 1.9, 0.05,
+          "Randomness of speech: lower is steadier, higher more varied."),
+    Float("top_p", 0.8, 0.1, 1.0, 0.01,
+          "Nucleus sampling: only the most likely tokens covering this probability.",
+          advanced=True),
+    Int("top_k", 30, 1, 4096, "Only the k most likely tokens are sampled.", advanced=True),
+    Int("max_new_tokens", 1024, 1, 4096,
+        "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
+        "batches, so this caps each batch, not the whole output.", advanced=True),
+]
+AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech.")
+TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [excited] "
+             "(free-form; see the node's help).")
+
+
+def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None):
+    require_text("text", text, "type what to say")
+    speech = generate(model, lambda synth, **run: synth.tts(
+        text, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+    return (to_audio(speech),)
+
+
+def voice_clone(model, reference_audio, reference_text, text, seed, temperature, top_p, top_k,
+                max_new_tokens):
+    require_text("reference_text", reference_text,
+                 "type the words spoken in reference_audio (cloning needs the transcript)")
+    require_text("text", text, "type what to say")
+
+    def run(synth, **progress):
+        voice = synth.encode_voice(reference_audio, reference_text, name="reference")
+        return synth.tts(text, voice, **sampling(seed, temperature, top_p, top_k,
+                                                 max_new_tokens), **progress)
+
+    return (to_audio(generate(model, run)),)
+
+
+def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
+                  **speakers):
+    require_text("script", script, "write the dialogue, one 'Name: line' per turn")
+    voices = connected_speakers(script, speakers)
+
+    def run(synth, **progress):
+        try:
+            return synth.dialogue(script, voices, pause=pause, **sampling(
+                seed, temperature, top_p, top_k, max_new_tokens), **progress)
+        except textplan.ScriptError as e:
+            wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
+            raise ValueError(f"script: {e} (connected: {wired}). Connect a voice for every "
+                             "speaker the script names.") from None
+
+    return (to_audio(generate(model, run)),)
+
+
+def connected_speakers(script: str, speakers: dict) -> list:
+    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on; names
+    that ``Name:`` lines use must be unique."""
+    given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
+    count = sum(v is not None for v in given)
+    if any(v is None for v in given[:count]):
+        gap = given.index(None) + 1
+        raise ValueError(f"speaker_{gap} is not connected but a later speaker is: connect "
+                         "voices to speaker_1, speaker_2, … in order")
+    voices = given[:count]
+    names = [v.name.casefold() for v in voices]
+    used = {t.label.casefold() for t in textplan.parse_script(script, [v.name for v in voices])}
+    for name in sorted({n for n in names if names.count(n) > 1 and n in used}):
+        wired = [f"speaker_{i + 1}" for i, n in enumerate(names) if n == name]
+        raise ValueError(f"{' and '.join(wired)} are both named {name!r}, which the script "
+                         "uses: give each voice its own name (Voice Encode's name)")
+    return voices
+
+
+def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice=None):
+    require_text("srt", srt, "paste SRT subtitles (index, 'start --> end' line, text)")
+    try:
+        textplan.parse_srt(srt)
+    except textplan.SubtitleError as e:
+        raise ValueError(f"srt: {e}") from None
+    result = generate(model, lambda synth, **run: synth.subtitles(
+        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+    report = "\n".join(result.overruns) or "Every cue fits its slot."
+    return to_audio(result), result.srt(), report
+
+
+TTS = Node(
+    "SailfishTTS", "Sailfish TTS",
+    "Text to speech with Fish Audio S2-Pro, in a voice from Voice Encode/Load or a voice the "
+    "model picks. Long text is split at sentences and spoken without seams.",
+    inputs=[MODEL_IN,
+            String("text", "What to say. " + TAGS_HINT, multiline=True),
+            *SAMPLING,
+            Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
+                   "Unconnected: the model picks a voice.", optional=True)],
+    outputs=[AUDIO_OUT],
+    execute=tts,
+)
+
+VOICE_CLONE = Node(
+    "SailfishVoiceClone", "Sailfish Voice Clone",
+    "Speaks text in the voice of a reference clip (5-30 s of clean speech works best). To "
+    "reuse a voice, encode it once with Voice Encode instead.",
+    inputs=[MODEL_IN,
+            Socket("reference_audio", "AUDIO", "A clip of the voice to clone (any sample rate, "
+                   "mono or stereo)."),
+            String("reference_text", "Reference transcript: exactly the words spoken in "
+                   "reference_audio.", multiline=True),
+            String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
+            *SAMPLING],
+    outputs=[AUDIO_OUT],
+    execute=voice_clone,
+)
+
+MULTI_SPEAKER = Node(
+    "SailfishMultiSpeaker", "Sailfish Multi-Speaker",
+    "A dialogue script with up to 4 voices. Lines like 'Alice: Hi!' use the voice named "
+    "Alice; [speaker_1]: or <|speaker:0|> pick a voice by position.",
+    inputs=[MODEL_IN,
+            String("script", "One turn per line: 'Name: text' (the voice's name), "
+                   "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),
+            Float("pause", 0.0, 0.0, 10.0, 0.05,
+                  "Seconds of silence between turns (0: turns flow as one conversation)."),
+            *SAMPLING,
+            *[Socket(f"speaker_{n}", VOICE, f"Voice of speaker {n} ([speaker_{n}]:, or "
+                     "'Name:' lines with this voice's name).", optional=True)
+              for n in range(1, SPEAKERS + 1)]],
+    outputs=[AUDIO_OUT],
+    execute=multi_speaker,
+)
+
+SUBTITLES = Node(
+    "SailfishSubtitles", "Sailfish Subtitles (SRT)",
+    "Speaks each SRT cue at its start time. A cue longer than its slot is kept whole and "
+    "pushes later cues back; the report lists where.",
+    inputs=[MODEL_IN,
+            String("srt", "SRT subtitles: cue number, '00:00:01,000 --> 00:00:03,500', text.",
+                   multiline=True),
+            *SAMPLING,
+            Socket("voice", VOICE, "Speak in this voice. Unconnected: the model picks one.",
+                   optional=True)],
+    outputs=[AUDIO_OUT,
+             Output("STRING", "srt", "SRT of where each cue really sits in the audio."),
+             Output("STRING", "report", "Cues that ran over their slot or started late.")],
+    execute=subtitles,
+)

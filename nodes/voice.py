@@ -1,0 +1,71 @@
+"""Reusable voices: encode a reference clip once, save it, load it → FISH_S2_VOICE."""
+
+from __future__ import annotations
+
+from ..fish_core.voices import Voice
+from . import paths
+from .manager import MANAGER
+from .runtime import require_text
+from .schema import MODEL, VOICE, Combo, Node, Output, Socket, String
+
+
+def voice_encode(model, audio, transcript, name):
+    require_text("transcript", transcript, "type the words spoken in the audio")
+    require_text("name", name, "name the voice (script 'Name:' lines use it)")
+    with MANAGER.use(model) as synth:
+        return (synth.encode_voice(audio, transcript, name=name.strip()),)
+
+
+def voice_save(voice, filename_prefix):
+    path = voice.save(paths.new_voice_path(filename_prefix))
+    return (paths.voice_name(path),)
+
+
+def voice_load(voice):
+    return (Voice.load(paths.resolve_voice(voice)),)
+
+
+def voice_fingerprint(voice, **_):
+    """Re-run Voice Load when the file changes."""
+    try:
+        stat = paths.resolve_voice(voice).stat()
+    except FileNotFoundError:
+        return ""
+    return f"{stat.st_mtime_ns}:{stat.st_size}"
+
+
+VOICE_ENCODE = Node(
+    "SailfishVoiceEncode", "Sailfish Voice Encode",
+    "Encodes a reference clip and its transcript into a reusable voice for TTS, "
+    "Multi-Speaker and Subtitles (and for Voice Save).",
+    inputs=[Socket("model", MODEL, "The model from Sailfish Model Loader (its codec encodes "
+                   "the clip)."),
+            Socket("audio", "AUDIO", "A clip of the voice: 5-30 s of clean speech, any sample "
+                   "rate, mono or stereo."),
+            String("transcript", "Exactly the words spoken in the audio.", multiline=True),
+            String("name", "The voice's name: Multi-Speaker script lines 'Name: …' use it.",
+                   "speaker")],
+    outputs=[Output(VOICE, "voice", "The encoded voice.")],
+    execute=voice_encode,
+)
+
+VOICE_SAVE = Node(
+    "SailfishVoiceSave", "Sailfish Voice Save",
+    "Saves a voice as .safetensors into models/fish_speech_voices, where Voice Load finds it.",
+    inputs=[Socket("voice", VOICE, "The voice to save."),
+            String("filename_prefix", "File name (may include sub-folders) inside "
+                   "models/fish_speech_voices; a number is appended.", "sailfish/voice")],
+    outputs=[Output("STRING", "file", "The saved file, as Voice Load lists it.")],
+    execute=voice_save,
+    output_node=True,
+)
+
+VOICE_LOAD = Node(
+    "SailfishVoiceLoad", "Sailfish Voice Load",
+    "Loads a voice saved by Voice Save (or the Sailfish CLI) from models/fish_speech_voices.",
+    inputs=[Combo("voice", paths.voice_choices, "A .safetensors voice file from "
+                  "models/fish_speech_voices.")],
+    outputs=[Output(VOICE, "voice", "The loaded voice.")],
+    execute=voice_load,
+    fingerprint=voice_fingerprint,
+)
