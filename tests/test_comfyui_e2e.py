@@ -1,0 +1,392 @@
+"""End to end in a real ComfyUI: start its server with the pack and the tiny checkpoint, run
+every example workflow over HTTP, and check Cancel (/interrupt) and Free memory (/free).
+
+Runs only when COMFYUI_DIR points at a ComfyUI checkout. Its Python is COMFYUI_PYTHON, else
+$COMFYUI_DIR/venv or .venv, else this interpreter. Everything the server writes (user data,
+models, inputs, outputs) goes to a temporary folder; nothing is left in COMFYUI_DIR.
+
+    COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
+        python -m pytest tests/test_comfyui_e2e.py -q
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import comfy_stubs
+from conftest import fixtures_dir
+
+COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
+pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
+                                reason="set COMFYUI_DIR to a ComfyUI checkout to run this test")
+
+IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
+       "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
+WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+EXAMPLES = sorted(p for p in (comfy_stubs.ROOT / "example_workflows").glob("*.json")
+                  if p.name != "index.json")
+STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
+FRAME = 2048
+# A second custom node that registers the pack's V1 classes (what ComfyUI without
+# comfy_api.latest gets) as "V1<NodeId>", so that both APIs run in the real executor.
+V1_PROBE = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location(
+    "sailfish_v1_check_pack", {root!r} + "/__init__.py", submodule_search_locations=[{root!r}])
+pack = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = pack
+spec.loader.exec_module(pack)
+NODE_CLASS_MAPPINGS = {{"V1" + k: v for k, v in pack.nodes.v1_mappings()[0].items()}}
+"""
+
+
+def comfy_python(comfy_dir: Path) -> str:
+    if os.environ.get("COMFYUI_PYTHON"):
+        return os.environ["COMFYUI_PYTHON"]
+    for venv in ("venv", ".venv"):
+        candidate = comfy_dir / venv / "bin" / "python"
+        if candidate.is_file():
+            return str(candidate)
+    return sys.executable
+
+
+def snapshot(comfy_dir: Path) -> dict:
+    """Names in COMFYUI_DIR and its data folders, to prove the test leaves nothing there."""
+    folders = [comfy_dir] + [comfy_dir / d for d in ("user", "custom_nodes", "models", "input",
+                                                      "output", "temp")]
+    return {str(f): sorted(os.listdir(f)) for f in folders if f.is_dir()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_voice_clip(path: Path, seconds: float = 1.5, rate: int = 24000, pitch: float = 180.0):
+    t = np.arange(int(seconds * rate)) / rate
+    wave = 0.3 * np.sin(2 * np.pi * pitch * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+    sf.write(str(path), np.stack([wave, 0.8 * wave], axis=1).astype(np.float32), rate)
+
+
+class Server:
+    def __init__(self, root: Path, comfy_dir: Path):
+        self.root, self.comfy_dir = root, comfy_dir
+        self.base, self.inputs, self.outputs = root / "base", root / "input", root / "output"
+        self.voices = self.base / "models" / "fish_speech_voices"
+        (self.base / "custom_nodes").mkdir(parents=True)
+        (self.base / "custom_nodes" / "sailfish-tts").symlink_to(comfy_stubs.ROOT,
+                                                                 target_is_directory=True)
+        probe = self.base / "custom_nodes" / "sailfish_v1_check"  # the V1 classes, as V1<id>
+        probe.mkdir()
+        (probe / "__init__.py").write_text(V1_PROBE.format(root=str(comfy_stubs.ROOT)))
+        models = root / "extra_models" / "fish_speech"
+        shutil.copytree(fixtures_dir() / "tiny-s2", models / "tiny-s2")
+        self.config = root / "extra_model_paths.yaml"
+        self.config.write_text(f"sailfish_e2e:\n  base_path: {root / 'extra_models'}\n"
+                               "  fish_speech: fish_speech\n")
+        self.inputs.mkdir()
+        self.outputs.mkdir()
+        for name in {"sailfish_reference.wav", *self.example_audio_files()}:
+            write_voice_clip(self.inputs / name, pitch=150 + (40 * len(name)) % 120)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "comfyui.log"
+        self.proc = None
+
+    @staticmethod
+    def example_audio_files() -> set[str]:
+        return {n["widgets_values"][0] for p in EXAMPLES for n in json.loads(p.read_text())["nodes"]
+                if n["type"] == "LoadAudio"}
+
+    def start(self) -> None:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
+                   OMP_NUM_THREADS="1")  # one thread: steady timings on a shared CPU
+        command = [comfy_python(self.comfy_dir), str(self.comfy_dir / "main.py"), "--cpu",
+                   "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
+                   "--base-directory", str(self.base),
+                   "--extra-model-paths-config", str(self.config),
+                   "--input-directory", str(self.inputs), "--output-directory", str(self.outputs)]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(command, cwd=self.root, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"ComfyUI exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+            try:
+                self.get("/object_info/SailfishTTS")
+                return
+            except (urllib.error.URLError, ConnectionError, KeyError):
+                time.sleep(1)
+        pytest.fail(f"ComfyUI did not answer within {STARTUP_SECONDS} s:\n{self.log_text()[-4000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(20)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    # ---------------------------------------------------------------- HTTP
+    def get(self, path: str):
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: dict):
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                data = r.read()
+        except urllib.error.HTTPError as e:
+            pytest.fail(f"POST {path} → {e.code}: {e.read().decode(errors='replace')}")
+        return json.loads(data) if data.strip() else {}
+
+    def queue(self, prompt: dict) -> str:
+        return self.post("/prompt", {"prompt": prompt, "client_id": str(uuid.uuid4())})["prompt_id"]
+
+    def wait(self, prompt_id: str) -> dict:
+        deadline = time.monotonic() + PROMPT_SECONDS
+        while time.monotonic() < deadline:
+            history = self.get(f"/history/{prompt_id}")
+            if prompt_id in history:
+                return history[prompt_id]
+            if self.proc.poll() is not None:
+                pytest.fail(f"ComfyUI died:\n{self.log_text()[-4000:]}")
+            time.sleep(0.3)
+        pytest.fail(f"prompt {prompt_id} did not finish in {PROMPT_SECONDS} s:\n"
+                    f"{self.log_text()[-3000:]}")
+
+    def run(self, prompt: dict) -> dict:
+        entry = self.wait(self.queue(prompt))
+        assert entry["status"]["status_str"] == "success", \
+            json.dumps(entry["status"]["messages"])[-3000:]
+        return entry
+
+    def audio(self, entry: dict) -> list[tuple[int, int]]:
+        """(sample rate, samples) of every audio file the prompt saved."""
+        found = []
+        for output in entry["outputs"].values():
+            for item in output.get("audio", []):
+                query = urllib.parse.urlencode({k: item[k] for k in ("filename", "subfolder",
+                                                                     "type")})
+                with urllib.request.urlopen(f"{self.url}/view?{query}", timeout=30) as r:
+                    info = sf.info(io.BytesIO(r.read()))
+                found.append((info.samplerate, info.frames))
+        return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    comfy_dir = Path(COMFYUI_DIR).resolve()
+    before = snapshot(comfy_dir)
+    s = Server(tmp_path_factory.mktemp("comfyui"), comfy_dir)
+    try:
+        s.start()
+        s.object_info = s.get("/object_info")
+        yield s
+    finally:
+        s.stop()
+    assert snapshot(comfy_dir) == before, "the test left files in COMFYUI_DIR"
+
+
+def to_api(workflow: dict, object_info: dict) -> dict:
+    """UI-format workflow → API prompt: widget values are mapped by each node's input order
+    from /object_info (a control_after_generate widget stores one extra value)."""
+    links = {link[0]: link for link in workflow["links"]}
+    prompt = {}
+    for node in workflow["nodes"]:
+        info = object_info[node["type"]]
+        spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+        order = info["input_order"].get("required", []) + info["input_order"].get("optional", [])
+        linked = {i["name"]: links[i["link"]] for i in node["inputs"] if i.get("link") is not None}
+        values, inputs = list(node["widgets_values"]), {}
+        for name in order:
+            kind, options = spec[name][0], (spec[name][1] if len(spec[name]) > 1 else {})
+            if name in linked:
+                inputs[name] = [str(linked[name][1]), linked[name][2]]
+            if isinstance(kind, list) or kind in WIDGETS:
+                value = values.pop(0)
+                inputs.setdefault(name, value)
+                if options.get("control_after_generate"):
+                    values.pop(0)
+        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
+    return prompt
+
+
+def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
+    for node in prompt.values():
+        if node["class_type"] == "SailfishModelLoader":
+            node["inputs"]["model"] = "tiny-s2"
+        if "max_new_tokens" in node["inputs"]:
+            node["inputs"]["max_new_tokens"] = frames
+    return prompt
+
+
+def srt_end(srt: str) -> float:
+    h, m, s, ms = map(int, re.findall(r"--> *(\d+):(\d+):(\d+)[,.](\d+)", srt)[-1])
+    return h * 3600 + m * 60 + s + ms / 1000
+
+
+def tts_prompt(text: str, seed: int, frames: int, voice_file: str | None = None) -> dict:
+    prompt = {
+        "1": {"class_type": "SailfishModelLoader", "inputs": {
+            "model": "tiny-s2", "precision": "auto", "quantization": "none", "device": "auto",
+            "compile": False, "context_length": 0, "unload_after_minutes": 0}},
+        "2": {"class_type": "SailfishTTS", "inputs": {
+            "model": ["1", 0], "text": text, "seed": seed, "temperature": 0.8, "top_p": 0.8,
+            "top_k": 30, "max_new_tokens": frames}},
+        "3": {"class_type": "SaveAudio", "inputs": {"audio": ["2", 0],
+                                                    "filename_prefix": "e2e/tts"}},
+    }
+    if voice_file:
+        prompt["4"] = {"class_type": "SailfishVoiceLoad", "inputs": {"voice": voice_file}}
+        prompt["2"]["inputs"]["voice"] = ["4", 0]
+    return prompt
+
+
+# ---------------------------------------------------------------- tests
+def test_pack_loads_with_all_nodes(server):
+    log = server.log_text()
+    assert "IMPORT FAILED" not in log and "Traceback" not in log, log[-3000:]
+    assert IDS <= set(server.object_info)
+    loader = server.object_info["SailfishModelLoader"]
+    models = loader["input"]["required"]["model"][1]["options"]  # a V3 combo
+    assert models[0] == "tiny-s2" and "s2-pro (download)" in models  # extra_model_paths.yaml
+
+
+def test_schemas_match_the_node_descriptions(server):
+    pack = comfy_stubs.load_pack("sailfish_e2e")
+    try:
+        for node in pack.nodes.NODES:
+            info = server.object_info[node.id]
+            order = info["input_order"]
+            assert order.get("required", []) + order.get("optional", []) == \
+                [i.id for i in node.ordered_inputs]
+            assert info["output"] == [o.type for o in node.outputs]
+            assert info["category"] == "audio/Sailfish TTS"
+    finally:
+        comfy_stubs.unload_pack("sailfish_e2e")
+
+
+def test_v1_classes_run_in_comfyui(server):
+    def inputs(info):
+        return info["input_order"].get("required", []) + info["input_order"].get("optional", [])
+
+    for node_id in IDS:
+        v1, v3 = server.object_info["V1" + node_id], server.object_info[node_id]
+        assert inputs(v1) == inputs(v3) and v1["output"] == v3["output"]
+    prompt = tts_prompt("Through the classic API.", 17, 16)
+    for node in prompt.values():
+        if node["class_type"].startswith("Sailfish"):
+            node["class_type"] = "V1" + node["class_type"]
+    (rate, samples), = server.audio(server.run(prompt))
+    assert rate == 44100 and samples % FRAME == 0
+
+
+def test_example_workflows_are_served(server):
+    templates = server.get("/workflow_templates")["sailfish-tts"]
+    assert {p.stem for p in EXAMPLES} <= set(templates)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_workflow_runs(server, path):
+    workflow = json.loads(path.read_text())
+    prompt = for_the_tiny_model(to_api(workflow, server.object_info))
+    entry = server.run(prompt)
+    (rate, samples), = server.audio(entry)
+    assert rate == 44100 and samples > 0
+    kinds = {n["class_type"]: n["inputs"] for n in prompt.values()}
+    if "SailfishSubtitles" in kinds:  # 16 frames (0.74 s) fit every cue: the SRT's length
+        assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * 44100)
+    elif "SailfishMultiSpeaker" in kinds:  # frames + a pause between turns
+        gap = round(kinds["SailfishMultiSpeaker"]["pause"] * 44100)
+        assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
+    else:
+        assert samples % FRAME == 0
+    if "SailfishVoiceSave" in kinds:
+        assert list(server.voices.rglob("*.safetensors"))
+
+
+def test_saved_voice_loads_and_speaks(server):
+    encode = for_the_tiny_model(to_api(json.loads(
+        (comfy_stubs.ROOT / "example_workflows" / "sailfish_voice_library.json").read_text()),
+        server.object_info))
+    encode = {k: v for k, v in encode.items()
+              if v["class_type"] in ("SailfishModelLoader", "LoadAudio", "SailfishVoiceEncode",
+                                     "SailfishVoiceSave")}
+    for node in encode.values():
+        if node["class_type"] == "SailfishVoiceSave":
+            node["inputs"]["filename_prefix"] = "e2e/reused"
+    server.run(encode)
+    saved = sorted(server.voices.glob("e2e/reused_*.safetensors"))
+    assert saved
+    name = saved[-1].relative_to(server.voices).as_posix()
+    assert name in server.get("/object_info/SailfishVoiceLoad")["SailfishVoiceLoad"]["input"][
+        "required"]["voice"][1]["options"]
+    (rate, samples), = server.audio(server.run(tts_prompt("In a saved voice.", 21, 16, name)))
+    assert rate == 44100 and samples % FRAME == 0
+
+
+def test_interrupt_mid_generation_keeps_the_server_and_model(server):
+    loads = server.log_text().count("Sailfish: loading")
+    text = " ".join(f"This is sentence number {i}, spoken slowly." for i in range(600))
+    prompt_id = server.queue(tts_prompt(text, 1234, 64))
+    deadline = time.monotonic() + 60
+    while not server.get("/queue")["queue_running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # well inside a generation that takes far longer
+    server.post("/interrupt", {})
+    entry = server.wait(prompt_id)
+    events = [name for name, _ in entry["status"]["messages"]]
+    assert "execution_interrupted" in events, events
+    interrupted = dict(entry["status"]["messages"])["execution_interrupted"]
+    assert interrupted["node_type"] == "SailfishTTS"
+    (rate, samples), = server.audio(server.run(tts_prompt("Still working.", 99, 16)))
+    assert rate == 44100 and samples % FRAME == 0
+    assert server.log_text().count("Sailfish: loading") == loads  # the model stayed loaded
+
+
+def test_free_memory_unloads_the_model(server):
+    server.run(tts_prompt("Load the model.", 5, 8))
+    freed = server.log_text().count("Sailfish: unloaded tiny-s2 (freed by ComfyUI)")
+    server.post("/free", {"unload_models": True, "free_memory": True})
+    deadline = time.monotonic() + 60
+    while server.log_text().count("Sailfish: unloaded tiny-s2 (freed by ComfyUI)") == freed:
+        assert time.monotonic() < deadline, server.log_text()[-3000:]
+        time.sleep(0.3)
+    loads = server.log_text().count("Sailfish: loading")
+    (rate, samples), = server.audio(server.run(tts_prompt("Loaded again.", 6, 8)))
+    assert rate == 44100 and samples % FRAME == 0
+    assert server.log_text().count("Sailfish: loading") == loads + 1
+    assert "Exception in thread" not in server.log_text()  # ComfyUI's worker still alive
+
+
+def test_errors_reach_the_user(server):
+    entry = server.wait(server.queue(tts_prompt("   ", 1, 8)))
+    assert entry["status"]["status_str"] == "error"
+    error = dict(entry["status"]["messages"])["execution_error"]
+    assert error["node_type"] == "SailfishTTS" and "text is empty" in error["exception_message"]
