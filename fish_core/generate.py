@@ -97,25 +97,27 @@ class Engine:
         self.eos_check_every = eos_check_every
         self._weights = None
         self.follow_model()
-        self._step = self.decode_frame
+        # The step is kept as a function of (engine, ...) rather than a bound method, so the
+        # engine holds no reference cycle and its model is freed as soon as it is dropped.
+        self._step = None
         if compile:
             use_compile_cache(compile_cache)
             mode = compile_mode or ("reduce-overhead" if self.device.type == "cuda" else None)
-            self._step = torch.compile(self.decode_frame, fullgraph=True, mode=mode)
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True, mode=mode)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
         """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
         an unsupported platform …) it warns once and decodes eagerly from then on."""
+        if self._step is None:
+            return self.decode_frame(*args)
         try:
-            return self._step(*args)
+            return self._step(self, *args)
         except Exception as e:  # noqa: BLE001 - any compiler failure means: run eagerly
-            if self._step == self.decode_frame:
-                raise
             warnings.warn(f"torch.compile of the decode step failed ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}); decoding without compile")
-            self._step = self.decode_frame
+            self._step = None
             self.compiled = False
-            return self._step(*args)
+            return self.decode_frame(*args)
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved

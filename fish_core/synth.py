@@ -255,7 +255,10 @@ class Synthesizer:
         codec = self.require_codec()
         sr, hop = codec.sample_rate, codec.frame_length
         all_codes = torch.cat([gen.codes for _, gen, _ in results], dim=1)
-        wave = self._decode(all_codes) if all_codes.shape[1] else torch.zeros(0)
+        if all_codes.shape[1] == 0:
+            raise GenerationError("the model ended the speech before producing any audio; "
+                                  "try another seed or rephrase the text")
+        wave = self._decode(all_codes)
         gap = round(pause * sr)
         pieces, segments, frame, cursor = [], [], 0, 0
         for i, ((batch_text, gen, seconds), (_, speaker)) in enumerate(zip(results, batches)):

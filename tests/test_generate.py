@@ -169,7 +169,7 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
     """Users without a working toolchain (e.g. no Triton on Windows) still get audio."""
     engine = Engine(model)
 
-    def broken_compiled_step(*args):
+    def broken_compiled_step(engine, *args):
         raise RuntimeError("inductor: no C++ compiler found")
 
     engine._step, engine.compiled = broken_compiled_step, True
@@ -178,3 +178,18 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
         result = engine.generate(prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.compiled
+
+
+def test_a_dropped_engine_frees_its_model(ckpt_dir):
+    import gc
+    import weakref
+
+    model = load_model(ckpt_dir, dtype=torch.float32)
+    engine = Engine(model)
+    ref = weakref.ref(model)
+    gc.disable()
+    try:
+        del model, engine
+        assert ref() is None  # freed by reference counting alone, no cycle
+    finally:
+        gc.enable()

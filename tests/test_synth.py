@@ -164,3 +164,14 @@ def test_bad_reference_audio_is_named(synth):
         synth.encode_voice(torch.zeros(44100), "words", sample_rate=44100)
     with pytest.raises(ValueError, match="transcript"):
         synth.encode_voice(torch.rand(44100) - 0.5, "  ", sample_rate=44100)
+
+
+def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
+    from fish_core.generate import GenerationError, Generated
+
+    eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
+    eos[0] = synth.config.eos_token_id
+    empty = Generated(torch.zeros(synth.config.num_codebooks, 0, dtype=torch.long), eos, True, 10, 1)
+    monkeypatch.setattr(synth.engine, "generate", lambda *a, **k: [empty])
+    with pytest.raises(GenerationError, match="before producing any audio"):
+        synth.tts("Nothing comes out.", **FAST)
