@@ -127,18 +127,15 @@ def measure(engine: Engine, prompt, args, device) -> dict:
             "total_s": total_s}
 
 
-def slow_share(engine: Engine, prompt, device, steps: int = 16) -> float:
-    """Fraction of a decode frame spent outside the slow AR (fast AR + sampling)."""
-    model, c = engine.model, engine.config
+def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) -> float:
+    """Fraction of a decode frame spent outside the slow AR (fast AR + sampling), each part run
+    the way ``mode`` runs it (eager, CUDA graph, or compiled + CUDA graph)."""
+    c = engine.config
     with torch.inference_mode():
         engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
         column = torch.zeros(1, 1 + c.num_codebooks, dtype=torch.long, device=device)
         column[:, 0] = c.semantic_start_token_id
         pos = torch.tensor([prompt.shape[1]], device=device)
-        slow = []
-        for _ in range(steps):
-            t, _ = timed(lambda: engine.slow_step(column, pos), device)
-            slow.append(t)
         B, V, C, K = 1, c.text.vocab_size, c.codebook_size, c.num_codebooks
         gen = torch.Generator(device).manual_seed(0)
         rands = (torch.rand(B, V, generator=gen, device=device, dtype=engine.dtype),
@@ -147,12 +144,22 @@ def slow_share(engine: Engine, prompt, device, steps: int = 16) -> float:
         scal = torch.full((1, 1), 0.8, device=device, dtype=engine.dtype)
         top_k = torch.full((1, 1), 30, device=device)
         window = torch.zeros(1, 10, dtype=torch.long, device=device)
-        full = []
-        for _ in range(steps):
-            t, _ = timed(lambda: engine.decode_frame(column, pos, window, scal, scal, top_k, *rands),
-                         device)
-            full.append(t)
-    return 1 - statistics.median(slow) / statistics.median(full)
+
+        slow = engine.slow_step
+        if mode == "compiled":
+            compiled = torch.compile(Engine.slow_step, fullgraph=True)
+            slow = lambda col, p: compiled(engine, col, p)  # noqa: E731
+        if engine.cuda_graph:
+            from fish_core.graphs import FrameGraph
+
+            slow_graph = FrameGraph(lambda col, p: [slow(col, p)], (column, pos))
+            slow = slow_graph
+        full = lambda: engine.step(column, pos, window, scal, scal, top_k, *rands)  # noqa: E731
+        full()
+        slow(column, pos)
+        t_slow = statistics.median(timed(lambda: slow(column, pos), device)[0] for _ in range(steps))
+        t_full = statistics.median(timed(full, device)[0] for _ in range(steps))
+    return 1 - t_slow / t_full
 
 
 def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repeats: int) -> float:
@@ -187,7 +194,9 @@ def main(argv=None):
     ap.add_argument("--frames", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--modes", default="eager,compiled")
+    ap.add_argument("--modes", default="eager,compiled",
+                    help="comma list of eager (no CUDA graph), graph (eager kernels replayed as "
+                         "a CUDA graph), compiled (torch.compile; + CUDA graph on CUDA)")
     ap.add_argument("--ignore-eos", action="store_true", default=True,
                     help="decode exactly --frames frames (default; the stop token is ignored)")
     ap.add_argument("--bandwidth", type=float, default=None,
@@ -203,6 +212,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     if args.model:
         model = load_model(args.model, device, dtype)
@@ -218,7 +229,8 @@ def main(argv=None):
 
     engines, results = {}, {}
     for mode in args.modes.split(","):
-        engine = Engine(model, compile=(mode == "compiled"))
+        engine = Engine(model, compile=(mode == "compiled"),
+                        cuda_graph=(mode != "eager" and device.type == "cuda"))
         first, _ = timed(lambda: engine.generate(prompt, SamplingParams(max_new_tokens=args.frames),
                                                  seed=0, stop_on_eos=False), device)
         engines[mode] = engine
@@ -253,15 +265,19 @@ def main(argv=None):
             "effective_GB_per_s": round(bytes_per_frame * fps / 1e9, 2),
             "first_call_s": round(r["first_call_s"], 2),
             "compile_s_cold": round(r["first_call_s"] - steady, 2) if mode == "compiled" else None,
-            "fast_ar_share": round(slow_share(engines[mode], prompt, device), 3),
+            "fast_ar_share": round(fast_ar_share(engines[mode], mode, prompt, device), 3),
         }
         if args.ttfa_frames:
             entry["time_to_first_audio_s"] = round(time_to_first_audio(
                 engines[mode], codec, prompt, args.ttfa_frames, device, args.repeats), 4)
-        if mode == "compiled":
-            entry["recompiles_over_frames"] = count_recompiles(
-                engines[mode], prompt_for(config, args.prompt_len - 3),
-                SamplingParams(max_new_tokens=args.frames), device)
+        if mode != "eager":
+            graphs = len(engines[mode]._graphs)
+            recompiles = count_recompiles(engines[mode], prompt_for(config, args.prompt_len - 3),
+                                          SamplingParams(max_new_tokens=args.frames), device)
+            if mode == "compiled":
+                entry["recompiles_over_frames"] = recompiles
+            if engines[mode].cuda_graph:
+                entry["graph_captures_over_frames"] = len(engines[mode]._graphs) - graphs
         if args.bandwidth:
             bound = args.bandwidth * 1e9 / bytes_per_frame
             entry["bound_frames_per_s"] = round(bound, 1)

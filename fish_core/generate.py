@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .graphs import FrameGraph
 from .model import DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
@@ -84,7 +85,7 @@ class Engine:
 
     def __init__(self, model: DualAR, compile: bool = False, compile_mode: str | None = None,
                  eos_check_every: int | None = None, max_context: int | None = None,
-                 compile_cache: str | os.PathLike | None = None):
+                 compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None):
         self.model = model
         self.config = c = model.config
         # Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
@@ -96,16 +97,20 @@ class Engine:
         self.compiled = compile
         self.eos_check_every = eos_check_every
         self._weights = None
+        self._graphs: dict = {}
         self.follow_model()
         # The step is kept as a function of (engine, ...) rather than a bound method, so the
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
         self._step = None
         if compile:
             use_compile_cache(compile_cache)
-            mode = compile_mode or ("reduce-overhead" if self.device.type == "cuda" else None)
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True, mode=mode)
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True, mode=compile_mode)
+        # CUDA graphs: ours (FrameGraph), unless torch.compile was asked to make its own.
+        own_graphs = compile_mode is None or "cudagraphs" in compile_mode
+        self.cuda_graph = (self.device.type == "cuda" and own_graphs) if cuda_graph is None \
+            else cuda_graph
 
-    def step(self, *args) -> tuple[Tensor, Tensor]:
+    def run_step(self, *args) -> tuple[Tensor, Tensor]:
         """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
         an unsupported platform …) it warns once and decodes eagerly from then on."""
         if self._step is None:
@@ -119,6 +124,25 @@ class Engine:
             self.compiled = False
             return self.decode_frame(*args)
 
+    def step(self, *args) -> tuple[Tensor, Tensor]:
+        """One decode frame: replayed from a CUDA graph when enabled (captured on first use for
+        this batch and cache), else ``run_step``. A graph that cannot be captured, or whose
+        replay differs from the direct run, is dropped with a warning."""
+        if not self.cuda_graph:
+            return self.run_step(*args)
+        cache = self.model.layers[0].attention.kv_cache
+        key = (tuple(a.shape for a in args), cache.k.data_ptr(), self.compiled)
+        graph = self._graphs.get(key)
+        if graph is None:
+            try:
+                graph = self._graphs[key] = FrameGraph(self.run_step, args)
+            except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
+                warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
+                              "decoding without CUDA graphs")
+                self.cuda_graph = False
+                return self.run_step(*args)
+        return graph(*args)
+
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
         or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
@@ -127,6 +151,7 @@ class Engine:
         if key == self._weights:
             return
         self._weights = key
+        self._graphs.clear()
         self.device, self.dtype = weight.device, weight.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
         self.head = weight.detach().index_select(0, self.allowed_ids)
@@ -239,6 +264,7 @@ class Engine:
 
         needed = cache_length(T + total, limit)
         if self.model.cache_shape() != (B, needed):
+            self._graphs.clear()  # they hold the old cache's addresses
             self.model.setup_caches(B, needed, self.dtype, self.device)
 
         def scalars(name):

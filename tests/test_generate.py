@@ -193,3 +193,52 @@ def test_a_dropped_engine_frees_its_model(ckpt_dir):
         assert ref() is None  # freed by reference counting alone, no cycle
     finally:
         gc.enable()
+
+
+class CpuFrameGraph:
+    """Stand-in for the CUDA FrameGraph: static input buffers copied in, outputs returned from
+    the graph's own buffers (overwritten by the next replay), as on the GPU."""
+
+    captures = 0
+
+    def __init__(self, fn, args):
+        type(self).captures += 1
+        self.fn, self.inputs = fn, [a.clone() for a in args]
+        self.outputs = [t.clone() for t in fn(*self.inputs)]
+
+    def __call__(self, *args):
+        for buffer, value in zip(self.inputs, args):
+            buffer.copy_(value)
+        for buffer, value in zip(self.outputs, self.fn(*self.inputs)):
+            buffer.copy_(value)
+        return self.outputs
+
+
+def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, monkeypatch):
+    import fish_core.generate as generate
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = 0
+    engine = Engine(model, cuda_graph=True)
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    engine.generate(prompts["c_two_speakers.batch0.prompt"], greedy(9))  # same cache bucket
+    assert CpuFrameGraph.captures == 1
+    engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    assert CpuFrameGraph.captures == 2  # a bigger cache: a new graph
+
+
+def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
+    import fish_core.generate as generate
+
+    def broken(fn, args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(generate, "FrameGraph", broken)
+    engine = Engine(model, cuda_graph=True)
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.warns(UserWarning, match="without CUDA graphs"):
+        result = engine.generate(prompt, greedy(21))[0]
+    assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
+    assert not engine.cuda_graph
