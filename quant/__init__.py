@@ -32,8 +32,12 @@ from .checkpoints import export_fp8, is_fp8_checkpoint, load_fp8  # noqa: E402
 from .convert import MODES, Converter, linear_weights, normalize_mode, skipped  # noqa: E402
 from .fp8 import FP8Linear, QuantizationError, dequantize_rows, quantize_rows  # noqa: E402
 
-# Linear layers left in bf16 by default. Measured (bench/bench_quant.py --errors, see its
-# docstring): keeping the fast head (fast_output) in bf16 does not measurably lower the error.
+# Linear layers left in bf16 by default: none, like the community checkpoints (all 201), so an
+# export loads in their loaders too. Measured with ``bench/bench_quant.py --errors`` (teacher-forced
+# logits vs fp32, bf16 variants): keeping fast_output in bf16 lowers the fast-logit error by only
+# 2-11% (tiny 0.058 → 0.051, medium 0.152 → 0.149); keeping the whole fast AR in bf16 lowers it by
+# 20-50% (→ 0.027 / 0.122) for +0.41 GB on S2-Pro (still < 6 GB) but ~1.5x the bytes per frame;
+# pass skip=("fast_layers.*", "fast_output") for that.
 DEFAULT_SKIP: tuple[str, ...] = ()
 
 __all__ = ["MODES", "DEFAULT_SKIP", "FP8Linear", "QuantizationError", "export_fp8",
