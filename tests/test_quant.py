@@ -13,7 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import quant
-from fish_core.checkpoint import CheckpointError, iter_tensors, load_model, to_hf, to_internal
+from fish_core.checkpoint import CheckpointError, assign, iter_tensors, load_model, to_hf, \
+    to_internal
 from fish_core.generate import Engine, SamplingParams
 from quant import fp8 as fp8mod
 from quant import FP8Linear, QuantizationError, dequantize_rows, quantize_rows
@@ -83,6 +84,15 @@ def test_paths_load_and_dequant_are_bitwise_equal_and_scaled_mm_is_close():
     rel = lambda y: float((y.float() - ref).norm() / ref.norm())  # noqa: E731
     assert rel(dequant(x)) < 0.04 and rel(w8a8(x)) < 0.06
     assert w8a8(x).shape == (3, 7, 256)
+
+
+def test_scaled_mm_falls_back_to_dequant_where_shapes_do_not_fit():
+    model = nn.Sequential(nn.Linear(40, 24, bias=False), nn.Linear(32, 48, bias=False))
+    converter = quant.Converter("fp8", "cpu", torch.float32, ["0.weight", "1.weight"], "scaled_mm")
+    for name in ("0.weight", "1.weight"):
+        assign(model, name, converter(name, model.get_parameter(name).detach()))
+    converter.finish(model)
+    assert (model[0].path, model[1].path) == ("dequant", "scaled_mm")  # K, N multiples of 16
 
 
 def test_unknown_path_and_mode_are_rejected():
