@@ -146,15 +146,17 @@ class Engine:
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
         or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
-        weight = self.model.embeddings.weight
-        key = (weight.device, weight.dtype, weight.data_ptr())
+        embeddings = next(self.model.embeddings.parameters(), None)
+        if embeddings is None:
+            embeddings = next(self.model.embeddings.buffers())
+        key = (self.model.device, self.model.dtype, embeddings.data_ptr())
         if key == self._weights:
             return
         self._weights = key
         self._graphs.clear()
-        self.device, self.dtype = weight.device, weight.dtype
+        self.device, self.dtype = self.model.device, self.model.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
-        self.head = weight.detach().index_select(0, self.allowed_ids)
+        self.head = self.model.head_rows(self.allowed_ids).detach()
         self.check_every = self.eos_check_every or (8 if self.device.type == "cuda" else 1)
 
     # ------------------------------------------------------------------ one frame

@@ -211,9 +211,24 @@ class DualAR(nn.Module):
             x = layer(x, rope, pos, mask)
         return self.norm(x)
 
+    def head_rows(self, ids: Tensor) -> Tensor:
+        """Rows ``ids`` of the tied output head (= the token embedding) in the model dtype.
+        A quantized embedding module provides ``rows(ids)``; a plain one is indexed."""
+        rows = getattr(self.embeddings, "rows", None)
+        return rows(ids) if rows is not None else self.embeddings.weight.index_select(0, ids)
+
     def vocab_logits(self, hidden: Tensor) -> Tensor:
         """Full-vocabulary logits through the tied embedding."""
-        return F.linear(hidden, self.embeddings.weight)
+        ids = torch.arange(self.config.text.vocab_size, device=hidden.device)
+        return F.linear(hidden, self.head_rows(ids))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.norm.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.norm.weight.device
 
     # ---- fast AR ----
     def fast_forward(self, x: Tensor, start: int) -> Tensor:
@@ -239,8 +254,8 @@ class DualAR(nn.Module):
     def setup_caches(self, batch: int, length: int, dtype=None, device=None) -> None:
         """Allocate static KV caches: ``length`` slots for the slow AR, K for the fast AR."""
         t, f = self.config.text, self.config.fast
-        dtype = dtype or self.embeddings.weight.dtype
-        device = device or self.embeddings.weight.device
+        dtype = dtype or self.dtype
+        device = device or self.device
         for layer in self.layers:
             layer.attention.kv_cache = KVCache(batch, t.n_local_heads, length, t.head_dim,
                                                dtype, device)
