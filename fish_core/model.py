@@ -53,13 +53,8 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-class HeadNorm(nn.Module):
+class HeadNorm(RMSNorm):
     """Per-head RMSNorm of q/k (``torch.nn.RMSNorm`` semantics, as the reference uses)."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
