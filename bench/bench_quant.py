@@ -1,16 +1,19 @@
 """Quantization benchmark: weight bytes and decode frames/s per mode, and the error table that
-decides which Linear layers stay bf16.
+decides which Linear layers stay bf16 and whether the embedding tables become FP8.
 
     python bench/bench_quant.py --config medium --modes bf16,fp8,fp8:dequant,int8,int4,nvfp4
     python bench/bench_quant.py --config real --frames 8 --modes bf16,fp8:dequant,int8
-    python bench/bench_quant.py --errors                      # skip-layer table (tiny + medium)
+    python bench/bench_quant.py --errors          # error table (tiny + medium) and real-size bytes
+    python bench/bench_quant.py --sizes           # S2-Pro weight bytes per mode (meta, no memory)
     python bench/bench_quant.py --model /path/to/s2-pro --modes bf16,fp8   # a real checkpoint
 
 Modes: ``bf16`` (no quantization), ``fp8`` (the device's default FP8 path), ``fp8:PATH`` with PATH
 in load / dequant / scaled_mm / fastest (see quant/fp8.py), and the torchao modes int8, int4,
-fp8-dynamic, nvfp4. A mode that cannot run here is reported as unavailable with the reason.
-Every variant shares the non-Linear weights (embeddings, norms) of one bf16 model, and the modes
-are timed interleaved (median of --repeats), so machine noise hits them alike.
+fp8-dynamic, nvfp4; a ``+emb`` / ``-emb`` suffix turns the FP8 embedding tables on / off
+(default: the mode's, ``quant.EMBEDDINGS_BY_MODE``), e.g. ``bf16+emb``, ``fp8:dequant-emb``.
+A mode that cannot run here is reported as unavailable with the reason. Every variant shares the
+norms (and the bf16 embedding tables) of one bf16 model, and the modes are timed interleaved
+(median of --repeats), so machine noise hits them alike.
 
 GPU table (one H200, well under 8 minutes; compile adds ~1-2 min per mode, so it is eager):
 
@@ -27,6 +30,7 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -39,26 +43,35 @@ import quant  # noqa: E402
 from bench_decode import make_config, measure, prompt_for, random_model  # noqa: E402
 from fish_core.checkpoint import assign, build_meta, load_model  # noqa: E402
 from fish_core.generate import Engine, SamplingParams  # noqa: E402
-from quant.convert import Converter, linear_weights, skipped  # noqa: E402
+from fish_core.config import ModelConfig  # noqa: E402
+from quant.convert import Converter, embedding_targets, linear_weights, skipped  # noqa: E402
 
 FIXTURE = ROOT / "tests/fixtures/tiny-s2"
 PROMPTS = ROOT / "tests/fixtures/golden/prompts.safetensors"
+REAL_CONFIG = ROOT / "tests/fixtures/real-s2-config.json"
 
 
-def variant(base, mode: str, skip=quant.DEFAULT_SKIP, dtype=None):
-    """A model with ``base``'s non-Linear tensors (shared, not copied) and its Linear weights
-    quantized for ``mode`` ("bf16", "fp8", "fp8:PATH" or a torchao mode); ``dtype`` casts them
-    first (e.g. a bf16 variant of an fp32 base)."""
-    weight = base.embeddings.weight
-    device, dtype = weight.device, dtype or weight.dtype
-    name, _, path = mode.partition(":")
-    name = "none" if name == "bf16" else name
+def parse_mode(label: str) -> tuple[str, str | None, bool | None]:
+    """``"fp8:dequant+emb"`` → ("fp8", "dequant", True); ``"bf16"`` → ("none", None, None)."""
+    embeddings = {"+emb": True, "-emb": False}.get(label[-4:])
+    if embeddings is not None:
+        label = label[:-4]
+    name, _, path = label.partition(":")
+    return ("none" if name == "bf16" else name), path or None, embeddings
+
+
+def variant(base, label: str, skip=quant.DEFAULT_SKIP, dtype=None):
+    """A model with ``base``'s norms (shared, not copied), its Linear weights quantized for the
+    mode of ``label`` (see ``parse_mode``) and its embedding tables FP8 or shared as that mode
+    says; ``dtype`` casts them first (e.g. a bf16 variant of an fp32 base)."""
+    device, dtype = base.device, dtype or base.dtype
+    mode, path, embeddings = parse_mode(label)
     model = build_meta(base.config, dtype)
     targets = [n for n in linear_weights(model) if not skipped(n, skip)]
-    converter = Converter(name, device, dtype, targets, path or None)
+    tables = embedding_targets(model, mode, embeddings, skip)
+    converter = Converter(mode, device, dtype, targets, path, tables)
     for pname, tensor in base.named_parameters():
-        tensor = tensor.detach().to(dtype)
-        assign(model, pname, converter(pname, tensor) if pname in targets else tensor)
+        assign(model, pname, converter(pname, tensor.detach().to(dtype)))
     model.reset_buffers(device)
     return converter.finish(model).eval()
 
@@ -80,7 +93,7 @@ def teacher_forced(model, tokens: torch.Tensor, prompt_len: int):
     hidden = hidden[prompt_len - 1: T - 1]  # [n, D]: predicts frames 0..n-1
     allowed = sorted({c.eos_token_id, *range(c.semantic_start_token_id,
                                              c.semantic_end_token_id + 1)})
-    slow = hidden @ model.embeddings.weight[allowed].T
+    slow = hidden @ model.head_rows(torch.tensor(allowed, device=hidden.device)).T
     codes = tokens[1:, prompt_len:].T  # [n, K]
     n, K = codes.shape
     model.setup_caches(n, 8, device=hidden.device)
@@ -98,13 +111,19 @@ def compare(ref, out) -> dict:
 
 
 def error_rows(ref_model, prompt, frames, variants):
-    """Teacher-forced logit errors of each (label, model) against ``ref_model``, plus the number
-    of leading greedy frames identical to the reference's."""
+    """Teacher-forced logit errors of each variant against ``ref_model``, plus the number of
+    leading greedy frames identical to the reference's. ``variants``: (label, make) pairs, each
+    model built by ``make()`` when its turn comes and dropped after (one in memory at a time)."""
     ref_run = Engine(ref_model).generate(prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
     tokens = torch.cat([prompt, ref_run.columns], dim=1)
     ref_slow, ref_fast = teacher_forced(ref_model, tokens, prompt.shape[1])
     rows = []
-    for label, model in variants:
+    for label, make in variants:
+        try:
+            model = make()
+        except quant.QuantizationError as e:
+            print(f"{label} unavailable: {e}", file=sys.stderr)
+            continue
         slow, fast = teacher_forced(model, tokens, prompt.shape[1])
         run = Engine(model).generate(prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
         same = (run.columns == ref_run.columns).all(0).int()
@@ -112,6 +131,8 @@ def error_rows(ref_model, prompt, frames, variants):
                      "fast": compare(ref_fast, fast),
                      "greedy_frames_identical": f"{int(same.cumprod(0).sum())}/{frames}",
                      "weight_MB": round(quant.weight_bytes(model) / 1e6, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+        del model
     return rows
 
 
@@ -122,9 +143,24 @@ def skip_choices(config):
             "skip slow first+last": ("layers.0.*", f"layers.{last}.*")}
 
 
+def error_variants(ref) -> list[tuple[str, str, tuple]]:
+    """(label, mode label, skip) of each row of the error table. The Linear choices keep bf16
+    embeddings (-emb), so they read as before; the embedding rows add FP8 tables to a mode."""
+    bf16, fast_bf16 = "bf16 Linear", ("fast_embeddings",)
+    rows = [("bf16 (floor)", "bf16", ()),
+            (f"{bf16} + FP8 embeddings", "bf16+emb", ()),
+            (f"{bf16} + FP8 embeddings, fast_embeddings bf16", "bf16+emb", fast_bf16)]
+    rows += [(f"fp8 {label}", "fp8-emb", skip) for label, skip in skip_choices(ref.config).items()]
+    rows += [("fp8 + FP8 embeddings", "fp8+emb", ()),
+             ("fp8 W8A8 scaled_mm", "fp8:scaled_mm-emb", ())]
+    for mode in ("int8", "nvfp4"):
+        rows += [(mode, f"{mode}-emb", ()), (f"{mode} + FP8 embeddings", f"{mode}+emb", ())]
+    return rows
+
+
 def errors(frames: int) -> dict:
-    """The skip-layer decision table: tiny fixture (reference fp32) and the medium random model
-    (reference fp32), variants in bf16."""
+    """The decision table: tiny fixture (reference fp32) and the medium random model (reference
+    fp32), variants in bf16."""
     from safetensors.torch import load_file
 
     out = {}
@@ -133,18 +169,23 @@ def errors(frames: int) -> dict:
     cases = [("tiny", tiny, load_file(str(PROMPTS))["b_clone.batch0.prompt"]),
              ("medium", medium, prompt_for(medium.config, 64))]
     for name, ref, prompt in cases:
-        variants = [("bf16 (floor)", variant(ref, "bf16", dtype=torch.bfloat16))]
-        for label, skip in skip_choices(ref.config).items():
-            variants.append((f"fp8 {label}", variant(ref, "fp8", skip, torch.bfloat16)))
-        variants.append(("fp8 W8A8 scaled_mm", variant(ref, "fp8:scaled_mm", (), torch.bfloat16)))
-        for mode in ("int8", "nvfp4"):
-            try:
-                variants.append((mode, variant(ref, mode, (), torch.bfloat16)))
-            except quant.QuantizationError as e:
-                print(f"{name}: {mode} unavailable: {e}", file=sys.stderr)
+        print(name, flush=True)
+        variants = [(label, partial(variant, ref, mode, skip, torch.bfloat16))
+                    for label, mode, skip in error_variants(ref)]
         out[name] = error_rows(ref, prompt, frames, variants)
-        for row in out[name]:
-            print(name, json.dumps(row), flush=True)
+    return out
+
+
+def sizes() -> dict:
+    """S2-Pro's weight bytes per mode, bf16 and FP8 embedding tables, from the real config's
+    shapes (``quant.planned_bytes`` on a meta model; fp8 as stored on CUDA)."""
+    meta = build_meta(ModelConfig.from_file(REAL_CONFIG))
+    out = {}
+    for mode in quant.MODES:
+        out[mode] = {"default_fp8_embeddings": quant.EMBEDDINGS_BY_MODE[mode],
+                     "GB_bf16_embeddings": round(quant.planned_bytes(meta, mode, (), False) / 1e9, 3),
+                     "GB_fp8_embeddings": round(quant.planned_bytes(meta, mode, (), True) / 1e9, 3)}
+        print("real", mode, json.dumps(out[mode]), flush=True)
     return out
 
 
@@ -202,12 +243,17 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--errors", action="store_true", help="print the skip-layer error table")
+    ap.add_argument("--errors", action="store_true",
+                    help="print the error table (Linear skips, FP8 embeddings) and --sizes")
+    ap.add_argument("--sizes", action="store_true", help="print S2-Pro's weight bytes per mode")
     ap.add_argument("--error-frames", type=int, default=32)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    result = {"errors": errors(args.error_frames)} if args.errors else speed(args)
+    if args.errors:
+        result = {"sizes": sizes(), "errors": errors(args.error_frames)}
+    else:
+        result = {"sizes": sizes()} if args.sizes else speed(args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

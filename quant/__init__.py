@@ -28,9 +28,11 @@ def fish_core(module: str = ""):
     return importlib.import_module(f"{name}.{module}" if module else name)
 
 
-from .checkpoints import export_fp8, is_fp8_checkpoint, load_fp8  # noqa: E402
-from .convert import MODES, Converter, linear_weights, normalize_mode, skipped  # noqa: E402
-from .fp8 import FP8Linear, QuantizationError, dequantize_rows, quantize_rows  # noqa: E402
+from .checkpoints import export_fp8, is_fp8_checkpoint, load_fp8, stored_fp8  # noqa: E402
+from .convert import EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets, embedding_weights, \
+    linear_weights, normalize_mode, skipped  # noqa: E402
+from .fp8 import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows  # noqa: E402
+from .sizes import planned_bytes, tensor_bytes, weight_bytes  # noqa: E402
 
 # Linear layers left in bf16 by default: none, like the community checkpoints (all 201), so an
 # export loads in their loaders too. Measured with ``bench/bench_quant.py --errors`` (teacher-forced
@@ -40,56 +42,55 @@ from .fp8 import FP8Linear, QuantizationError, dequantize_rows, quantize_rows  #
 # pass skip=("fast_layers.*", "fast_output") for that.
 DEFAULT_SKIP: tuple[str, ...] = ()
 
-__all__ = ["MODES", "DEFAULT_SKIP", "FP8Linear", "QuantizationError", "export_fp8",
-           "fish_core", "is_fp8_checkpoint", "load_model", "quantize_model", "quantize_rows",
-           "dequantize_rows", "weight_bytes"]
+__all__ = ["MODES", "DEFAULT_SKIP", "EMBEDDINGS_BY_MODE", "FP8Embedding", "FP8Linear",
+           "QuantizationError", "export_fp8", "fish_core", "is_fp8_checkpoint", "load_model",
+           "planned_bytes", "quantize_model", "quantize_rows", "dequantize_rows", "weight_bytes"]
 
 
 def load_model(folder, device, dtype, quantization: str | None = None, *,
-               fp8_path: str | None = None, skip=DEFAULT_SKIP):
+               fp8_path: str | None = None, skip=DEFAULT_SKIP,
+               quantize_embeddings: bool | None = None):
     """Load the Dual-AR model from ``folder``, quantized with ``quantization``.
 
     An FP8 checkpoint stays FP8 unless a torchao mode is asked for. ``fp8_path`` picks how FP8
-    layers run (``fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``); ``skip`` lists
-    fnmatch patterns of Linear module names kept in bf16."""
+    Linear layers run (``fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``); ``skip`` lists
+    fnmatch patterns of module names (Linear layers, embedding tables) kept in bf16.
+    ``quantize_embeddings`` stores the embedding tables as FP8 rows (None: the mode's default,
+    ``EMBEDDINGS_BY_MODE``; tables stored as FP8 in the checkpoint stay FP8 unless it is False).
+    Every tensor is streamed in and converted one at a time."""
     import torch
 
     ck = fish_core("checkpoint")
     mode = normalize_mode(quantization)
     device = torch.device(device)
     config = fish_core("config").ModelConfig.from_file(folder)
-    targets = [n for n in linear_weights(ck.build_meta(config, dtype)) if not skipped(n, skip)]
+    meta = ck.build_meta(config, dtype)
+    targets = [n for n in linear_weights(meta) if not skipped(n, skip)]
+    tables = embedding_targets(meta, mode, quantize_embeddings, skip)
     if is_fp8_checkpoint(folder):
-        converter = Converter(mode, device, dtype, targets, fp8_path)
+        if quantize_embeddings is None:
+            tables += [n for n in stored_fp8(folder) if n in embedding_weights(meta)]
+        converter = Converter(mode, device, dtype, targets, fp8_path, tables)
         return load_fp8(folder, device, dtype, converter, config)
-    if mode == "none":
+    if mode == "none" and not tables:
         return ck.load_model(folder, device, dtype, config)
-    converter = Converter(mode, device, dtype, targets, fp8_path)
+    converter = Converter(mode, device, dtype, targets, fp8_path, tables)
     return converter.finish(ck.load_model(folder, device, dtype, config, convert=converter))
 
 
-def quantize_model(model, mode: str = "fp8", skip=DEFAULT_SKIP, fp8_path: str | None = None):
-    """Quantize the Linear layers of a loaded (bf16/fp32) model in place; returns it."""
+def quantize_model(model, mode: str = "fp8", skip=DEFAULT_SKIP, fp8_path: str | None = None,
+                   quantize_embeddings: bool | None = None):
+    """Quantize the Linear layers (and, per ``quantize_embeddings``, the embedding tables) of a
+    loaded (bf16/fp32) model in place; returns it. Arguments as for ``load_model``."""
     ck = fish_core("checkpoint")
     mode = normalize_mode(mode)
-    weight = model.embeddings.weight
     targets = [n for n in linear_weights(model) if not skipped(n, skip)]
-    converter = Converter(mode, weight.device, weight.dtype, targets, fp8_path)
-    for name in targets:
+    tables = embedding_targets(model, mode, quantize_embeddings, skip)
+    converter = Converter(mode, model.device, model.dtype, targets, fp8_path, tables)
+    for name in targets + tables:
         tensor = model.get_parameter(name)
         if tensor.dtype.is_floating_point and tensor.dtype.itemsize > 1:
             ck.assign(model, name, converter(name, tensor.detach()))
     return converter.finish(model)
 
 
-def tensor_bytes(t) -> int:
-    """Storage bytes of a tensor, looking inside tensor subclasses (torchao) at their parts."""
-    if hasattr(t, "__tensor_flatten__"):
-        names, _ = t.__tensor_flatten__()
-        return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n) is not None)
-    return t.numel() * t.element_size()
-
-
-def weight_bytes(model) -> int:
-    """Bytes held by the model's parameters (FP8 codes, scales, torchao parts, bf16 rest)."""
-    return sum(tensor_bytes(p) for p in model.parameters())

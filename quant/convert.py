@@ -1,10 +1,11 @@
-"""Turn Linear weights into quantized ones, one tensor at a time.
+"""Turn Linear weights and embedding tables into quantized ones, one tensor at a time.
 
-A ``Converter`` is built for one (mode, device, dtype) and applied to each Linear weight as it is
+A ``Converter`` is built for one (mode, device, dtype) and applied to each weight as it is
 streamed in (``fish_core.checkpoint.load_model``'s ``convert`` hook, the FP8-checkpoint loader,
-or ``quantize_model`` on a model in memory). Weights that end up as e4m3 codes are first placed
-in their ``nn.Linear`` as is; ``finish`` then swaps those modules for ``FP8Linear`` with the
-scales it kept.
+or ``quantize_model`` on a model in memory). Linear weights follow the mode; the embedding tables
+it is given become per-row FP8 in every mode. Weights that end up as e4m3 codes are first placed
+in their ``nn.Linear`` / ``nn.Embedding`` as is; ``finish`` then swaps those modules for
+``FP8Linear`` / ``FP8Embedding`` with the scales it kept.
 """
 
 from __future__ import annotations
@@ -15,10 +16,21 @@ import torch
 from torch import Tensor, nn
 
 from . import torchao_modes
-from .fp8 import FP8, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, fastest_path, \
-    quantize_rows, resolve_path
+from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
+    fastest_path, float8_supported, quantize_rows, resolve_path
 
 MODES = ("none", "fp8", *torchao_modes.MODES)
+
+# Whether each mode stores the embedding tables as FP8 rows when not told (``quantize_embeddings``
+# None): only the 4-bit modes, which need it to stay under 3 GB. Measured with
+# ``bench/bench_quant.py --errors`` (teacher-forced slow-logit error vs fp32, medium / tiny):
+# FP8 tables alone raise it from the bf16 floor 0.018 / 0.008 to 0.076 / 0.043, they roughly double
+# int8's error (0.044 → 0.088) and raise fp8's (0.131 → 0.147), while fp8 and int8 fit 6 GB
+# without them (5.08 GB). Keeping the tied head's rows exact recovers only 0.004: the error comes
+# in through the input embeddings. For nvfp4 they change little (tiny 0.206 → 0.207, medium
+# 0.457 → 0.464), and S2-Pro in int4 / nvfp4 goes from 3.49 / 3.31 GB to 2.97 / 2.79 GB.
+EMBEDDINGS_BY_MODE = {"none": False, "fp8": False, "int8": False, "fp8-dynamic": False,
+                      "int4": True, "nvfp4": True}
 
 
 def normalize_mode(quantization: str | None) -> str:
@@ -35,6 +47,23 @@ def linear_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
             if isinstance(m, (nn.Linear, FP8Linear))}
 
 
+def embedding_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """``{"embeddings.weight": (V, D), …}`` for every embedding table (plain or FP8)."""
+    return {f"{name}.weight": (m.num_embeddings, m.embedding_dim)
+            for name, m in model.named_modules() if isinstance(m, (nn.Embedding, FP8Embedding))}
+
+
+def embedding_targets(model: nn.Module, mode: str, quantize_embeddings: bool | None,
+                      skip=()) -> list[str]:
+    """The embedding tables to store as FP8 rows: all not matched by ``skip`` when
+    ``quantize_embeddings`` (None: the mode's default, ``EMBEDDINGS_BY_MODE``), else none."""
+    if quantize_embeddings is None:
+        quantize_embeddings = EMBEDDINGS_BY_MODE[mode]
+    if not quantize_embeddings:
+        return []
+    return [n for n in embedding_weights(model) if not skipped(n, skip)]
+
+
 def skipped(weight_name: str, skip) -> bool:
     """Whether the module owning ``weight_name`` matches one of the ``skip`` patterns."""
     module = weight_name.rpartition(".")[0]
@@ -42,13 +71,18 @@ def skipped(weight_name: str, skip) -> bool:
 
 
 class Converter:
-    """Quantize the Linear weights named in ``targets`` for ``mode`` on ``device``.
+    """Quantize the Linear weights named in ``targets`` for ``mode`` on ``device``, and hold the
+    embedding tables named in ``embeddings`` as FP8 rows (``FP8Embedding``; dequantized at load,
+    same numerics, where the device cannot hold float8).
 
     ``mode`` "none" leaves bf16 weights alone but keeps FP8 checkpoint weights as FP8 ("fp8")."""
 
-    def __init__(self, mode: str, device, dtype: torch.dtype, targets, fp8_path: str | None = None):
+    def __init__(self, mode: str, device, dtype: torch.dtype, targets, fp8_path: str | None = None,
+                 embeddings=()):
         self.mode, self.device, self.dtype = mode, torch.device(device), dtype
         self.targets = set(targets)
+        self.embeddings = set(embeddings)
+        self.fp8_tables = bool(self.embeddings) and float8_supported(self.device)
         self.fp8_path = resolve_path(fp8_path, self.device) if mode in ("none", "fp8") else "load"
         self.config = None
         if mode in torchao_modes.MODES:
@@ -59,6 +93,8 @@ class Converter:
 
     def __call__(self, name: str, weight: Tensor) -> Tensor:
         """A bf16 (model-dtype) weight, already on the device → what the model should hold."""
+        if name in self.embeddings:
+            return self._table(name, *quantize_rows(weight))
         if name not in self.targets or self.mode == "none":
             return weight
         if self.mode == "fp8":
@@ -71,6 +107,8 @@ class Converter:
     def from_fp8(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         """A stored e4m3 weight and its ``[N, 1]`` scale (CPU) → what the model should hold."""
         scale = scale.float().reshape(-1, 1)
+        if name in self.embeddings:
+            return self._table(name, q.to(self.device), scale.to(self.device))
         keep = self.mode in ("none", "fp8") and self.fp8_path != "load"
         if keep:
             self.scales[name] = scale.to(self.device)
@@ -80,6 +118,14 @@ class Converter:
             return weight
         return self._torchao(name, weight)
 
+    def _table(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
+        """An embedding table's e4m3 rows: kept (``finish`` makes the FP8Embedding), or
+        dequantized where the device holds no float8."""
+        if not self.fp8_tables:
+            return dequantize_rows(q, scale, self.dtype)
+        self.scales[name] = scale
+        return q
+
     def _torchao(self, name: str, weight: Tensor) -> Tensor:
         if not torchao_modes.fits(self.mode, tuple(weight.shape)):
             self.left_bf16.append(name)
@@ -87,15 +133,20 @@ class Converter:
         return torchao_modes.quantize_weight(weight, self.config)
 
     def finish(self, model: nn.Module) -> nn.Module:
-        """Swap every Linear holding e4m3 codes for an ``FP8Linear`` with its scale."""
+        """Swap every Linear (embedding) holding e4m3 codes for an ``FP8Linear``
+        (``FP8Embedding``) with its scale."""
         for name, scale in self.scales.items():
             module_name = name.rpartition(".")[0]
             parent_name, _, leaf = module_name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
-            linear = getattr(parent, leaf)
-            q = linear.weight
+            q = getattr(parent, leaf).weight
             if q.dtype != FP8:
                 raise RuntimeError(f"{name}: expected e4m3 codes, found {q.dtype}")
+            if name in self.embeddings:
+                table = FP8Embedding(q.shape[0], q.shape[1], self.dtype, device="meta")
+                table.set_quantized(q.detach(), scale)
+                setattr(parent, leaf, table)
+                continue
             path = "dequant" if self.fp8_path == "fastest" else self.fp8_path
             if path == "scaled_mm" and (q.shape[0] % 16 or q.shape[1] % 16):
                 path = "dequant"  # _scaled_mm needs K and N multiples of 16

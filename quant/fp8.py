@@ -27,6 +27,9 @@ How a layer runs (``FP8Linear.path``, fixed per layer so compiled graphs stay st
 - ``"auto"``: ``"dequant"`` on CUDA, ``"load"`` elsewhere.
 
 The default comes from ``SAILFISH_FP8_PATH`` when set, else ``"auto"``.
+
+Embedding tables (``FP8Embedding``) have no path: a lookup gathers a few rows and dequantizes
+only those, so they stay e4m3 on every device that holds float8, CPU included.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch import Tensor, nn
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
+CHUNK_ROWS = 8192  # quantize_rows works this many rows at a time (fp32 temporaries ~80 MB at K=2560)
 PATHS = ("auto", "fastest", "load", "dequant", "scaled_mm")
 STORED_PATHS = ("dequant", "scaled_mm")  # the paths that keep e4m3 weights on the device
 
@@ -49,7 +53,16 @@ class QuantizationError(ValueError):
 
 
 def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
-    """``w [N, K]`` → (``q [N, K]`` e4m3, ``scale [N, 1]`` fp32). All-zero rows get scale 1."""
+    """``w [N, K]`` → (``q [N, K]`` e4m3, ``scale [N, 1]`` fp32). All-zero rows get scale 1.
+
+    Large tables (the 155776-row token embedding) go ``CHUNK_ROWS`` rows at a time, so the fp32
+    temporaries stay small next to the table itself; rows are independent, the result is the same."""
+    if w.shape[0] > CHUNK_ROWS:
+        q = torch.empty(w.shape, dtype=FP8, device=w.device)
+        scale = torch.empty(w.shape[0], 1, device=w.device)
+        for i in range(0, w.shape[0], CHUNK_ROWS):
+            q[i: i + CHUNK_ROWS], scale[i: i + CHUNK_ROWS] = quantize_rows(w[i: i + CHUNK_ROWS])
+        return q, scale
     w = w.float()
     amax = w.abs().amax(dim=-1, keepdim=True)
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
@@ -112,6 +125,45 @@ class FP8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, path={self.path}"
+
+
+class FP8Embedding(nn.Module):
+    """An embedding table held as ``weight [V, D]`` e4m3 and ``scale [V, 1]`` fp32 (per-row, the
+    rule and rounding of ``FP8Linear``). ``forward(ids)`` gathers the rows of ``ids`` (any shape,
+    as ``nn.Embedding``) and dequantizes only those to ``dtype``; ``rows(ids)`` is the same call,
+    through which ``DualAR.head_rows`` reads the tied output head.
+
+    No matmul runs over the e4m3 codes, only a gather of a few rows per frame, so the table stays
+    e4m3 on every device that holds float8 (CPU included): see ``bench/bench_quant.py``."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, dtype=FP8,
+                                               device=device), requires_grad=False)
+        self.scale = nn.Parameter(torch.ones(num_embeddings, 1, device=device), requires_grad=False)
+
+    @classmethod
+    def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> "FP8Embedding":
+        table = cls(w.shape[0], w.shape[1], dtype or w.dtype, device="meta")
+        table.set_quantized(*quantize_rows(w))
+        return table
+
+    def set_quantized(self, q: Tensor, scale: Tensor) -> None:
+        self.weight = nn.Parameter(q, requires_grad=False)
+        self.scale = nn.Parameter(scale, requires_grad=False)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        # Gathered as bytes: indexing kernels do not take float8 on every device.
+        codes = self.weight.view(torch.uint8)[ids].view(FP8)  # [*ids.shape, D]
+        return dequantize_rows(codes, self.scale[ids], self.dtype)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Rows ``ids [N]`` of the table in ``dtype`` (the tied head's rows)."""
+        return self(ids)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, dtype={self.dtype}"
 
 
 # ---------------------------------------------------------------------------- path choice

@@ -114,6 +114,30 @@ def fits(mode: str, shape: tuple[int, int]) -> bool:
     return True
 
 
+def stored_bytes(mode: str, shape: tuple[int, int]) -> int:
+    """Bytes torchao 0.18 stores for a ``[N, K]`` weight that ``fits`` ``mode`` (its tensor's
+    parts; checked against torchao itself in tests/test_quant.py):
+
+    - int8: int8 codes, fp32 scale and int8 zero point per row.
+    - int4: the tile-packed codes of the weight padded to K a multiple of 1024 and N of 8
+      (0.5 byte each), plus a bf16 (scale, zero) pair per group of 128 of the padded weight.
+    - fp8-dynamic: e4m3 codes and an fp32 scale per row.
+    - nvfp4: two codes a byte, an e4m3 scale per 16 (swizzled: padded to 128-row x 64-column
+      tiles) and one fp32 per-tensor scale.
+    """
+    n, k = shape
+    if mode == "int8":
+        return n * k + n * (4 + 1)
+    if mode == "int4":
+        n_pad, k_pad = -(-n // 8) * 8, -(-k // 1024) * 1024
+        return n_pad * k_pad // 2 + (k_pad // INT4_GROUP) * n_pad * 2 * 2
+    if mode == "fp8-dynamic":
+        return n * k + n * 4
+    if mode == "nvfp4":
+        return n * k // 2 + (-(-n // 128) * 128) * (-(-k // 64) * 4) + 4
+    raise QuantizationError(f"unknown torchao mode {mode!r}; one of {', '.join(MODES)}")
+
+
 def quantize_weight(weight: Tensor, config) -> Tensor:
     """One Linear weight ``[N, K]`` (on its device, in the model dtype) → torchao's tensor."""
     from torchao.quantization import quantize_

@@ -1,10 +1,12 @@
-"""quant: per-row FP8 numerics, FP8Linear paths, FP8 checkpoints (both key styles), export round
-trip, torchao modes where they run on CPU, and clear errors for what cannot run."""
+"""quant: per-row FP8 numerics, FP8Linear paths, FP8 embedding tables, FP8 checkpoints (both key
+styles), export round trip, torchao modes where they run on CPU, weight bytes per mode (real
+S2-Pro shapes on the meta device), and clear errors for what cannot run."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -13,13 +15,16 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import quant
-from fish_core.checkpoint import CheckpointError, assign, iter_tensors, load_model, to_hf, \
-    to_internal
+from fish_core.checkpoint import CheckpointError, assign, build_meta, iter_tensors, load_model, \
+    to_hf, to_internal
+from fish_core.config import ModelConfig
 from fish_core.generate import Engine, SamplingParams
 from quant import fp8 as fp8mod
-from quant import FP8Linear, QuantizationError, dequantize_rows, quantize_rows
+from quant import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
 
 ROOT = Path(__file__).resolve().parents[1]
+TABLES = ("embeddings", "codebook_embeddings", "fast_embeddings")
+REAL_CONFIG = ROOT / "tests/fixtures/real-s2-config.json"
 NORMAL_REL = 2.0 ** -4  # half an ulp of a 3-bit mantissa, relative to the value
 SUBNORMAL_ABS = 2.0 ** -10  # half the e4m3 subnormal spacing (2^-9), in units of the row scale
 BF16_REL = 2.0 ** -8  # one bf16 rounding
@@ -69,6 +74,31 @@ def test_fp8_linear_error_is_bounded_by_the_weight_bound():
     bound = x.abs().double() @ (NORMAL_REL * w.abs() + SUBNORMAL_ABS * scale).double().T
     assert ((F.linear(x.double(), w.double()) - y.double()).abs() <= bound * 1.001 + fp32_slack).all()
     assert layer.weight.element_size() == 1
+
+
+def test_quantize_rows_in_chunks_equals_one_pass(monkeypatch):
+    w = weights(100, 64)
+    q, scale = quantize_rows(w)
+    monkeypatch.setattr(fp8mod, "CHUNK_ROWS", 7)
+    qc, scalec = quantize_rows(w)
+    assert torch.equal(qc.view(torch.uint8), q.view(torch.uint8)) and torch.equal(scalec, scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fp8_embedding_gathers_the_dequantized_rows(dtype):
+    w = weights(96, 128).to(dtype)
+    table = FP8Embedding.from_weight(w)
+    reference = dequantize_rows(*quantize_rows(w), dtype)  # [96, 128], as FP8Linear rounds
+    ids = torch.randint(0, 96, (2, 3, 5), generator=torch.Generator().manual_seed(3))
+    out = table(ids)
+    assert out.dtype == dtype and out.shape == (2, 3, 5, 128)
+    assert torch.equal(out, reference[ids])  # any leading dims, as nn.Embedding
+    assert torch.equal(table.rows(ids[0, 0]), reference[ids[0, 0]])
+    assert table.weight.dtype == torch.float8_e4m3fn and table.scale.shape == (96, 1)
+    assert quant.weight_bytes(table) == 96 * 128 + 96 * 4
+    bound = NORMAL_REL * w.float().abs() + SUBNORMAL_ABS * table.scale
+    assert ((table.rows(torch.arange(96)).float() - w.float()).abs()
+            <= bound * (1 + 1e-6) + 2 * BF16_REL * w.float().abs()).all()
 
 
 def test_paths_load_and_dequant_are_bitwise_equal_and_scaled_mm_is_close():
@@ -128,21 +158,67 @@ def prompt(golden):
 
 def test_quantize_model_replaces_every_linear_but_the_skipped(ckpt_dir):
     model = quant.quantize_model(load_model(ckpt_dir), "fp8", skip=("fast_output",),
-                                 fp8_path="dequant")
+                                 fp8_path="dequant", quantize_embeddings=False)
     fp8 = [n for n, m in model.named_modules() if isinstance(m, FP8Linear)]
     c = model.config
     assert len(fp8) == 5 * (c.text.n_layer + c.fast.n_layer)
     assert type(model.fast_output) is nn.Linear and model.fast_output.weight.dtype == torch.bfloat16
-    assert model.embeddings.weight.dtype == torch.bfloat16  # the tied slow head stays bf16
+    assert model.embeddings.weight.dtype == torch.bfloat16  # quantize_embeddings=False
     assert not any(isinstance(m, nn.Linear) for n, m in model.named_modules()
                    if n.startswith(("layers.", "fast_layers.")))
 
 
-def test_streamed_fp8_load_equals_quantizing_after_load(ckpt_dir):
-    streamed = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant")
-    after = quant.quantize_model(load_model(ckpt_dir), "fp8", fp8_path="dequant")
+@pytest.mark.parametrize("mode", quant.MODES)
+def test_embedding_tables_follow_the_mode_default_and_skip(ckpt_dir, mode):
+    model = build_meta(ModelConfig.from_file(ckpt_dir))
+    default = quant.EMBEDDINGS_BY_MODE[mode]
+    assert quant.embedding_targets(model, mode, None) == \
+        ([f"{t}.weight" for t in TABLES] if default else [])
+    assert quant.embedding_targets(model, mode, True, skip=("fast_*",)) == \
+        ["embeddings.weight", "codebook_embeddings.weight"]
+    assert quant.embedding_targets(model, mode, False) == []
+
+
+def test_fp8_embeddings_generate_and_the_engine_head_is_their_rows(ckpt_dir, bf16_model, prompt):
+    model = quant.quantize_model(load_model(ckpt_dir), "fp8", skip=("fast_embeddings",),
+                                 quantize_embeddings=True)
+    assert isinstance(model.embeddings, FP8Embedding)
+    assert isinstance(model.codebook_embeddings, FP8Embedding)
+    assert type(model.fast_embeddings) is nn.Embedding  # skipped
+    reference = dequantize_rows(*quantize_rows(bf16_model.embeddings.weight), torch.bfloat16)
+    engine = Engine(model)
+    run = engine.generate(prompt, greedy(12), seed=0, stop_on_eos=False)[0]
+    assert run.columns.shape == (1 + model.config.num_codebooks, 12)
+    assert torch.equal(engine.head, reference[engine.allowed_ids])
+    with torch.inference_mode():  # the full tied head (vocab_logits) reads the same rows
+        hidden = torch.randn(2, model.config.text.dim, dtype=torch.bfloat16)
+        assert torch.equal(model.vocab_logits(hidden), F.linear(hidden, reference))
+        ids = prompt[None]
+        assert torch.equal(model.embeddings(ids[:, 0]), reference[ids[:, 0]])
+
+
+def test_engine_follows_embeddings_quantized_under_it(ckpt_dir, prompt):
+    model = load_model(ckpt_dir)
+    engine = Engine(model)
+    before = engine.generate(prompt, greedy(4), seed=0)[0]
+    plain_head = engine.head.clone()
+    quant.quantize_model(model, "none", quantize_embeddings=True)  # embeddings only
+    after = engine.generate(prompt, greedy(4), seed=0)[0]
+    assert isinstance(model.embeddings, FP8Embedding)
+    assert torch.equal(engine.head, model.head_rows(engine.allowed_ids))
+    assert not torch.equal(engine.head, plain_head)
+    assert after.columns.shape[1] >= 1 and before.columns.shape[1] >= 1
+
+
+@pytest.mark.parametrize("embeddings", [False, True])
+def test_streamed_fp8_load_equals_quantizing_after_load(ckpt_dir, embeddings):
+    streamed = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+                                quantize_embeddings=embeddings)
+    after = quant.quantize_model(load_model(ckpt_dir), "fp8", fp8_path="dequant",
+                                 quantize_embeddings=embeddings)
     a, b = streamed.state_dict(), after.state_dict()
     assert a.keys() == b.keys() and any(k.endswith(".scale") for k in a)
+    assert ("embeddings.scale" in a) == embeddings
     assert all(torch.equal(a[k].float(), b[k].float()) for k in a)
 
 
@@ -215,7 +291,7 @@ def test_fp8_against_bf16_logits_and_greedy_agreement(fp8_dirs, bf16_model, prom
 # ---------------------------------------------------------------------------- bad checkpoints
 def broken(fp8_dir, tmp_path, edit) -> Path:
     folder = tmp_path / "broken"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "config.json").write_bytes((fp8_dir / "config.json").read_bytes())
     tensors = load_file(str(fp8_dir / "model.safetensors"))
     edit(tensors)
@@ -242,6 +318,34 @@ def test_corrupted_fp8_checkpoint_gives_one_error_listing_everything(fp8_dirs, t
     assert "fast_norm.weight: float8_e4m3fn, but only Linear weights" in msg
     assert "norm.weight.scale" in msg and "unexpected" in msg
     assert "audio_decoder.layers.0.feed_forward.w1.weight" in msg
+
+
+def test_fp8_embedding_tables_load_but_fp8_norms_do_not(fp8_dirs, tmp_path):
+    def fp8_tables(t):
+        for table in TABLES:
+            t[f"{table}.weight"], t[f"{table}.weight.scale"] = quantize_rows(t[f"{table}.weight"])
+
+    folder = broken(fp8_dirs["internal"], tmp_path / "a", fp8_tables)
+    model = quant.load_model(folder, "cpu", torch.bfloat16)
+    assert all(isinstance(getattr(model, t), FP8Embedding) for t in TABLES)  # kept as stored
+    plain = quant.load_model(folder, "cpu", torch.bfloat16, quantize_embeddings=False)
+    assert not any(isinstance(m, FP8Embedding) for m in plain.modules())
+    assert torch.equal(plain.embeddings.weight, model.embeddings.rows(torch.arange(
+        model.config.text.vocab_size)))
+
+    def bad(t):
+        fp8_tables(t)
+        del t["codebook_embeddings.weight.scale"]
+        t["norm.weight"], t["norm.weight.scale"] = quantize_rows(t["norm.weight"][None])
+        t["norm.weight"] = t["norm.weight"][0]
+
+    folder = broken(fp8_dirs["internal"], tmp_path / "b", bad)
+    with pytest.raises(CheckpointError) as e:
+        quant.load_model(folder, "cpu", torch.bfloat16)
+    msg = str(e.value)
+    assert "norm.weight: float8_e4m3fn, but only Linear weights and embedding tables" in msg
+    assert "audio_decoder.codebook_embeddings.weight.scale" in msg  # missing
+    assert "unexpected (1): norm.weight.scale" in msg
 
 
 def test_scale_for_a_bf16_weight_and_nan_scales_are_errors(fp8_dirs, tmp_path):
@@ -299,15 +403,43 @@ def test_export_round_trip(ckpt_dir, tmp_path):
         quant.export_fp8(dst, tmp_path / "again")
 
 
+def test_export_with_fp8_embeddings_round_trip(ckpt_dir, tmp_path):
+    dst = tmp_path / "exported"
+    info = quant.export_fp8(ckpt_dir, dst, skip=("fast_embeddings",), embeddings=True)
+    assert info["fp8_embeddings"] == ["codebook_embeddings", "embeddings"]
+    stored = load_file(str(dst / "model.safetensors"))
+    original = {to_internal(k): v for k, v in iter_tensors(ckpt_dir)}
+    for table in ("embeddings", "codebook_embeddings"):
+        q, scale = quantize_rows(original[f"{table}.weight"])
+        key = to_hf(f"{table}.weight")
+        assert torch.equal(stored[key].view(torch.uint8), q.view(torch.uint8))
+        assert torch.equal(stored[key + ".scale"], scale)
+    assert stored[to_hf("fast_embeddings.weight")].dtype == torch.bfloat16
+    model = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    assert isinstance(model.embeddings, FP8Embedding) and isinstance(model.layers[0].attention.wqkv,
+                                                                      FP8Linear)
+    assert type(model.fast_embeddings) is nn.Embedding
+    state = model.state_dict()
+    assert torch.equal(state["embeddings.weight"].view(torch.uint8),
+                       stored[to_hf("embeddings.weight")].view(torch.uint8))
+    assert torch.equal(state["embeddings.scale"], stored[to_hf("embeddings.weight") + ".scale"])
+    # streaming a bf16 checkpoint through the converter gives the same model
+    direct = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+                              skip=("fast_embeddings",), quantize_embeddings=True).state_dict()
+    assert state.keys() == direct.keys()
+    assert all(torch.equal(state[k].float(), direct[k].float()) for k in state)
+
+
 def test_export_cli_with_shards(ckpt_dir, tmp_path):
     dst = tmp_path / "cli"
     subprocess.run([sys.executable, "-m", "quant", "export", str(ckpt_dir), str(dst),
-                    "--names", "internal", "--shard-mb", "0.2"], cwd=ROOT, check=True,
-                   capture_output=True)
+                    "--names", "internal", "--shard-mb", "0.2", "--fp8-embeddings"], cwd=ROOT,
+                   check=True, capture_output=True)
     shards = sorted(p.name for p in dst.glob("*.safetensors"))
     assert len(shards) > 1 and (dst / "model.safetensors.index.json").is_file()
     a = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant").state_dict()
-    b = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant").state_dict()
+    b = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+                         quantize_embeddings=True).state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k].float(), b[k].float()) for k in a)
 
@@ -352,13 +484,65 @@ def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, m
     assert type(again.layers[0].attention.wqkv.weight).__module__.startswith("torchao")
 
 
+# ---------------------------------------------------------------------------- weight bytes
+@pytest.mark.parametrize("mode", ["none", "fp8", "int8", "nvfp4"])
+def test_planned_bytes_are_what_loading_holds(ckpt_dir, mode):
+    if mode in ("int8", "nvfp4"):
+        pytest.importorskip("torchao", reason="torchao is not installed (optional)")
+    meta = build_meta(ModelConfig.from_file(ckpt_dir))
+    for embeddings in (False, True):
+        model = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode, fp8_path="dequant",
+                                 quantize_embeddings=embeddings)
+        assert quant.weight_bytes(model) == quant.planned_bytes(meta, mode, (), embeddings)
+
+
+def test_torchao_storage_formulas_match_torchao():
+    """int4 cannot quantize on CPU, but torchao builds its tile-packed tensor on the meta device
+    once the CUDA capability query is answered; int8, nvfp4 and fp8-dynamic's tensor on CPU."""
+    pytest.importorskip("torchao", reason="torchao is not installed (optional)")
+    from torchao.quantization import PerRow
+    from torchao.quantization.quantize_.workflows.float8.float8_tensor import Float8Tensor
+
+    tm = quant.torchao_modes
+    real = set(quant.linear_weights(build_meta(ModelConfig.from_file(REAL_CONFIG))).values())
+    with mock.patch("torch.cuda.get_device_capability", return_value=(8, 0)):
+        for shape in sorted(real | {(48, 128), (200, 384)}):
+            w = torch.empty(shape, dtype=torch.bfloat16, device="meta")
+            q = tm.quantize_weight(w, tm.config_for("int4"))
+            assert quant.tensor_bytes(q) == tm.stored_bytes("int4", shape), shape
+    for shape in [(48, 32), (256, 512), (144, 80)]:
+        w = torch.randn(shape, dtype=torch.bfloat16)
+        for mode in ("int8", "nvfp4"):
+            q = tm.quantize_weight(w, tm.config_for(mode))
+            assert quant.tensor_bytes(q) == tm.stored_bytes(mode, shape), (mode, shape)
+        q = Float8Tensor.from_hp(w, granularity=PerRow())
+        assert quant.tensor_bytes(q) == tm.stored_bytes("fp8-dynamic", shape), shape
+
+
+def test_s2_pro_fits_6_gb_in_fp8_and_3_gb_in_4_bit():
+    """The real config on the meta device: nothing is allocated. Modes at their defaults."""
+    meta = build_meta(ModelConfig.from_file(REAL_CONFIG))
+    planned = {mode: quant.planned_bytes(meta, mode) for mode in quant.MODES}
+    print("\nS2-Pro weight bytes:", {m: round(b / 1e9, 3) for m, b in planned.items()})
+    assert planned["none"] == sum(p.numel() * 2 for p in meta.parameters())
+    assert planned["int4"] <= 3.0e9 and planned["nvfp4"] <= 3.0e9
+    assert planned["fp8"] <= 6.0e9 and planned["int8"] <= 6.0e9
+    assert quant.planned_bytes(meta, "fp8", quantize_embeddings=False) <= 6.0e9
+    assert quant.planned_bytes(meta, "int4", quantize_embeddings=False) > 3.0e9  # why they are on
+    assert all(p.device.type == "meta" for p in meta.parameters())
+
+
 # ---------------------------------------------------------------------------- compile
-def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt, tmp_path, monkeypatch):
-    """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path)."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, None, fp8_path="dequant")
-    eager = Engine(model).generate(prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt):
+    """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path) and
+    FP8Embedding. Inductor drops the bf16 rounding of a value it fuses into the next op (the
+    dequantized rows feed elementwise ops) unless told to keep eager's roundings, which the
+    engine does (``fish_core.generate.compile_options``): the codes match bit for bit."""
+    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, None, fp8_path="dequant",
+                             quantize_embeddings=True)
+    assert isinstance(model.fast_embeddings, FP8Embedding)
+    eager = Engine(model).generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
-    compiled = engine.generate(prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    compiled = engine.generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
     assert engine.compiled, "compile failed and the engine fell back to eager"
     assert torch.equal(compiled.columns, eager.columns)
