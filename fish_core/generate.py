@@ -80,16 +80,6 @@ def cache_length(needed: int, limit: int) -> int:
     return max(needed, min(length, -(-limit // 8) * 8))
 
 
-def compile_options(mode: str | None) -> dict:
-    """Inductor options for the decode step: those of ``mode`` (``torch.compile``'s modes) plus
-    ``emulate_precision_casts``, which rounds fused intermediates to the model dtype where eager
-    rounds them, so compiled bf16 decoding gives the codes eager bf16 gives (without it, fused
-    bf16 kernels keep fp32 intermediates and greedy codes drift apart on near ties)."""
-    options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
-    options["emulate_precision_casts"] = True
-    return options
-
-
 class Engine:
     """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
 
@@ -114,8 +104,7 @@ class Engine:
         self._step = None
         if compile:
             use_compile_cache(compile_cache)
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True,
-                                       options=compile_options(compile_mode))
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True, mode=compile_mode)
         # CUDA graphs: ours (FrameGraph), unless torch.compile was asked to make its own.
         own_graphs = compile_mode is None or "cudagraphs" in compile_mode
         self.cuda_graph = (self.device.type == "cuda" and own_graphs) if cuda_graph is None \
