@@ -535,10 +535,9 @@ def test_s2_pro_fits_6_gb_in_fp8_and_3_gb_in_4_bit():
 # ---------------------------------------------------------------------------- compile
 def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt):
     """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path) and
-    FP8Embedding. Inductor drops the bf16 rounding of a value it fuses into the next op (the
-    dequantized rows feed elementwise ops) unless told to keep eager's roundings, which the
-    engine does (``fish_core.generate.compile_options``): the codes match bit for bit."""
-    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, None, fp8_path="dequant",
+    FP8Embedding. Activations in fp32: in bf16, fused kernels round differently from eager ones
+    and greedy codes of a random tiny model part on near ties, whatever the layers."""
+    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.float32, None, fp8_path="dequant",
                              quantize_embeddings=True)
     assert isinstance(model.fast_embeddings, FP8Embedding)
     eager = Engine(model).generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
