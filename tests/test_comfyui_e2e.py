@@ -390,3 +390,27 @@ def test_errors_reach_the_user(server):
     assert entry["status"]["status_str"] == "error"
     error = dict(entry["status"]["messages"])["execution_error"]
     assert error["node_type"] == "SailfishTTS" and "text is empty" in error["exception_message"]
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_installing_requirements_changes_no_installed_package():
+    """`pip install -r requirements.txt` in ComfyUI's environment, as a dry run: whatever it
+    would install must be new (our own dependencies), never an upgrade, downgrade or reinstall
+    of a package already there, torch above all."""
+    python = comfy_python(Path(COMFYUI_DIR))
+    listed = subprocess.run([python, "-m", "pip", "list", "--format", "json"],
+                            capture_output=True, text=True, timeout=120, check=True)
+    installed = {canonical(p["name"]): p["version"] for p in json.loads(listed.stdout)}
+    run = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
+                          "-r", str(comfy_stubs.ROOT / "requirements.txt")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    would = {canonical(item["metadata"]["name"]): item["metadata"]["version"]
+             for item in json.loads(run.stdout)["install"]}
+    changed = {name: f"{installed[name]} -> {version}" for name, version in would.items()
+               if name in installed}
+    assert not changed, f"installing requirements.txt would change installed packages: {changed}"
+    assert "torch" in installed and "torch" not in would
