@@ -93,30 +93,38 @@ def scaled_mm_linear(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     return y.reshape(*shape[:-1], q.shape[0])
 
 
-class FP8Linear(nn.Module):
+class RowQuantized(nn.Module):
+    """Holds ``weight [N, K]`` e4m3 and ``scale [N, 1]`` fp32, one scale per row: the parameters
+    shared by ``FP8Linear`` (rows = output features) and ``FP8Embedding`` (rows = entries)."""
+
+    def __init__(self, rows: int, cols: int, device=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(rows, cols, dtype=FP8, device=device),
+                                   requires_grad=False)
+        self.scale = nn.Parameter(torch.ones(rows, 1, device=device), requires_grad=False)
+
+    def set_quantized(self, q: Tensor, scale: Tensor) -> None:
+        self.weight = nn.Parameter(q, requires_grad=False)
+        self.scale = nn.Parameter(scale, requires_grad=False)
+
+
+class FP8Linear(RowQuantized):
     """A bias-free Linear holding ``weight [N, K]`` e4m3 and ``scale [N, 1]`` fp32.
 
     Do not call ``.to(dtype)`` on a model holding these: it would cast the e4m3 codes without
     their scales."""
 
     def __init__(self, in_features: int, out_features: int, path: str = "dequant", device=None):
-        super().__init__()
         if path not in STORED_PATHS:
             raise QuantizationError(f"FP8Linear path must be one of {STORED_PATHS}, got {path!r}")
+        super().__init__(out_features, in_features, device)
         self.in_features, self.out_features, self.path = in_features, out_features, path
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=FP8, device=device),
-                                   requires_grad=False)
-        self.scale = nn.Parameter(torch.ones(out_features, 1, device=device), requires_grad=False)
 
     @classmethod
     def from_weight(cls, w: Tensor, path: str = "dequant") -> "FP8Linear":
         layer = cls(w.shape[1], w.shape[0], path, device="meta")
         layer.set_quantized(*quantize_rows(w))
         return layer
-
-    def set_quantized(self, q: Tensor, scale: Tensor) -> None:
-        self.weight = nn.Parameter(q, requires_grad=False)
-        self.scale = nn.Parameter(scale, requires_grad=False)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.path == "scaled_mm":
@@ -127,7 +135,7 @@ class FP8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, path={self.path}"
 
 
-class FP8Embedding(nn.Module):
+class FP8Embedding(RowQuantized):
     """An embedding table held as ``weight [V, D]`` e4m3 and ``scale [V, 1]`` fp32 (per-row, the
     rule and rounding of ``FP8Linear``). ``forward(ids)`` gathers the rows of ``ids`` (any shape,
     as ``nn.Embedding``) and dequantizes only those to ``dtype``; ``rows(ids)`` is the same call,
@@ -137,21 +145,14 @@ class FP8Embedding(nn.Module):
     e4m3 on every device that holds float8 (CPU included): see ``bench/bench_quant.py``."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, dtype=torch.bfloat16, device=None):
-        super().__init__()
+        super().__init__(num_embeddings, embedding_dim, device)
         self.num_embeddings, self.embedding_dim, self.dtype = num_embeddings, embedding_dim, dtype
-        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, dtype=FP8,
-                                               device=device), requires_grad=False)
-        self.scale = nn.Parameter(torch.ones(num_embeddings, 1, device=device), requires_grad=False)
 
     @classmethod
     def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> "FP8Embedding":
         table = cls(w.shape[0], w.shape[1], dtype or w.dtype, device="meta")
         table.set_quantized(*quantize_rows(w))
         return table
-
-    def set_quantized(self, q: Tensor, scale: Tensor) -> None:
-        self.weight = nn.Parameter(q, requires_grad=False)
-        self.scale = nn.Parameter(scale, requires_grad=False)
 
     def forward(self, ids: Tensor) -> Tensor:
         # Gathered as bytes: indexing kernels do not take float8 on every device.
