@@ -271,13 +271,13 @@ def main(argv=None):
             entry["time_to_first_audio_s"] = round(time_to_first_audio(
                 engines[mode], codec, prompt, args.ttfa_frames, device, args.repeats), 4)
         if mode != "eager":
-            graphs = len(engines[mode]._graphs)
+            graphs = engines[mode].graph_captures
             recompiles = count_recompiles(engines[mode], prompt_for(config, args.prompt_len - 3),
                                           SamplingParams(max_new_tokens=args.frames), device)
             if mode == "compiled":
                 entry["recompiles_over_frames"] = recompiles
             if engines[mode].cuda_graph:
-                entry["graph_captures_over_frames"] = len(engines[mode]._graphs) - graphs
+                entry["graph_captures_over_frames"] = engines[mode].graph_captures - graphs
         if args.bandwidth:
             bound = args.bandwidth * 1e9 / bytes_per_frame
             entry["bound_frames_per_s"] = round(bound, 1)

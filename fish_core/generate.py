@@ -83,8 +83,8 @@ def cache_length(needed: int, limit: int) -> int:
 class Engine:
     """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
 
-    def __init__(self, model: DualAR, compile: bool = False, compile_mode: str | None = None,
-                 eos_check_every: int | None = None, max_context: int | None = None,
+    def __init__(self, model: DualAR, compile: bool = False, eos_check_every: int | None = None,
+                 max_context: int | None = None,
                  compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None):
         self.model = model
         self.config = c = model.config
@@ -94,21 +94,23 @@ class Engine:
         self.allowed = sorted({c.eos_token_id, *range(c.semantic_start_token_id,
                                                        c.semantic_end_token_id + 1)})
         self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
-        self.compiled = compile
         self.eos_check_every = eos_check_every
         self._weights = None
-        self._graphs: dict = {}
+        self._graph: FrameGraph | None = None  # for the current cache; dropped with it
+        self.graph_captures = 0
         self.follow_model()
         # The step is kept as a function of (engine, ...) rather than a bound method, so the
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
         self._step = None
         if compile:
             use_compile_cache(compile_cache)
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True, mode=compile_mode)
-        # CUDA graphs: ours (FrameGraph), unless torch.compile was asked to make its own.
-        own_graphs = compile_mode is None or "cudagraphs" in compile_mode
-        self.cuda_graph = (self.device.type == "cuda" and own_graphs) if cuda_graph is None \
-            else cuda_graph
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True)
+        self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the decode step runs compiled (False after a compile failure)."""
+        return self._step is not None
 
     def run_step(self, *args) -> tuple[Tensor, Tensor]:
         """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
@@ -121,39 +123,34 @@ class Engine:
             warnings.warn(f"torch.compile of the decode step failed ({type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}); decoding without compile")
             self._step = None
-            self.compiled = False
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
         """One decode frame: replayed from a CUDA graph when enabled (captured on first use for
-        this batch and cache), else ``run_step``. A graph that cannot be captured, or whose
-        replay differs from the direct run, is dropped with a warning."""
+        the current cache, whose shape fixes every argument's), else ``run_step``. A graph that
+        cannot be captured, or whose replay differs from the direct run, is dropped with a
+        warning."""
         if not self.cuda_graph:
             return self.run_step(*args)
-        cache = self.model.layers[0].attention.kv_cache
-        key = (tuple(a.shape for a in args), cache.k.data_ptr(), self.compiled)
-        graph = self._graphs.get(key)
-        if graph is None:
+        if self._graph is None:
             try:
-                graph = self._graphs[key] = FrameGraph(self.run_step, args)
+                self._graph = FrameGraph(self.run_step, args)
             except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
                 warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
                               "decoding without CUDA graphs")
                 self.cuda_graph = False
                 return self.run_step(*args)
-        return graph(*args)
+            self.graph_captures += 1
+        return self._graph(*args)
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
         or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
-        embeddings = next(self.model.embeddings.parameters(), None)
-        if embeddings is None:
-            embeddings = next(self.model.embeddings.buffers())
-        key = (self.model.device, self.model.dtype, embeddings.data_ptr())
+        key = (self.model.device, self.model.dtype, self.model.embeddings.weight.data_ptr())
         if key == self._weights:
             return
         self._weights = key
-        self._graphs.clear()
+        self._graph = None
         self.device, self.dtype = self.model.device, self.model.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
         self.head = self.model.head_rows(self.allowed_ids).detach()
@@ -266,7 +263,7 @@ class Engine:
 
         needed = cache_length(T + total, limit)
         if self.model.cache_shape() != (B, needed):
-            self._graphs.clear()  # they hold the old cache's addresses
+            self._graph = None  # it holds the old cache's addresses
             self.model.setup_caches(B, needed, self.dtype, self.device)
 
         def scalars(name):
@@ -294,8 +291,9 @@ class Engine:
             if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
                 break
             column, window = self.step(column, pos, window, temperature, top_p, top_k, *draws())
-            # Copy out of the step's (possibly CUDA-graph-owned) output buffers.
-            column, window = column.clone(), window.clone()
+            # Keep the column out of the step's (possibly CUDA-graph-owned) output buffer; the
+            # window only goes back in as the next input, which the graph copies in first.
+            column = column.clone()
             columns.append(column)
             finished = finished | (column[:, 0] == c.eos_token_id)
             pos = pos + 1
@@ -321,13 +319,11 @@ def report(on_frame, cancel, done: int, total: int) -> None:
         raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
 
 
-def use_compile_cache(path: str | os.PathLike | None = None) -> str | None:
+def use_compile_cache(path: str | os.PathLike | None) -> None:
     """Keep inductor's compiled kernels in a persistent folder (``path``, else
     ``$SAILFISH_COMPILE_CACHE``), so a later process reuses them: a warm compile takes seconds
     instead of minutes. With neither, torch's own default (a per-user temp folder) is kept."""
     path = path or os.environ.get("SAILFISH_COMPILE_CACHE")
-    if not path:
-        return os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.makedirs(path, exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-    return str(path)
+    if path:
+        os.makedirs(path, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)

@@ -15,19 +15,14 @@ import torch
 from torch import Tensor
 
 
-class GraphMismatch(RuntimeError):
-    """A replay did not reproduce the captured function's output."""
-
-
 class FrameGraph:
-    def __init__(self, fn: Callable[..., Sequence[Tensor]], args: Sequence[Tensor],
-                 warmup: int = 2):
+    def __init__(self, fn: Callable[..., Sequence[Tensor]], args: Sequence[Tensor]):
         """Capture ``fn(*args)``. ``fn`` must not sync with the host or allocate on the CPU."""
         self.inputs = [a.clone() for a in args]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up (and any lazy init) off the capture stream
-            for _ in range(warmup):
+            for _ in range(2):
                 fn(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
@@ -37,7 +32,7 @@ class FrameGraph:
         direct = [t.clone() for t in fn(*self.inputs)]
         self.graph.replay()
         if not all(torch.equal(a, b) for a, b in zip(direct, self.outputs)):
-            raise GraphMismatch("CUDA graph replay differs from the captured function")
+            raise RuntimeError("CUDA graph replay differs from the captured function")
 
     def __call__(self, *args: Tensor) -> list[Tensor]:
         for buffer, value in zip(self.inputs, args):

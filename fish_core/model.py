@@ -207,13 +207,14 @@ class DualAR(nn.Module):
         return self.norm(x)
 
     def head_rows(self, ids: Tensor) -> Tensor:
-        """Rows ``ids`` of the tied output head (= the token embedding) in the model dtype.
-        A quantized embedding module provides ``rows(ids)``; a plain one is indexed."""
-        rows = getattr(self.embeddings, "rows", None)
-        return rows(ids) if rows is not None else self.embeddings.weight.index_select(0, ids)
+        """Rows ``ids`` of the tied output head (= the token embedding) in the model dtype,
+        through the embedding module, so a quantized table (``quant.FP8Embedding``) works too."""
+        return self.embeddings(ids)
 
     def vocab_logits(self, hidden: Tensor) -> Tensor:
         """Full-vocabulary logits through the tied embedding."""
+        if isinstance(self.embeddings, nn.Embedding):
+            return F.linear(hidden, self.embeddings.weight)  # no copy of the whole table
         ids = torch.arange(self.config.text.vocab_size, device=hidden.device)
         return F.linear(hidden, self.head_rows(ids))
 
