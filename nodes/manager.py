@@ -25,12 +25,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
-from ..fish_core.synth import Synthesizer, resolve_device
 from . import host
+
+if TYPE_CHECKING:  # fish_core.synth is imported when a model is loaded, not at ComfyUI start-up
+    from ..fish_core.synth import Synthesizer
 
 log = logging.getLogger("sailfish")
 BUSY_RETRY_SECONDS = 30.0
@@ -54,6 +56,8 @@ class ModelHandle:
 
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
+    from ..fish_core.synth import Synthesizer
+
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
@@ -149,7 +153,11 @@ class ModelManager:
     def device(self, handle: ModelHandle) -> torch.device:
         if handle.device != "auto":
             return torch.device(handle.device)
-        return self.memory.default_device() if self.memory else resolve_device("auto")
+        if self.memory:
+            return self.memory.default_device()
+        from ..fish_core.synth import resolve_device
+
+        return resolve_device("auto")
 
     def key(self, handle: ModelHandle) -> tuple:
         return (os.path.realpath(handle.folder), handle.precision, handle.quantization,

@@ -16,11 +16,11 @@ def generate(model: ModelHandle, run: Callable):
     """``run(synth, on_progress=…, cancel=…)`` on the loaded model. ComfyUI's progress bar moves
     per generated frame; Cancel stops within a frame and is reported as an interruption (the
     model stays loaded for the next prompt)."""
+    mm = host.module("comfy.model_management")  # once per run, not per frame
     with MANAGER.use(model) as synth:
         try:
-            return run(synth, on_progress=progress_bar(), cancel=interrupted)
+            return run(synth, on_progress=progress_bar(), cancel=interrupted(mm))
         except Cancelled:
-            mm = host.module("comfy.model_management")
             if mm is not None:
                 mm.throw_exception_if_processing_interrupted()  # ComfyUI's "interrupted"
             raise
@@ -38,9 +38,9 @@ def progress_bar() -> Callable[[int, int], None] | None:
     return on_progress
 
 
-def interrupted() -> bool:
-    mm = host.module("comfy.model_management")
-    return mm is not None and mm.processing_interrupted()
+def interrupted(mm) -> Callable[[], bool] | None:
+    """The per-frame Cancel check: ComfyUI's interrupt flag (None outside ComfyUI)."""
+    return None if mm is None else mm.processing_interrupted
 
 
 def to_audio(speech) -> dict:

@@ -54,22 +54,15 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
                   **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
     voices = connected_speakers(script, speakers)
-
-    def run(synth, **progress):
-        try:
-            return synth.dialogue(script, voices, pause=pause, **sampling(
-                seed, temperature, top_p, top_k, max_new_tokens), **progress)
-        except textplan.ScriptError as e:
-            wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
-            raise ValueError(f"script: {e} (connected: {wired}). Connect a voice for every "
-                             "speaker the script names.") from None
-
-    return (to_audio(generate(model, run)),)
+    return (to_audio(generate(model, lambda synth, **run: synth.dialogue(
+        script, voices, pause=pause, **sampling(seed, temperature, top_p, top_k,
+                                                max_new_tokens), **run))),)
 
 
 def connected_speakers(script: str, speakers: dict) -> list:
     """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on; names
-    that ``Name:`` lines use must be unique."""
+    that ``Name:`` lines use must be unique, and every speaker of the script needs a voice
+    (checked here, as ``Synthesizer.dialogue`` does, before the model is loaded)."""
     given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
@@ -77,12 +70,20 @@ def connected_speakers(script: str, speakers: dict) -> list:
         raise ValueError(f"speaker_{gap} is not connected but a later speaker is: connect "
                          "voices to speaker_1, speaker_2, … in order")
     voices = given[:count]
-    names = [v.name.casefold() for v in voices]
-    used = {t.label.casefold() for t in textplan.parse_script(script, [v.name for v in voices])}
-    for name in sorted({n for n in names if names.count(n) > 1 and n in used}):
-        wired = [f"speaker_{i + 1}" for i, n in enumerate(names) if n == name]
+    names = [v.name for v in voices]
+    turns = textplan.parse_script(script, names)
+    folded = [n.casefold() for n in names]
+    used = {t.label.casefold() for t in turns}
+    for name in sorted({n for n in folded if folded.count(n) > 1 and n in used}):
+        wired = [f"speaker_{i + 1}" for i, n in enumerate(folded) if n == name]
         raise ValueError(f"{' and '.join(wired)} are both named {name!r}, which the script "
                          "uses: give each voice its own name (Voice Encode's name)")
+    try:
+        textplan.assign_speakers(turns, names, bool(voices))
+    except textplan.ScriptError as e:
+        wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
+        raise ValueError(f"script: {e} (connected: {wired}). Connect a voice for every "
+                         "speaker the script names.") from None
     return voices
 
 

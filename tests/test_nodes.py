@@ -275,6 +275,21 @@ def test_multi_speaker_errors_name_the_field(env, model, voice):
         run_v1(env, "SailfishMultiSpeaker", model=model, script="  ", pause=0.0, **FAST)
 
 
+def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, voice,
+                                                                 monkeypatch):
+    stand_in = manager(memory=None)  # loading it would evict nothing, but it counts loads
+    monkeypatch.setattr(env.pack.nodes.runtime, "MANAGER", stand_in)
+    with pytest.raises(ValueError, match=r"script: speaker\(s\) Carol have no reference voice; "
+                       r"voices given: Alice \(connected: speaker_1 = Alice\)"):
+        run_v1(env, "SailfishMultiSpeaker", model=manager.handle,
+               script="Alice: Hi.\nCarol: Hey.", pause=0.0, speaker_1=voice, **FAST)
+    assert manager.loader.loads == [] and stand_in.loaded() == []
+    with pytest.raises(AttributeError, match="dialogue"):  # a good script does reach it
+        run_v1(env, "SailfishMultiSpeaker", model=manager.handle, script="Alice: Hi.",
+               pause=0.0, speaker_1=voice, **FAST)
+    assert len(manager.loader.loads) == 1
+
+
 def test_subtitles_follow_the_timeline(env, model, voice):
     srt = ("1\n00:00:00,500 --> 00:00:02,000\nFirst line.\n\n"
            "2\n00:00:02,500 --> 00:00:04,000\nSecond line.\n")
