@@ -384,8 +384,8 @@ class WindowedTransformer(Stateful, nn.Module):
         # must use the positions it has in the whole input.
         start = state.get(self, 0)
         state[self] = start + x.shape[-1]
-        rope = rope_table(start + x.shape[-1], self.cfg.head_dim, self.cfg.rope_base, x.device)
-        rope = rope[None, start:]  # [1, T, Dh/2, 2]
+        rope = rope_table(x.shape[-1], self.cfg.head_dim, self.cfg.rope_base, x.device,
+                          start)[None]  # [1, T, Dh/2, 2]
         h = x.transpose(1, 2).contiguous()  # [B, T, D]; a strided view would make Linear use bmm
         for layer in self.layers:
             h = layer(h, rope, state)
@@ -438,7 +438,6 @@ class VectorQuantizer(nn.Module):
 class ResidualVQ(nn.Module):
     def __init__(self, dim: int, n_codebooks: int, size: int, codebook_dim: int):
         super().__init__()
-        self.codebook_size = size
         self.quantizers = nn.ModuleList(VectorQuantizer(dim, size, codebook_dim)
                                         for _ in range(n_codebooks))
 
@@ -650,18 +649,18 @@ class Codec(nn.Module):
         codes = self.clamp_codes(codes)  # validates before any work
         codes = codes[None] if codes.ndim == 2 else codes
         state, step = {}, chunk_frames or codes.shape[-1]
-        chunks = [self.decode_chunk(codes[..., i:i + step], state)
+        chunks = [self._decode_clamped(codes[..., i:i + step], state)
                   for i in range(0, codes.shape[-1], step)]
         return torch.cat(chunks, dim=-1)
 
     @torch.no_grad()
     def decode_chunk(self, codes: Tensor, state: State) -> Tensor:
         """One chunk of a stream: codes [B, 10, k] -> float32 audio [B, 1, k * 2048]."""
-        z = self.quantizer.decode(self.clamp_codes(codes).to(self.device), state)
+        return self._decode_clamped(self.clamp_codes(codes), state)
+
+    def _decode_clamped(self, codes: Tensor, state: State) -> Tensor:
+        z = self.quantizer.decode(codes.to(self.device), state)
         return self.decoder(z, state).float()
-
-
-load_codec = Codec.from_file
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,14 +17,15 @@ from torch import Tensor, nn
 from .config import ModelConfig
 
 
-def rope_table(length: int, head_dim: int, base: float, device=None) -> Tensor:
-    """``[length, head_dim // 2, 2]`` (cos, sin) table, computed in fp32 and rounded to bf16.
+def rope_table(length: int, head_dim: int, base: float, device=None, start: int = 0) -> Tensor:
+    """``[length, head_dim // 2, 2]`` (cos, sin) table for positions ``start …``, computed in
+    fp32 and rounded to bf16 (each row on its own: a slice of a longer table is the same).
 
     The bf16 rounding is what the model was trained with; an exact fp32 table garbles audio.
     """
     freqs = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float()
                            / head_dim)
-    angles = torch.outer(torch.arange(length, device=device).float(), freqs)
+    angles = torch.outer(torch.arange(start, start + length, device=device).float(), freqs)
     unit = torch.polar(torch.ones_like(angles), angles)
     table = torch.stack([unit.real, unit.imag], dim=-1)
     return table.to(torch.bfloat16).float()
