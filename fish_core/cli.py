@@ -29,14 +29,20 @@ from . import hub
 DEFAULT_MODEL = "s2-pro"
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
+def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: bool = True
+                   ) -> None:
+    """Where the model is and its device; ``precision`` and the ``engine`` options (quantization,
+    compile) only for the commands that use them."""
     g = p.add_argument_group("model")
     g.add_argument("--model", default=DEFAULT_MODEL,
                    help="checkpoint folder, variant (%s) or HF repo id" % ", ".join(hub.VARIANTS))
     g.add_argument("--models-dir", default=None, help="where downloaded models live")
     g.add_argument("--no-download", action="store_true", help="never download")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    g.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    if precision:
+        g.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+    if not engine:
+        return
     g.add_argument("--quantization", default="none",
                    choices=["none", "fp8", "int8", "int4", "fp8-dynamic", "nvfp4"])
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
@@ -44,16 +50,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 
 
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
+def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history: bool = True
+                      ) -> None:
+    """Sampling options; ``batches`` (text batch size) and ``history`` (context turns) only for
+    the commands that plan batches."""
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.8)
     g.add_argument("--top-p", type=float, default=0.8)
     g.add_argument("--top-k", type=int, default=30)
     g.add_argument("--max-new-tokens", type=int, default=1024, help="frames per batch (~21.5/s)")
     g.add_argument("--seed", type=int, default=None, help="same seed → same audio")
-    g.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
-    g.add_argument("--history-turns", type=int, default=3,
-                   help="earlier batches the model hears again as context")
+    if batches:
+        g.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
+    if history:
+        g.add_argument("--history-turns", type=int, default=3,
+                       help="earlier batches the model hears again as context")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)
-    add_sampling_args(p)
+    add_sampling_args(p, batches=False, history=False)
 
     p = sub.add_parser("voice", help="voices")
     vs = p.add_subparsers(dest="voice_command", required=True)
@@ -86,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--text", required=True, help="the words spoken in the clip")
     e.add_argument("--name", default=None)
     e.add_argument("-o", "--out", required=True, help="output .safetensors")
-    add_model_args(e)
+    add_model_args(e, engine=False)
 
     p = sub.add_parser("srt", help="speak an SRT subtitle file on its timeline")
     p.add_argument("srt")
@@ -94,17 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
     p.add_argument("--srt-out", default=None, help="write the SRT of what was generated")
     add_model_args(p)
-    add_sampling_args(p)
+    add_sampling_args(p, batches=False)
 
     p = sub.add_parser("encode", help="codec: audio file to codes")
     p.add_argument("audio")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
-    add_model_args(p)
+    add_model_args(p, precision=False, engine=False)
 
     p = sub.add_parser("decode", help="codec: codes to audio")
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
-    add_model_args(p)
+    add_model_args(p, precision=False, engine=False)
 
     p = sub.add_parser("download", help="download a model variant")
     p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
@@ -138,12 +149,13 @@ def load_synth(args):
         quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download)
 
 
-def load_codec(args):
+def load_codec(args, dtype: torch.dtype | None = None):
+    """Only the codec of ``--model`` (float32 unless ``dtype``)."""
     from .codec import Codec
     from .synth import resolve_device
 
     folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
-    return Codec.from_file(folder / "codec.pth", device=resolve_device(args.device))
+    return Codec.from_file(folder, resolve_device(args.device), dtype or torch.float32)
 
 
 def sampling(args) -> dict:
@@ -190,11 +202,11 @@ def cmd_say(args) -> str:
     from .audio import save_audio
     from .voices import Voice
 
+    if len(args.ref_audio) != len(args.ref_text):
+        raise ValueError("give one --ref-text per --ref-audio")
     synth = load_synth(args)
     voices = [Voice.load(v, synth.config.num_codebooks, synth.config.codebook_size)
               for v in args.voice]
-    if len(args.ref_audio) != len(args.ref_text):
-        raise ValueError("give one --ref-text per --ref-audio")
     for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
         voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
     bar = Bar("generating")
@@ -230,9 +242,13 @@ def cmd_codes(args) -> str:
 
 
 def cmd_voice(args) -> str:
-    synth = load_synth(args)
+    from .synth import codec_dtype_for, resolve_device, resolve_dtype
+    from .voices import encode_voice
+
+    device = resolve_device(args.device)  # the codec as `say` would load it: same codes
+    codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
     name = args.name or Path(args.audio).stem
-    voice = synth.encode_voice(args.audio, args.text, name=name)
+    voice = encode_voice(codec, args.audio, args.text, name=name)
     voice.save(args.out)
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
 
@@ -259,21 +275,21 @@ def cmd_srt(args) -> str:
 
 
 def cmd_encode(args) -> str:
-    from .audio import load_audio
+    from .codec import encode_file
 
-    codec = load_codec(args)
-    codes = codec.encode(load_audio(args.audio))[0].cpu()
+    codes = encode_file(load_codec(args), args.audio)
     save_codes(args.out, codes)
     return f"wrote {args.out}: codes {tuple(codes.shape)}"
 
 
 def cmd_decode(args) -> str:
-    from .audio import save_audio
+    from .codec import decode_to_file
 
     codec = load_codec(args)
-    wave = codec.decode(read_codes(args.codes))[0, 0].cpu()
-    save_audio(args.out, wave, codec.sample_rate)
-    return f"wrote {args.out}: {wave.shape[-1] / codec.sample_rate:.2f} s"
+    codes = read_codes(args.codes)
+    codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools
+    decode_to_file(codec, codes, args.out)
+    return f"wrote {args.out}: {codes.shape[-1] * codec.frame_length / codec.sample_rate:.2f} s"
 
 
 def cmd_download(args) -> str:

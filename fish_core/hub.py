@@ -32,15 +32,17 @@ VARIANTS = {
                 "community FP8 (per-row e4m3) weights, ~6.2 GB + codec"),
     )
 }
-REQUIRED_FILES = ("config.json", "tokenizer.json", "codec.pth")
+REQUIRED_FILES = ("config.json", "tokenizer.json")  # and codec.pth for audio
 
 
 class ModelNotFound(FileNotFoundError):
     """The model is neither a local folder nor downloadable right now."""
 
 
-def is_model_dir(path: Path) -> bool:
-    return path.is_dir() and all((path / f).is_file() for f in REQUIRED_FILES[:2])
+def is_model_dir(path: Path, codec: bool = False) -> bool:
+    """Whether ``path`` is a checkpoint folder (with ``codec.pth`` too when ``codec``)."""
+    files = REQUIRED_FILES + (("codec.pth",) if codec else ())
+    return path.is_dir() and all((path / f).is_file() for f in files)
 
 
 def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None,
@@ -61,7 +63,7 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
                                 f"({', '.join(VARIANTS)}) or a Hugging Face repo id (owner/name)")
         variant = Variant(spec.split("/")[1], spec, VARIANTS["s2-pro"].files, "custom repo")
     target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / variant.name
-    if is_model_dir(target) and (target / "codec.pth").is_file():
+    if is_model_dir(target, codec=True):
         return target
     if not download:
         raise ModelNotFound(f"model {spec!r} is not in {target.parent} and downloading is off")
@@ -86,6 +88,6 @@ def fetch(variant: Variant, target: Path) -> Path:
         raise ModelNotFound(f"could not download {variant.repo_id} into {target}: {e}") from None
     if not is_model_dir(target):
         raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
-                            f"{' / '.join(REQUIRED_FILES[:2])}")
+                            f"{' / '.join(REQUIRED_FILES)}")
     return target
 

@@ -25,14 +25,13 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from . import text as textplan
-from .audio import prepare_audio
-from .codec import Codec
+from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
 from .generate import Engine, GenerationError, SamplingParams
 from .model import DualAR
-from .prompt import PromptEncoder, Reference, conversation
+from .prompt import PromptEncoder, conversation
 from .tokenizer import FishTokenizer
-from .voices import Voice
+from .voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
 
@@ -59,6 +58,12 @@ def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None
     if device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return torch.float16
     return torch.bfloat16
+
+
+def codec_dtype_for(device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+    """The codec runs in the model's dtype on a GPU and in float32 on the CPU (where
+    reduced-precision convolutions are slow)."""
+    return torch.float32 if device.type == "cpu" else model_dtype
 
 
 @dataclass
@@ -127,11 +132,8 @@ class Synthesizer:
         dtype = resolve_dtype(dtype, device)
         model = load_quantized(folder, device, dtype, quantization)
         tokenizer = FishTokenizer.from_dir(folder)
-        codec = None
-        if (folder / "codec.pth").is_file():
-            codec = Codec.from_file(folder / "codec.pth", device=device,
-                                    dtype=codec_dtype or (torch.float32 if device.type == "cpu"
-                                                          else dtype))
+        codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype)) \
+            if (folder / CHECKPOINT_NAME).is_file() else None
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache)
 
@@ -149,18 +151,7 @@ class Synthesizer:
                      ) -> Voice:
         """Encode a reference clip (file path, tensor/array with ``sample_rate``, or a ComfyUI
         AUDIO dict) and its transcript into a reusable voice."""
-        codec = self.require_codec()
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("reference transcript must be the words spoken in the reference "
-                             "audio, got an empty text")
-        if isinstance(audio, (str, Path)):
-            from .audio import load_audio
-
-            wave = load_audio(audio)
-        else:
-            wave = prepare_audio(audio, sample_rate, name="reference audio")
-        codes = codec.encode(wave)[0].cpu()
-        return Voice(name, [Reference(text.strip(), codes)], codec.sample_rate, codec.frame_length)
+        return encode_voice(self.require_codec(), audio, text, name, sample_rate)
 
     # ------------------------------------------------------------------ synthesis
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
@@ -225,7 +216,7 @@ class Synthesizer:
         pieces, placed, overruns, segments, codes = [], [], [], [], []
         cursor = 0  # samples written so far
         for i, (cue, (batch_text, gen, seconds)) in enumerate(zip(cues, results)):
-            wave = self._decode(gen.codes)
+            wave = self.decode(gen.codes)
             start = max(round(cue.start * sr), cursor)
             pieces += [torch.zeros(start - cursor), wave]
             cursor = start + wave.shape[0]
@@ -244,10 +235,6 @@ class Synthesizer:
         return SubtitleSpeech(waveform, sr, torch.cat(codes, dim=1), segments,
                               results[0][1].seed, placed, overruns)
 
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * 2048]`` on the CPU."""
-        return self._decode(codes)
-
     # ------------------------------------------------------------------ internals
     def _speak(self, batches, voices, params, seed, history_turns, pause, on_progress, cancel
                ) -> Speech:
@@ -258,7 +245,7 @@ class Synthesizer:
         if all_codes.shape[1] == 0:
             raise GenerationError("the model ended the speech before producing any audio; "
                                   "try another seed or rephrase the text")
-        wave = self._decode(all_codes)
+        wave = self.decode(all_codes)
         gap = round(pause * sr)
         pieces, segments, frame, cursor = [], [], 0, 0
         for i, ((batch_text, gen, seconds), (_, speaker)) in enumerate(zip(results, batches)):
@@ -279,10 +266,11 @@ class Synthesizer:
         waveform = torch.cat(pieces) if pieces else torch.zeros(0)
         return Speech(waveform, sr, all_codes, segments, results[0][1].seed)
 
-    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * 2048]`` on the CPU."""
         if codes.shape[1] == 0:
             return torch.zeros(0)
-        return self.require_codec().decode(codes)[0, 0].float().cpu()
+        return self.require_codec().decode(codes)[0, 0].cpu()
 
     def _generate(self, batches, voices: Sequence[Voice], params: SamplingParams,
                   seed: int | None, history_turns: int, on_progress, cancel):

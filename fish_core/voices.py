@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .prompt import Reference
+from .text import Turn
 
 FORMAT = "sailfish-voice"
 VERSION = 1
@@ -43,7 +44,7 @@ class Voice:
 
     def tagged(self, speaker: int) -> list[Reference]:
         """The clips as prompt references of speaker ``speaker`` (every clip tagged with it)."""
-        return [Reference(f"<|speaker:{speaker}|>{clip.text}", clip.codes) for clip in self.clips]
+        return [Reference(Turn(clip.text, speaker).tagged, clip.codes) for clip in self.clips]
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -112,3 +113,20 @@ def check_codes(codes, where: str, num_codebooks: int | None = None,
         raise VoiceError(f"{where}: code values must lie in [0, {codebook_size or 'size'}), "
                          f"got [{low}, {high}]")
     return codes.long()
+
+
+def encode_voice(codec, audio, text: str, name: str = "voice", sample_rate: int | None = None
+                 ) -> Voice:
+    """Encode a reference clip (file path, tensor/array with ``sample_rate``, or a ComfyUI AUDIO
+    dict) and its transcript into a reusable voice with ``codec`` (a ``fish_core.codec.Codec``)."""
+    from .audio import load_audio, prepare_audio
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("reference transcript must be the words spoken in the reference "
+                         "audio, got an empty text")
+    if isinstance(audio, (str, Path)):
+        wave = load_audio(audio)
+    else:
+        wave = prepare_audio(audio, sample_rate, name="reference audio")
+    codes = codec.encode(wave)[0].cpu()
+    return Voice(name, [Reference(text.strip(), codes)], codec.sample_rate, codec.frame_length)

@@ -65,7 +65,7 @@ def local_models() -> dict[str, Path]:
         for child in sorted(p for p in root.iterdir() if p.is_dir()):
             candidates = [child] + sorted(p for p in child.iterdir() if p.is_dir())
             for folder in candidates:
-                if hub.is_model_dir(folder) and (folder / "codec.pth").is_file():
+                if hub.is_model_dir(folder, codec=True):
                     found.setdefault(folder.relative_to(root).as_posix(), folder)
     return found
 
