@@ -69,13 +69,10 @@ def random_model(config: ModelConfig, device, dtype) -> DualAR:
 def frame_bytes(model: DualAR, engine: Engine, cache_len: int) -> int:
     """Bytes read from memory for one frame at batch 1: slow layers + sampled head rows, then the
     fast layers and head nine times, plus the KV cache."""
-    import quant
+    from quant import tensor_bytes, weight_bytes
 
-    def size(mod):
-        return quant.weight_bytes(mod)
-
-    slow = sum(size(layer) for layer in model.layers) + engine.head.numel() * engine.head.element_size()
-    fast = sum(size(layer) for layer in model.fast_layers) + size(model.fast_output)
+    slow = sum(weight_bytes(layer) for layer in model.layers) + tensor_bytes(engine.head)
+    fast = sum(weight_bytes(layer) for layer in model.fast_layers) + weight_bytes(model.fast_output)
     t = model.config.text
     kv = cache_len * t.n_layer * 2 * t.n_local_heads * t.head_dim * engine.head.element_size()
     return slow + 9 * fast + kv
@@ -176,12 +173,11 @@ def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repe
 
 
 def load_codec(args, device):
-    from fish_core.codec import Codec
+    from fish_core.codec import CHECKPOINT_NAME, Codec, build_codec
 
-    if args.model and (Path(args.model) / "codec.pth").is_file():
-        return Codec.from_file(Path(args.model) / "codec.pth", device=device)
-    with torch.device(device):
-        return Codec().eval().requires_grad_(False)  # real-size architecture, random weights
+    if args.model and (Path(args.model) / CHECKPOINT_NAME).is_file():
+        return Codec.from_file(args.model, device=device)
+    return build_codec(None, device)  # real-size architecture, random weights
 
 
 def main(argv=None):

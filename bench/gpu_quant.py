@@ -11,8 +11,9 @@ Then the speed table (real-size random weights):
 1. S2-Pro's Linear shapes at batch 1 and 8: bf16 ``F.linear``, FP8 dequant and W8A8
    ``_scaled_mm``, each eager and compiled (µs per call, CUDA events): which path wins per shape.
 2. tiny-s2 loaded with each mode: slow-logit error against bf16 and whether it generates.
-3. ``Engine(compile=True)`` (reduce-overhead: CUDA graphs) on the FP8 dequant model: same
-   greedy codes as eager.
+3. ``Engine(compile=True)`` (and its CUDA graph) on the FP8 dequant model in fp32 activations:
+   same greedy codes as eager (in bf16, fused kernels round differently and codes part on near
+   ties, whatever the layers; tests/test_quant.py checks the same on CPU).
 """
 
 from __future__ import annotations
@@ -59,21 +60,17 @@ def kernels() -> list[dict]:
             x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
             row = {"N": n, "K": k, "batch": batch,
                    "bf16": cuda_time(lambda: F.linear(x, w))}
+            ref = F.linear(x.float(), w.float())
             for path in ("dequant", "scaled_mm"):
                 layer = FP8Linear.from_weight(w, path)
                 try:
                     row[path] = cuda_time(lambda: layer(x))
+                    y = layer(x).float()
+                    row[path + "_rel_err"] = round(float((y - ref).norm() / ref.norm()), 4)
                     compiled = torch.compile(layer, fullgraph=True)
                     row[path + "_compiled"] = cuda_time(lambda: compiled(x))
                 except Exception as e:  # noqa: BLE001 - report what failed, keep measuring
                     row[path] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            ref = F.linear(x.float(), w.float())
-            for path in ("dequant", "scaled_mm"):
-                try:
-                    y = FP8Linear.from_weight(w, path)(x).float()
-                    row[path + "_rel_err"] = round(float((y - ref).norm() / ref.norm()), 4)
-                except Exception:  # noqa: BLE001
-                    pass
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -111,7 +108,7 @@ def compiled_step() -> dict:
     from safetensors.torch import load_file
 
     prompt = load_file(str(PROMPTS))["b_clone.batch0.prompt"]
-    model = quant.load_model(FIXTURE, "cuda", torch.bfloat16, "fp8", fp8_path="dequant")
+    model = quant.load_model(FIXTURE, "cuda", torch.float32, "fp8", fp8_path="dequant")
     greedy = SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=16)
     eager = Engine(model).generate(prompt, greedy, seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
