@@ -1,86 +1,29 @@
-"""Load S2-Pro weights: safetensors shards listed by ``model.safetensors.index.json``.
+"""Load the Dual-AR model from a checkpoint folder, quantized as asked: the one loader.
 
-The model is built on the ``meta`` device and each tensor is streamed in, cast and placed on
-its device one at a time, so peak memory is one copy of the model plus one tensor. Both the HF
-names (``text_model.model.*``, ``audio_decoder.*``) and fish-speech's internal names are accepted;
-any missing, unexpected or mis-shaped tensor is reported in one error.
+The model is built on the ``meta`` device and each tensor is streamed in, cast, quantized (a
+``quant.Converter``, when a mode or FP8 embedding tables are asked for) and placed on its device
+one at a time, so peak memory is one copy of the model plus one tensor. Both the HF names and
+fish-speech's internal names are accepted (``tensor_names``); an FP8 checkpoint (any tensor
+stored as float8_e4m3fn) goes through ``fp8_checkpoint``. Any missing, unexpected or mis-shaped
+tensor is reported in one ``CheckpointError``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
-from safetensors import SafetensorError, safe_open
-from torch import nn
 
 from .config import ModelConfig
+from .fp8_checkpoint import is_fp8_checkpoint, load_fp8, stored_fp8
 from .model import DualAR
+from .shards import CheckpointError, iter_tensors
+from .siblings import quant
+from .tensor_names import to_hf, to_internal
+from .weights import StreamedLoad, assign
 
-HF_TEXT = "text_model.model."
-HF_AUDIO = "audio_decoder."
-INDEX_FILE = "model.safetensors.index.json"
-
-
-class CheckpointError(ValueError):
-    """The checkpoint folder is incomplete, or its tensors do not fit the config."""
-
-
-def to_internal(name: str) -> str:
-    """HF tensor name → fish-speech internal name (internal names pass through)."""
-    if name.startswith(HF_TEXT):
-        return name[len(HF_TEXT):]
-    if name.startswith(HF_AUDIO):
-        rest = name[len(HF_AUDIO):]
-        return rest if rest.startswith("codebook_embeddings.") else "fast_" + rest
-    return name
-
-
-def to_hf(name: str) -> str:
-    """Internal name → HF tensor name."""
-    if name.startswith("codebook_embeddings."):
-        return HF_AUDIO + name
-    if name.startswith("fast_"):
-        return HF_AUDIO + name[len("fast_"):]
-    return HF_TEXT + name
-
-
-def shard_files(folder: str | Path) -> list[Path]:
-    """The safetensors files of a checkpoint folder, all resolved inside that folder."""
-    folder = Path(folder).resolve()
-    index = folder / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({e})") from None
-        names = sorted(set(weight_map.values()))
-    else:
-        names = sorted(p.name for p in folder.glob("*.safetensors"))
-    if not names:
-        raise CheckpointError(f"{folder}: no {INDEX_FILE} and no *.safetensors weights")
-    files = []
-    for name in names:
-        path = (folder / name).resolve()
-        if path.parent != folder:
-            raise CheckpointError(f"{index}: shard {name!r} points outside the model folder")
-        if not path.is_file():
-            raise CheckpointError(f"{folder}: shard {name} listed in {INDEX_FILE} is missing")
-        files.append(path)
-    return files
-
-
-def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(stored name, tensor)`` for every tensor of every shard, one at a time."""
-    for path in shard_files(folder):
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
-        except (OSError, RuntimeError, SafetensorError) as e:
-            raise CheckpointError(f"cannot read {path}: {e}") from None
+__all__ = ["CheckpointError", "assign", "build_meta", "iter_tensors", "load_model", "to_hf",
+           "to_internal"]
 
 
 def build_meta(config: ModelConfig, dtype: torch.dtype = torch.bfloat16) -> DualAR:
@@ -89,50 +32,57 @@ def build_meta(config: ModelConfig, dtype: torch.dtype = torch.bfloat16) -> Dual
         return DualAR(config).to(dtype)
 
 
-def expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    return {name: tuple(p.shape) for name, p in model.named_parameters()}
-
-
-def assign(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
-    module_name, _, leaf = name.rpartition(".")
-    module = model.get_submodule(module_name) if module_name else model
-    module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
-
-
 def load_model(folder: str | Path, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.bfloat16, config: ModelConfig | None = None,
-               convert: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> DualAR:
-    """Build the Dual-AR model of ``folder`` with weights cast to ``dtype`` on ``device``.
+               dtype: torch.dtype = torch.bfloat16, quantization: str | None = None, *,
+               fp8_path: str | None = None, skip=quant.DEFAULT_SKIP,
+               quantize_embeddings: bool | None = None,
+               config: ModelConfig | None = None) -> DualAR:
+    """The Dual-AR model of ``folder`` with weights cast to ``dtype`` on ``device``, quantized
+    with ``quantization`` (``quant.MODES``; None = "none").
 
-    ``convert(name, tensor)`` may replace a tensor before it is placed (used by quantizers)."""
-    folder = Path(folder)
+    An FP8 checkpoint stays FP8 unless a torchao mode is asked for. ``fp8_path`` picks how FP8
+    Linear layers run (``quant.fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``);
+    ``skip`` lists fnmatch patterns of module names (Linear layers, embedding tables) kept in
+    bf16. ``quantize_embeddings`` stores the embedding tables as FP8 rows (None: the mode's
+    default, ``quant.EMBEDDINGS_BY_MODE``; tables stored as FP8 in the checkpoint stay FP8
+    unless it is False)."""
+    folder, device = Path(folder), torch.device(device)
+    mode = quant.normalize_mode(quantization)
     config = config or ModelConfig.from_file(folder)
     model = build_meta(config, dtype)
-    shapes = expected_shapes(model)
-    device = torch.device(device)
-    seen, unexpected, misshaped = set(), [], []
-    for stored, tensor in iter_tensors(folder):
-        name = to_internal(stored)
-        if name not in shapes or name in seen:
-            unexpected.append(stored)
-            continue
-        if tuple(tensor.shape) != shapes[name]:
-            misshaped.append(f"{stored}: {tuple(tensor.shape)}, expected {shapes[name]}")
-            seen.add(name)
-            continue
-        tensor = tensor.to(device=device, dtype=dtype)
-        if convert is not None:
-            tensor = convert(name, tensor)
-        assign(model, name, tensor)
-        seen.add(name)
-    missing = sorted(to_hf(n) for n in shapes.keys() - seen)
-    if missing or unexpected or misshaped:
-        lines = [f"{folder}: the weights do not match config.json"]
-        for label, items in (("missing", missing), ("unexpected", sorted(unexpected)),
-                             ("wrong shape", misshaped)):
-            if items:
-                lines.append(f"  {label} ({len(items)}): " + ", ".join(items[:20])
-                             + (" …" if len(items) > 20 else ""))
-        raise CheckpointError("\n".join(lines))
+    fp8_stored = is_fp8_checkpoint(folder)
+    converter = choose_converter(model, folder, mode, device, dtype, fp8_stored, fp8_path, skip,
+                                 quantize_embeddings)
+    if fp8_stored:
+        load_fp8(model, folder, device, dtype, converter)
+    else:
+        load_plain(model, folder, device, dtype, converter)
     model.reset_buffers(device)
-    return model.eval()
+    return (converter.finish(model) if converter else model).eval()
+
+
+def choose_converter(model: DualAR, folder: Path, mode: str, device: torch.device,
+                     dtype: torch.dtype, fp8_stored: bool, fp8_path, skip,
+                     quantize_embeddings) -> quant.Converter | None:
+    """The per-tensor quantization policy of this load (None: every tensor as stored)."""
+    targets = [n for n in quant.linear_weights(model) if not quant.skipped(n, skip)]
+    tables = quant.embedding_targets(model, mode, quantize_embeddings, skip)
+    if fp8_stored and quantize_embeddings is None:
+        tables += [n for n in stored_fp8(folder) if n in quant.embedding_weights(model)]
+    if mode == "none" and not tables and not fp8_stored:
+        return None
+    return quant.Converter(mode, device, dtype, targets, fp8_path, tables)
+
+
+def load_plain(model: DualAR, folder: Path, device: torch.device, dtype: torch.dtype,
+               converter: quant.Converter | None) -> None:
+    """Stream a bf16/fp32 checkpoint into ``model`` (built on meta), through ``converter``."""
+    load = StreamedLoad(model, display=to_hf)
+
+    def place(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.to(device=device, dtype=dtype)
+        return converter(name, tensor) if converter else tensor
+
+    for stored, tensor in iter_tensors(folder):
+        load.take(stored, to_internal(stored), tensor, place)
+    load.finish(f"{folder}: the weights do not match config.json", CheckpointError)

@@ -15,7 +15,6 @@ so the joins have no clicks.
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from . import text as textplan
+from .checkpoint import load_model
 from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
 from .generate import Engine, GenerationError, SamplingParams
@@ -130,7 +130,7 @@ class Synthesizer:
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
-        model = load_quantized(folder, device, dtype, quantization)
+        model = load_model(folder, device, dtype, quantization)
         tokenizer = FishTokenizer.from_dir(folder)
         codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype)) \
             if (folder / CHECKPOINT_NAME).is_file() else None
@@ -323,18 +323,6 @@ class Synthesizer:
                 f"the prompt is {prompt.shape[1]} tokens but the model's context is {limit}: "
                 "use shorter or fewer reference clips, or a smaller text batch")
         return prompt
-
-
-def load_quantized(folder: Path, device, dtype, quantization: str | None) -> DualAR:
-    """Load the model, quantized as asked (or as stored, for FP8 checkpoints)."""
-    return sibling("quant").load_model(folder, device, dtype, quantization)
-
-
-def sibling(name: str):
-    """Import a sibling package of fish_core (``quant``), whether the pack is loaded as a
-    package (ComfyUI: ``<pack>.quant``) or from its root (CLI and tests: ``quant``)."""
-    parent = __package__.rpartition(".")[0]
-    return importlib.import_module(f"{parent}.{name}" if parent else name)
 
 
 def fade_in(wave: torch.Tensor, sr: int, seconds: float = 0.01) -> torch.Tensor:

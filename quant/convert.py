@@ -1,8 +1,8 @@
 """Turn Linear weights and embedding tables into quantized ones, one tensor at a time.
 
 A ``Converter`` is built for one (mode, device, dtype) and applied to each weight as it is
-streamed in (``fish_core.checkpoint.load_model``'s ``convert`` hook, the FP8-checkpoint loader,
-or ``quantize_model`` on a model in memory). Linear weights follow the mode; the embedding tables
+streamed in (by a loader: ``fish_core.checkpoint.load_model``), or by ``quantize_model`` to a
+model already in memory. Nothing here knows the model: weights are named by their module path. Linear weights follow the mode; the embedding tables
 it is given become per-row FP8 in every mode. Weights that end up as e4m3 codes are first placed
 in their ``nn.Linear`` / ``nn.Embedding`` as is; ``finish`` then swaps those modules for
 ``FP8Linear`` / ``FP8Embedding`` with the scales it kept.
@@ -21,14 +21,15 @@ from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_row
 
 MODES = ("none", "fp8", *torchao_modes.MODES)
 
+# Linear layers left in bf16 by default: none, like the community checkpoints (all 201), so an
+# export loads in their loaders too. Keeping the fast AR in bf16 (``skip=("fast_layers.*",
+# "fast_output")``) lowers the fast-logit error at ~1.5x the bytes per frame: see
+# ``bench/bench_quant.py --errors`` for the figures.
+DEFAULT_SKIP: tuple[str, ...] = ()
+
 # Whether each mode stores the embedding tables as FP8 rows when not told (``quantize_embeddings``
-# None): only the 4-bit modes, which need it to stay under 3 GB. Measured with
-# ``bench/bench_quant.py --errors`` (teacher-forced slow-logit error vs fp32, medium / tiny):
-# FP8 tables alone raise it from the bf16 floor 0.018 / 0.008 to 0.076 / 0.043, they roughly double
-# int8's error (0.044 → 0.088) and raise fp8's (0.131 → 0.147), while fp8 and int8 fit 6 GB
-# without them (5.08 GB). Keeping the tied head's rows exact recovers only 0.004: the error comes
-# in through the input embeddings. For nvfp4 they change little (tiny 0.206 → 0.207, medium
-# 0.457 → 0.464), and S2-Pro in int4 / nvfp4 goes from 3.49 / 3.31 GB to 2.97 / 2.79 GB.
+# None): only the 4-bit modes, which need it to stay under 3 GB of S2-Pro weights; elsewhere the
+# tables add logit error for little saving (``bench/bench_quant.py --errors`` measures both).
 EMBEDDINGS_BY_MODE = {"none": False, "fp8": False, "int8": False, "fp8-dynamic": False,
                       "int4": True, "nvfp4": True}
 
@@ -136,9 +137,7 @@ class Converter:
         """Swap every Linear (embedding) holding e4m3 codes for an ``FP8Linear``
         (``FP8Embedding``) with its scale."""
         for name, scale in self.scales.items():
-            module_name = name.rpartition(".")[0]
-            parent_name, _, leaf = module_name.rpartition(".")
-            parent = model.get_submodule(parent_name) if parent_name else model
+            parent, leaf = owner(model, name.rpartition(".")[0])
             q = getattr(parent, leaf).weight
             if q.dtype != FP8:
                 raise RuntimeError(f"{name}: expected e4m3 codes, found {q.dtype}")
@@ -157,3 +156,31 @@ class Converter:
             setattr(parent, leaf, layer)
         self.scales.clear()
         return model
+
+
+def owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    """``"layers.0.attention.wqkv"`` → (the module holding it, ``"wqkv"``)."""
+    parent_name, _, leaf = name.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), leaf
+
+
+def quantize_model(model: nn.Module, mode: str = "fp8", skip=DEFAULT_SKIP,
+                   fp8_path: str | None = None, quantize_embeddings: bool | None = None
+                   ) -> nn.Module:
+    """Quantize the Linear layers (and, per ``quantize_embeddings``, the embedding tables) of a
+    loaded (bf16/fp32) model with ``device`` and ``dtype`` properties in place; returns it.
+
+    ``skip`` lists fnmatch patterns of module names kept as they are; ``fp8_path`` picks how FP8
+    Linear layers run (``fp8.PATHS``); ``quantize_embeddings`` None means the mode's default
+    (``EMBEDDINGS_BY_MODE``)."""
+    mode = normalize_mode(mode)
+    targets = [n for n in linear_weights(model) if not skipped(n, skip)]
+    tables = embedding_targets(model, mode, quantize_embeddings, skip)
+    converter = Converter(mode, model.device, model.dtype, targets, fp8_path, tables)
+    for name in targets + tables:
+        tensor = model.get_parameter(name)
+        if tensor.dtype.is_floating_point and tensor.dtype.itemsize > 1:
+            parent, leaf = owner(model, name)
+            parent._parameters[leaf] = nn.Parameter(converter(name, tensor.detach()),
+                                                    requires_grad=False)
+    return converter.finish(model)

@@ -2,7 +2,7 @@
 (``planned_bytes``, from the shapes alone, so it works on a ``meta`` model of the full size).
 
     meta = fish_core.checkpoint.build_meta(ModelConfig.from_file("s2-pro"))
-    quant.planned_bytes(meta, "int4")     # ≈ 2.97e9: int4 Linear layers, FP8 embedding tables
+    quant.planned_bytes(meta, "int4")     # int4 Linear layers, FP8 embedding tables
 """
 
 from __future__ import annotations

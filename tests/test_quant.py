@@ -18,6 +18,8 @@ import quant
 from fish_core.checkpoint import CheckpointError, assign, build_meta, iter_tensors, load_model, \
     to_hf, to_internal
 from fish_core.config import ModelConfig
+from fish_core.export import export_fp8
+from fish_core.fp8_checkpoint import is_fp8_checkpoint
 from fish_core.generate import Engine, SamplingParams
 from quant import fp8 as fp8mod
 from quant import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
@@ -129,7 +131,7 @@ def test_unknown_path_and_mode_are_rejected():
     with pytest.raises(QuantizationError, match="fp8 path must be one of"):
         fp8mod.resolve_path("fast", torch.device("cpu"))
     with pytest.raises(QuantizationError, match="unknown quantization 'int3'.*fp8"):
-        quant.load_model(ROOT / "tests/fixtures/tiny-s2", "cpu", torch.bfloat16, "int3")
+        load_model(ROOT / "tests/fixtures/tiny-s2", "cpu", torch.bfloat16, "int3")
 
 
 def test_fp8_on_a_device_without_float8_is_a_clear_error(monkeypatch):
@@ -212,7 +214,7 @@ def test_engine_follows_embeddings_quantized_under_it(ckpt_dir, prompt):
 
 @pytest.mark.parametrize("embeddings", [False, True])
 def test_streamed_fp8_load_equals_quantizing_after_load(ckpt_dir, embeddings):
-    streamed = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+    streamed = load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
                                 quantize_embeddings=embeddings)
     after = quant.quantize_model(load_model(ckpt_dir), "fp8", fp8_path="dequant",
                                  quantize_embeddings=embeddings)
@@ -247,8 +249,8 @@ def fp8_dirs(ckpt_dir, tmp_path_factory):
 
 
 def test_fp8_checkpoint_is_detected_by_dtype(ckpt_dir, fp8_dirs):
-    assert not quant.is_fp8_checkpoint(ckpt_dir)
-    assert all(quant.is_fp8_checkpoint(d) for d in fp8_dirs.values())  # names lack "fp8"
+    assert not is_fp8_checkpoint(ckpt_dir)
+    assert all(is_fp8_checkpoint(d) for d in fp8_dirs.values())  # names lack "fp8"
 
 
 def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_model, prompt):
@@ -256,7 +258,7 @@ def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_mod
               .items()}
     runs = {}
     for names, folder in fp8_dirs.items():
-        model = quant.load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
+        model = load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
         layers = {n: m for n, m in model.named_modules() if isinstance(m, FP8Linear)}
         assert len(layers) == 21
         for n, m in layers.items():
@@ -264,7 +266,7 @@ def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_mod
             assert torch.equal(m.scale, stored[n + ".weight.scale"])
         runs[names] = Engine(model).generate(prompt, greedy(24), seed=0)[0].columns
     # the CPU default: dequantized once at load, plain Linear layers, same numbers
-    loaded = quant.load_model(fp8_dirs["internal"], "cpu", torch.bfloat16)
+    loaded = load_model(fp8_dirs["internal"], "cpu", torch.bfloat16)
     assert not any(isinstance(m, FP8Linear) for m in loaded.modules())
     runs["load"] = Engine(loaded).generate(prompt, greedy(24), seed=0)[0].columns
     assert torch.equal(runs["internal"], runs["hf"]) and torch.equal(runs["internal"], runs["load"])
@@ -273,7 +275,7 @@ def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_mod
 def test_fp8_against_bf16_logits_and_greedy_agreement(fp8_dirs, bf16_model, prompt):
     """The tiny random model's logits are nearly flat, so greedy runs part ways within a few
     frames under any perturbation (bf16 itself vs fp32 too); the logit error is what is bounded."""
-    fp8_model = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16)
+    fp8_model = load_model(fp8_dirs["hf"], "cpu", torch.bfloat16)
     T = prompt.shape[1]
     with torch.inference_mode():
         pos = torch.arange(T)[None]
@@ -311,7 +313,7 @@ def test_corrupted_fp8_checkpoint_gives_one_error_listing_everything(fp8_dirs, t
 
     folder = broken(fp8_dirs["internal"], tmp_path, edit)
     with pytest.raises(CheckpointError) as e:
-        quant.load_model(folder, "cpu", torch.bfloat16)
+        load_model(folder, "cpu", torch.bfloat16)
     msg = str(e.value)
     assert f"{wqkv}.scale: (191, 1)" in msg
     assert "text_model.model.layers.1.attention.wo.weight.scale" in msg
@@ -326,9 +328,9 @@ def test_fp8_embedding_tables_load_but_fp8_norms_do_not(fp8_dirs, tmp_path):
             t[f"{table}.weight"], t[f"{table}.weight.scale"] = quantize_rows(t[f"{table}.weight"])
 
     folder = broken(fp8_dirs["internal"], tmp_path / "a", fp8_tables)
-    model = quant.load_model(folder, "cpu", torch.bfloat16)
+    model = load_model(folder, "cpu", torch.bfloat16)
     assert all(isinstance(getattr(model, t), FP8Embedding) for t in TABLES)  # kept as stored
-    plain = quant.load_model(folder, "cpu", torch.bfloat16, quantize_embeddings=False)
+    plain = load_model(folder, "cpu", torch.bfloat16, quantize_embeddings=False)
     assert not any(isinstance(m, FP8Embedding) for m in plain.modules())
     assert torch.equal(plain.embeddings.weight, model.embeddings.rows(torch.arange(
         model.config.text.vocab_size)))
@@ -341,7 +343,7 @@ def test_fp8_embedding_tables_load_but_fp8_norms_do_not(fp8_dirs, tmp_path):
 
     folder = broken(fp8_dirs["internal"], tmp_path / "b", bad)
     with pytest.raises(CheckpointError) as e:
-        quant.load_model(folder, "cpu", torch.bfloat16)
+        load_model(folder, "cpu", torch.bfloat16)
     msg = str(e.value)
     assert "norm.weight: float8_e4m3fn, but only Linear weights and embedding tables" in msg
     assert "audio_decoder.codebook_embeddings.weight.scale" in msg  # missing
@@ -358,7 +360,7 @@ def test_scale_for_a_bf16_weight_and_nan_scales_are_errors(fp8_dirs, tmp_path):
 
     folder = broken(fp8_dirs["internal"], tmp_path, edit)
     with pytest.raises(CheckpointError) as e:
-        quant.load_model(folder, "cpu", torch.bfloat16)
+        load_model(folder, "cpu", torch.bfloat16)
     assert f"{w1}.scale: holds inf or NaN" in str(e.value)
     assert "fast_output.weight.scale (its weight is not FP8)" in str(e.value)
 
@@ -370,16 +372,16 @@ def test_mixed_checkpoint_with_a_bf16_head_loads(fp8_dirs, tmp_path):
                                                   torch.bfloat16)
 
     folder = broken(fp8_dirs["internal"], tmp_path, edit)
-    model = quant.load_model(folder, "cpu", torch.bfloat16, "fp8", fp8_path="dequant")
+    model = load_model(folder, "cpu", torch.bfloat16, "fp8", fp8_path="dequant")
     assert isinstance(model.fast_output, FP8Linear)  # quantized on load, as asked
-    model = quant.load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    model = load_model(folder, "cpu", torch.bfloat16, None, fp8_path="dequant")
     assert type(model.fast_output) is nn.Linear  # stays as stored
 
 
 # ---------------------------------------------------------------------------- export
 def test_export_round_trip(ckpt_dir, tmp_path):
     dst = tmp_path / "exported"
-    info = quant.export_fp8(ckpt_dir, dst, skip=("fast_output",))
+    info = export_fp8(ckpt_dir, dst, skip=("fast_output",))
     assert info["num_quantized_layers"] == 20 and info["skipped_layers"] == ["fast_output"]
     for name in ("config.json", "tokenizer.json", "codec.pth", "quantization_info.json",
                  "model.safetensors"):
@@ -389,7 +391,7 @@ def test_export_round_trip(ckpt_dir, tmp_path):
     stored = load_file(str(dst / "model.safetensors"))
     assert all(k.startswith(("text_model.model.", "audio_decoder.")) for k in stored)
     original = {to_internal(k): v for k, v in iter_tensors(ckpt_dir)}
-    model = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    model = load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
     state = model.state_dict()
     for name, tensor in original.items():
         if name.endswith(".weight") and isinstance(model.get_submodule(name[:-7]), FP8Linear):
@@ -400,12 +402,12 @@ def test_export_round_trip(ckpt_dir, tmp_path):
         else:
             assert torch.equal(state[name], tensor.to(torch.bfloat16)), name
     with pytest.raises(QuantizationError, match="already an FP8 checkpoint"):
-        quant.export_fp8(dst, tmp_path / "again")
+        export_fp8(dst, tmp_path / "again")
 
 
 def test_export_with_fp8_embeddings_round_trip(ckpt_dir, tmp_path):
     dst = tmp_path / "exported"
-    info = quant.export_fp8(ckpt_dir, dst, skip=("fast_embeddings",), embeddings=True)
+    info = export_fp8(ckpt_dir, dst, skip=("fast_embeddings",), embeddings=True)
     assert info["fp8_embeddings"] == ["codebook_embeddings", "embeddings"]
     stored = load_file(str(dst / "model.safetensors"))
     original = {to_internal(k): v for k, v in iter_tensors(ckpt_dir)}
@@ -415,7 +417,7 @@ def test_export_with_fp8_embeddings_round_trip(ckpt_dir, tmp_path):
         assert torch.equal(stored[key].view(torch.uint8), q.view(torch.uint8))
         assert torch.equal(stored[key + ".scale"], scale)
     assert stored[to_hf("fast_embeddings.weight")].dtype == torch.bfloat16
-    model = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
+    model = load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant")
     assert isinstance(model.embeddings, FP8Embedding) and isinstance(model.layers[0].attention.wqkv,
                                                                       FP8Linear)
     assert type(model.fast_embeddings) is nn.Embedding
@@ -424,7 +426,7 @@ def test_export_with_fp8_embeddings_round_trip(ckpt_dir, tmp_path):
                        stored[to_hf("embeddings.weight")].view(torch.uint8))
     assert torch.equal(state["embeddings.scale"], stored[to_hf("embeddings.weight") + ".scale"])
     # streaming a bf16 checkpoint through the converter gives the same model
-    direct = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+    direct = load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
                               skip=("fast_embeddings",), quantize_embeddings=True).state_dict()
     assert state.keys() == direct.keys()
     assert all(torch.equal(state[k].float(), direct[k].float()) for k in state)
@@ -432,13 +434,13 @@ def test_export_with_fp8_embeddings_round_trip(ckpt_dir, tmp_path):
 
 def test_export_cli_with_shards(ckpt_dir, tmp_path):
     dst = tmp_path / "cli"
-    subprocess.run([sys.executable, "-m", "quant", "export", str(ckpt_dir), str(dst),
+    subprocess.run([sys.executable, "-m", "fish_core.export", str(ckpt_dir), str(dst),
                     "--names", "internal", "--shard-mb", "0.2", "--fp8-embeddings"], cwd=ROOT,
                    check=True, capture_output=True)
     shards = sorted(p.name for p in dst.glob("*.safetensors"))
     assert len(shards) > 1 and (dst / "model.safetensors.index.json").is_file()
-    a = quant.load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant").state_dict()
-    b = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
+    a = load_model(dst, "cpu", torch.bfloat16, None, fp8_path="dequant").state_dict()
+    b = load_model(ckpt_dir, "cpu", torch.bfloat16, "fp8", fp8_path="dequant",
                          quantize_embeddings=True).state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k].float(), b[k].float()) for k in a)
@@ -464,13 +466,13 @@ def test_torchao_missing_is_a_clear_error(monkeypatch):
                                         ("fp8-dynamic", r"compute capability >= 8\.9")])
 def test_gpu_only_torchao_modes_explain_what_they_need(ckpt_dir, mode, needs):
     with pytest.raises(QuantizationError, match=needs):
-        quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
+        load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
 
 
 @pytest.mark.parametrize("mode", ["int8", "nvfp4"])
 def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, mode):
     pytest.importorskip("torchao", reason="torchao is not installed (optional)")
-    model = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
+    model = load_model(ckpt_dir, "cpu", torch.bfloat16, mode)
     assert quant.weight_bytes(model) < quant.weight_bytes(bf16_model)
     weight = model.layers[0].attention.wqkv.weight
     assert type(weight).__module__.startswith("torchao")
@@ -480,7 +482,7 @@ def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, m
     assert rel < {"int8": 0.02, "nvfp4": 0.2}[mode], rel
     assert Engine(model).generate(prompt, greedy(8), seed=0)[0].columns.shape[1] >= 1
     # an FP8 checkpoint is dequantized, then quantized again
-    again = quant.load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, mode)
+    again = load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, mode)
     assert type(again.layers[0].attention.wqkv.weight).__module__.startswith("torchao")
 
 
@@ -491,7 +493,7 @@ def test_planned_bytes_are_what_loading_holds(ckpt_dir, mode):
         pytest.importorskip("torchao", reason="torchao is not installed (optional)")
     meta = build_meta(ModelConfig.from_file(ckpt_dir))
     for embeddings in (False, True):
-        model = quant.load_model(ckpt_dir, "cpu", torch.bfloat16, mode, fp8_path="dequant",
+        model = load_model(ckpt_dir, "cpu", torch.bfloat16, mode, fp8_path="dequant",
                                  quantize_embeddings=embeddings)
         assert quant.weight_bytes(model) == quant.planned_bytes(meta, mode, (), embeddings)
 
@@ -537,7 +539,7 @@ def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt):
     """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path) and
     FP8Embedding. Activations in fp32: in bf16, fused kernels round differently from eager ones
     and greedy codes of a random tiny model part on near ties, whatever the layers."""
-    model = quant.load_model(fp8_dirs["hf"], "cpu", torch.float32, None, fp8_path="dequant",
+    model = load_model(fp8_dirs["hf"], "cpu", torch.float32, None, fp8_path="dequant",
                              quantize_embeddings=True)
     assert isinstance(model.fast_embeddings, FP8Embedding)
     eager = Engine(model).generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
