@@ -2,21 +2,25 @@
 
 Input is validated, downmixed to mono (mean over channels), resampled to 44.1 kHz with soxr
 ("HQ") and returned as float32 in [-1, 1]. No loudness or peak normalisation is applied, as in the
-reference. Every rejected input raises ``AudioError`` (a ``ValueError``) that says what was expected.
+reference. Every rejected input raises ``AudioError`` (a ``ValueError``) that says what was
+expected.
 
 Limits (all overridable per call):
   * at least ``MIN_SECONDS`` = 0.1 s: about two codec frames (one frame is 2048 samples = 46 ms);
     anything shorter carries no usable voice for cloning.
   * at most ``MAX_SECONDS`` = 600 s (10 minutes).
   * not all-silent: the peak after downmixing must reach ``SILENCE_PEAK`` (1e-4, i.e. -80 dBFS).
+
+soundfile (file I/O) and soxr (resampling) are imported only when used, so the engine runs
+without them; using what needs one that is missing raises ``AudioError`` naming the package.
 """
+
+from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
-import soxr
 import torch
 
 SAMPLE_RATE = 44100
@@ -40,12 +44,32 @@ class AudioError(ValueError):
     """Audio that cannot be used: unreadable, malformed, silent, too short or too long."""
 
 
+def import_soundfile():
+    """The soundfile module (reading and writing audio files)."""
+    try:
+        import soundfile
+    except ImportError:
+        raise AudioError("reading or writing audio files needs the soundfile package: "
+                         "pip install soundfile") from None
+    return soundfile
+
+
+def import_soxr():
+    """The soxr module (resampling)."""
+    try:
+        import soxr
+    except ImportError:
+        raise AudioError("resampling audio needs the soxr package: pip install soxr") from None
+    return soxr
+
+
 def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_SECONDS,
                max_seconds: float = MAX_SECONDS) -> torch.Tensor:
     """Read an audio file (wav/flac/ogg/... via soundfile) -> mono float32 [T] at ``target_sr``."""
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"audio file not found: {path}")
+    sf = import_soundfile()
     try:
         info = sf.info(str(path))
         # Refuse absurdly long files before decoding them.
@@ -53,8 +77,8 @@ def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_S
             raise AudioError(f"{path}: audio is {info.frames / info.samplerate:.1f} s long; "
                              f"the limit is {max_seconds:g} s")
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
-    except (sf.LibsndfileError, RuntimeError, TypeError) as err:
-        raise AudioError(f"cannot read audio file {path}: {err}") from err
+    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+        raise AudioError(f"cannot read audio file {path}: {e}") from None
     return prepare_audio(data.T, sr, target_sr=target_sr, min_seconds=min_seconds,
                          max_seconds=max_seconds, name=str(path))
 
@@ -64,9 +88,9 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
                   name: str = "audio") -> torch.Tensor:
     """Validate in-memory audio -> mono float32 [T] at ``target_sr``.
 
-    ``audio``: tensor or ndarray shaped [T], [C, T] or [B, C, T] (ComfyUI style; item 0 is used), or a
-    ComfyUI AUDIO dict ``{"waveform": [B, C, T], "sample_rate": sr}``. Float samples are taken as is;
-    integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1].
+    ``audio``: tensor or ndarray shaped [T], [C, T] or [B, C, T] (ComfyUI style; item 0 is
+    used), or a ComfyUI AUDIO dict ``{"waveform": [B, C, T], "sample_rate": sr}``. Float samples
+    are taken as is; integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1].
     """
     if isinstance(audio, Mapping):
         if "waveform" not in audio or "sample_rate" not in audio:
@@ -92,7 +116,7 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
     if float(np.abs(mono).max()) < SILENCE_PEAK:
         raise AudioError(f"{name}: audio is silent (peak below {SILENCE_PEAK:g}, i.e. -80 dBFS)")
     if sr != target_sr:
-        mono = soxr.resample(mono, sr, target_sr, quality="HQ")
+        mono = import_soxr().resample(mono, sr, target_sr, quality="HQ")
     return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))
 
 
@@ -110,7 +134,8 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     fmt, default_subtype, allowed = _WRITE_FORMATS[ext]
     subtype = (subtype or default_subtype).upper()
     if subtype not in allowed:
-        raise AudioError(f"cannot write {path}: subtype {subtype!r} is not one of {allowed} for {ext}")
+        raise AudioError(f"cannot write {path}: subtype {subtype!r} is not one of {allowed} "
+                         f"for {ext}")
     sr = _check_rate(sample_rate, str(path))
     if sr != int(sr):
         raise AudioError(f"cannot write {path}: sample_rate must be an integer, got {sample_rate}")
@@ -127,11 +152,12 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     if not np.isfinite(x).all():
         raise AudioError(f"cannot write {path}: wave contains NaN/Inf samples")
 
+    sf = import_soundfile()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         sf.write(str(path), np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
-    except (sf.LibsndfileError, RuntimeError, OSError) as err:
-        raise AudioError(f"cannot write {path}: {err}") from err
+    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        raise AudioError(f"cannot write {path}: {e}") from None
     return path
 
 
@@ -153,7 +179,8 @@ def _as_float32(audio, name: str) -> np.ndarray:
             audio = audio.float()
         audio = audio.numpy()
     elif not isinstance(audio, np.ndarray):
-        raise AudioError(f"{name}: expected a torch.Tensor or numpy.ndarray, got {type(audio).__name__}")
+        raise AudioError(f"{name}: expected a torch.Tensor or numpy.ndarray, "
+                         f"got {type(audio).__name__}")
     if audio.dtype.kind == "f":
         return audio.astype(np.float32, copy=False)
     if audio.dtype in _INT_SCALE:
@@ -172,7 +199,8 @@ def _channels_first(x: np.ndarray, name: str) -> np.ndarray:
     if x.ndim == 1:
         x = x[None]
     if x.ndim != 2:
-        raise AudioError(f"{name}: expected audio shaped [T], [C, T] or [B, C, T], got {list(x.shape)}")
+        raise AudioError(f"{name}: expected audio shaped [T], [C, T] or [B, C, T], "
+                         f"got {list(x.shape)}")
     if x.shape[0] == 0:
         raise AudioError(f"{name}: audio has no channels (shape {list(x.shape)})")
     if x.shape[0] > MAX_CHANNELS:

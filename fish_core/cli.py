@@ -275,7 +275,7 @@ def cmd_srt(args) -> str:
 
 
 def cmd_encode(args) -> str:
-    from .codec import encode_file
+    from .codec_files import encode_file
 
     codes = encode_file(load_codec(args), args.audio)
     save_codes(args.out, codes)
@@ -283,7 +283,7 @@ def cmd_encode(args) -> str:
 
 
 def cmd_decode(args) -> str:
-    from .codec import decode_to_file
+    from .codec_files import decode_to_file
 
     codec = load_codec(args)
     codes = read_codes(args.codes)

@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from fish_core.audio import load_audio
-from fish_core.codec import (WN_LEGACY, WN_PARAMETRIZATIONS, Codec, CodecConfig, CodecLoadError,
-                             build_codec, decode_to_file, encode_file, read_checkpoint,
-                             receptive_field)
+from fish_core.codec import Codec, build_codec
+from fish_core.codec_checkpoint import read_checkpoint
+from fish_core.codec_config import CodecConfig, CodecLoadError
+from fish_core.codec_files import decode_to_file, encode_file
+from fish_core.codec_layers import WN_LEGACY, WN_PARAMETRIZATIONS
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -31,6 +33,55 @@ def gold(golden) -> dict:
 @pytest.fixture(scope="session")
 def checkpoint(ckpt_dir) -> dict:
     return read_checkpoint(ckpt_dir / "codec.pth")
+
+
+def checkpoint_shapes(codec: Codec) -> dict[str, tuple]:
+    """Key -> shape as stored in the real ``codec.pth`` (weight norm unfolded into g/v)."""
+    shapes = {k: tuple(v.shape) for k, v in codec.state_dict().items()}
+    for name, module in codec.named_modules():
+        keys = getattr(module, "weight_norm_keys", None)
+        if keys:
+            weight = shapes.pop(f"{name}.weight")
+            shapes[f"{name}.{keys[0]}"] = (weight[0],) + (1,) * (len(weight) - 1)
+            shapes[f"{name}.{keys[1]}"] = weight
+    return shapes
+
+
+def receptive_field(config: CodecConfig) -> dict:
+    """Exact left context (in 44.1 kHz samples) behind one encoded frame / one decoded sample.
+
+    Causal conv (kernel k, dilation d, stride s): (k-1)*d+1-s input steps. Causal transposed conv
+    with kernel 2s: one input step. Windowed attention composes across layers: n_layer*(window-1)
+    positions. Nothing looks right, so a chunk needs only this much history.
+    """
+    residual_units = sum(6 * d for d in (1, 3, 9))  # three k7 convs, dilations 1, 3, 9
+    enc, step = 6, 1  # first conv k7 at 44.1 kHz
+    for rate, layers in zip(config.encoder_rates, config.encoder_transformer_layers):
+        enc += residual_units * step + rate * step  # residual units, then conv k=2*rate
+        step *= rate
+        enc += layers * (config.encoder_window - 1) * step
+    enc += 2 * step  # last conv k3
+    q = config.quantizer_transformer
+    for factor in config.downsample_factors:
+        step *= factor  # conv k=s: no overlap
+        enc += 6 * step  # ConvNeXt depthwise k7
+    enc += q.n_layer * (q.window - 1) * step
+
+    step = config.frame_length
+    dec = q.n_layer * (q.window - 1) * step
+    for factor in reversed(config.downsample_factors):
+        step //= factor  # transposed conv k=s: no overlap
+        dec += 6 * step
+    dec += 6 * step  # first decoder conv k7
+    for rate in config.decoder_rates:
+        dec += step  # transposed conv k=2*rate reaches one input step back
+        step //= rate
+        dec += residual_units * step
+    dec += 6 * step  # last conv k7
+    frame = config.frame_length
+    return {"encode_samples": enc, "encode_frames": -(-enc // frame),
+            "decode_samples": dec, "decode_frames": -(-dec // frame)}
+
 
 
 def random_codes(codec: Codec, frames: int, seed: int = 0, batch: int = 1) -> torch.Tensor:
@@ -120,7 +171,7 @@ def test_real_codec_on_meta_matches_manifest(fixtures):
     expected = {t["key"]: tuple(t["shape"]) for t in manifest["tensors"]}
     codec = build_codec()  # real-size defaults, meta device
     assert all(p.is_meta for p in codec.parameters())
-    shapes = codec.checkpoint_shapes()
+    shapes = checkpoint_shapes(codec)
     assert shapes == expected
     assert len(shapes) == manifest["n_tensors"] == 535
     assert sum(math.prod(s) for s in shapes.values()) == manifest["n_params"] == 391_430_530
@@ -129,7 +180,7 @@ def test_real_codec_on_meta_matches_manifest(fixtures):
 
 
 def test_fixture_key_layout_round_trips(codec, checkpoint):
-    assert codec.checkpoint_shapes() == {k: tuple(v.shape) for k, v in checkpoint.items()}
+    assert checkpoint_shapes(codec) == {k: tuple(v.shape) for k, v in checkpoint.items()}
 
 
 def test_weight_norm_folded_once_and_no_buffers(codec):

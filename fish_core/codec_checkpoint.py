@@ -1,0 +1,132 @@
+"""Read ``codec.pth`` into a codec: ``torch.load(weights_only=True)``, unwrap training
+checkpoints, fold weight norm (either style) once, read the architecture from the shapes, and
+stream the weights in through the one shape-checked loader (``weights.StreamedLoad``)."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from .codec_config import CodecConfig, CodecLoadError
+from .codec_layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from .weights import StreamedLoad
+
+LABELS = {"missing": "missing keys", "unexpected": "unexpected keys",
+          "misshaped": "shape mismatches"}
+
+
+def read_checkpoint(path) -> dict:
+    """torch.load with ``weights_only=True`` only: a pickle that carries code is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise CodecLoadError(f"codec checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        detail = next((line for line in lines if "Unsupported" in line or "allowed global" in line),
+                      lines[0] if lines else "")
+        raise CodecLoadError(f"refusing to load {path}: torch.load(weights_only=True) rejected "
+                             "it. It is corrupt, or it holds pickled objects other than tensors, "
+                             f"which could run code. Detail: {detail}") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as e:
+        raise CodecLoadError(f"cannot read codec checkpoint {path}: {e}") from None
+
+
+def normalize_keys(obj) -> dict:
+    """Unwrap ``{"state_dict": ...}`` and keep only ``generator.*`` (prefix stripped) when present,
+    as the reference does for training checkpoints."""
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise CodecLoadError(f"codec checkpoint must hold a state dict, got {type(obj).__name__}")
+    if any(k.startswith("generator.") for k in obj):
+        obj = {k[len("generator."):]: v for k, v in obj.items() if k.startswith("generator.")}
+    bad = [k for k, v in obj.items() if not isinstance(v, Tensor)]
+    if bad:
+        raise CodecLoadError(f"codec checkpoint has non-tensor entries: {bad[:10]}")
+    return obj
+
+
+def fold_weight_norm(state_dict: dict) -> dict:
+    """Replace every (g, v) pair of either style with ``weight = g * v / ||v||`` (norm over all dims
+    but 0), computed once in fp32. Unpaired halves are left for the key check to report."""
+    out = dict(state_dict)
+    for g_suffix, v_suffix in (WN_PARAMETRIZATIONS, WN_LEGACY):
+        for key in [k for k in state_dict if k.endswith("." + g_suffix)]:
+            prefix = key[: -len(g_suffix)]
+            if prefix + v_suffix in state_dict:
+                g, v = out.pop(key).float(), out.pop(prefix + v_suffix).float()
+                out[prefix + "weight"] = torch._weight_norm(v, g, 0)
+    return out
+
+
+def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
+    """Channel counts, strides, layer counts and codebook sizes read from (folded) weight shapes."""
+
+    def shape(key):
+        return tuple(weights[key].shape) if key in weights else None
+
+    def count(prefix):  # number of consecutive indices i with some key starting prefix + "i."
+        i = 0
+        while any(k.startswith(f"{prefix}{i}.") for k in weights):
+            i += 1
+        return i
+
+    out = {}
+    if shape("encoder.block.0.conv.weight"):
+        out["encoder_dim"] = shape("encoder.block.0.conv.weight")[0]
+    n_enc = count("encoder.block.") - 3  # first conv, blocks, Snake, last conv
+    if n_enc > 0:
+        kernels = [shape(f"encoder.block.{i}.block.4.conv.weight") for i in range(1, n_enc + 1)]
+        if all(kernels):
+            out["encoder_rates"] = tuple(k[-1] // 2 for k in kernels)
+            out["encoder_transformer_layers"] = tuple(
+                count(f"encoder.block.{i}.block.5.layers.") for i in range(1, n_enc + 1))
+        if shape(f"encoder.block.{n_enc + 2}.conv.weight"):
+            out["latent_dim"] = shape(f"encoder.block.{n_enc + 2}.conv.weight")[0]
+    if shape("decoder.model.0.conv.weight"):
+        out["decoder_dim"] = shape("decoder.model.0.conv.weight")[0]
+    kernels = [shape(f"decoder.model.{i}.block.1.conv.weight")
+               for i in range(1, count("decoder.model.") - 2)]
+    if kernels and all(kernels):
+        out["decoder_rates"] = tuple(k[-1] // 2 for k in kernels)
+    kernels = [shape(f"quantizer.downsample.{i}.0.conv.weight")
+               for i in range(count("quantizer.downsample."))]
+    if kernels and all(kernels):
+        out["downsample_factors"] = tuple(k[-1] for k in kernels)
+
+    n_res = count("quantizer.quantizer.quantizers.")
+    book = shape("quantizer.quantizer.quantizers.0.codebook.weight")
+    semantic = shape("quantizer.semantic_quantizer.quantizers.0.codebook.weight")
+    if n_res and book:
+        out.update(n_codebooks=n_res, codebook_size=book[0], codebook_dim=book[1])
+    if semantic:
+        out["semantic_codebook_size"] = semantic[0]
+
+    q = base.quantizer_transformer
+    prefix = "quantizer.pre_module.layers."
+    wo, w1 = shape(prefix + "0.attention.wo.weight"), shape(prefix + "0.feed_forward.w1.weight")
+    if wo and w1:
+        q = replace(q, n_layer=count(prefix), n_head=wo[1] // q.head_dim, intermediate_size=w1[0])
+    return replace(base, quantizer_transformer=q, **out)
+
+
+
+def load_weights(codec: nn.Module, weights: dict, name: str, device, dtype: torch.dtype) -> None:
+    """Place the folded ``weights`` into ``codec`` (built on meta), each cast to ``dtype`` on
+    ``device``; one ``CodecLoadError`` lists every missing, unexpected or mis-shaped key."""
+    load = StreamedLoad(codec, labels=LABELS)
+
+    def place(_: str, tensor: Tensor) -> Tensor:
+        return tensor.to(device=device, dtype=dtype)
+
+    for key, tensor in weights.items():
+        load.take(key, key, tensor, place)
+    load.finish(f"{name} does not match the codec architecture (inferred: "
+                f"{asdict(codec.config)}). Weight-normed `.weight` keys may be stored as "
+                f"{WN_PARAMETRIZATIONS} or {WN_LEGACY} pairs.", CodecLoadError)

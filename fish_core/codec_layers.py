@@ -1,0 +1,137 @@
+"""Causal convolution building blocks of the codec, each carrying its left context between
+chunks in a ``state`` dict (``State``): the last ``k - stride`` input samples of every conv.
+
+Module names mirror the checkpoint's key layout (``.block``, ``.conv``); convs stored with weight
+norm record its style in ``weight_norm_keys`` (folded at load by ``codec_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Checkpoint key suffixes of the two weight-norm styles: (g, v); weight = g * v / ||v||.
+WN_PARAMETRIZATIONS = ("parametrizations.weight.original0", "parametrizations.weight.original1")
+WN_LEGACY = ("weight_g", "weight_v")
+
+State = dict  # module -> carried left context (tensor, (k, v) pair or position counter)
+
+
+class Stateful:
+    """Marker: ``forward(x, state)``, where ``state`` carries left context from the previous
+    chunk."""
+
+
+class Chain(Stateful, nn.Sequential):
+    """nn.Sequential that hands ``state`` to the layers that need it."""
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        for layer in self:
+            x = layer(x, state) if isinstance(layer, Stateful) else layer(x)
+        return x
+
+
+class Block(Stateful, nn.Module):
+    """A chain stored as ``.block`` (mirrors the checkpoint's ``...block.N...`` keys)."""
+
+    def __init__(self, *layers: nn.Module):
+        super().__init__()
+        self.block = Chain(*layers)
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        return self.block(x, state)
+
+
+class CausalConv1d(Stateful, nn.Module):
+    """Conv1d zero-padded on the left by (k-1)*d+1-stride; output length ceil(L / stride)."""
+
+    def __init__(self, c_in, c_out, kernel_size, stride=1, dilation=1, groups=1, weight_norm=False):
+        super().__init__()
+        self.conv = nn.Conv1d(c_in, c_out, kernel_size, stride=stride, dilation=dilation,
+                              groups=groups)
+        if weight_norm:
+            self.conv.weight_norm_keys = WN_PARAMETRIZATIONS
+        self.stride = stride
+        self.context = (kernel_size - 1) * dilation + 1 - stride
+
+    def forward(self, x: Tensor, state: State) -> Tensor:  # [B, C_in, L] -> [B, C_out, ceil(L/s)]
+        # The reference's "extra right padding" rule; with a left pad of k_eff - s it reduces to
+        # padding L to a multiple of the stride. Chunks are whole frames, so within a stream it
+        # never fires (a standalone odd length is necessarily the end of its stream).
+        extra = -x.shape[-1] % self.stride
+        if self.context > 0:
+            prev = state.get(self)
+            if prev is None:  # stream start: zeros, as the reference pads
+                prev = x.new_zeros(x.shape[0], x.shape[1], self.context)
+            x = torch.cat([prev, x], dim=-1)
+            state[self] = x[..., x.shape[-1] - self.context:].clone()  # not a view of the chunk
+        return self.conv(F.pad(x, (0, extra)) if extra else x)
+
+
+class CausalConvTranspose1d(Stateful, nn.Module):
+    """ConvTranspose1d whose right overhang (k - stride) is dropped: output length L * stride."""
+
+    def __init__(self, c_in, c_out, kernel_size, stride, weight_norm=False):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(c_in, c_out, kernel_size, stride=stride)
+        if weight_norm:
+            self.conv.weight_norm_keys = WN_PARAMETRIZATIONS
+        self.stride = stride
+        self.context = -(-(kernel_size - stride) // stride)  # input steps whose overhang reaches us
+
+    def forward(self, x: Tensor, state: State) -> Tensor:  # [B, C_in, L] -> [B, C_out, L*s]
+        length = x.shape[-1] * self.stride
+        prev = state.get(self)  # None at stream start: nothing overhangs from the left
+        if prev is not None:
+            x = torch.cat([prev, x], dim=-1)
+        if self.context > 0:
+            state[self] = x[..., -self.context:].clone()
+        skip = 0 if prev is None else prev.shape[-1] * self.stride
+        return self.conv(x)[..., skip:skip + length]
+
+
+class Snake(nn.Module):
+    """x + sin(alpha * x)^2 / (alpha + 1e-9), per channel."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: Tensor) -> Tensor:  # [B, C, L]
+        y = torch.sin(self.alpha * x)
+        y.pow_(2).mul_((self.alpha + 1e-9).reciprocal())
+        return y.add_(x)
+
+
+class ResidualUnit(Block):
+    """x + conv1x1(snake(conv7_dilated(snake(x))))."""
+
+    def __init__(self, dim: int, dilation: int):
+        super().__init__(
+            Snake(dim),
+            CausalConv1d(dim, dim, 7, dilation=dilation, weight_norm=True),
+            Snake(dim),
+            CausalConv1d(dim, dim, 1, weight_norm=True),
+        )
+
+    def forward(self, x: Tensor, state: State) -> Tensor:
+        return x + self.block(x, state)
+
+
+class ConvNeXtBlock(Stateful, nn.Module):
+    """x + gamma * pw2(gelu(pw1(layernorm(causal depthwise conv k7(x)))))."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor, state: State) -> Tensor:  # [B, C, L]
+        y = self.dwconv(x, state).transpose(1, 2)  # [B, L, C]
+        y = self.pwconv2(F.gelu(self.pwconv1(self.norm(y))))
+        return x + (self.gamma * y).transpose(1, 2)
+
