@@ -10,7 +10,6 @@ Rules (see the README for examples):
   untagged turn (the reference drops it). Turns are packed into batches by size and at most
   ``max_speakers`` turns per batch, like the reference; an oversized turn is split as above
   and every piece keeps its speaker tag.
-* ``reference_batches`` reproduces fish-speech's own batching exactly, quirks included.
 """
 
 from __future__ import annotations
@@ -122,15 +121,6 @@ def group_turns(turns: list[str], max_bytes: int, max_speakers: int) -> list[str
     if current:
         batches.append("\n".join(current))
     return batches
-
-
-def reference_batches(text: str, chunk_length: int) -> list[str]:
-    """fish-speech ``generate_long`` batching, quirks included: untagged text is never split and
-    text before the first speaker tag is dropped."""
-    turns = [t.tagged for t in split_turns(text) if t.speaker is not None]
-    if not SPEAKER_TAG.search(text) or not turns:
-        return [text]
-    return group_turns(turns, chunk_length, max_speakers=5)
 
 
 # ---------------------------------------------------------------- speaker scripts

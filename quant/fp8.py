@@ -138,8 +138,7 @@ class FP8Linear(RowQuantized):
 class FP8Embedding(RowQuantized):
     """An embedding table held as ``weight [V, D]`` e4m3 and ``scale [V, 1]`` fp32 (per-row, the
     rule and rounding of ``FP8Linear``). ``forward(ids)`` gathers the rows of ``ids`` (any shape,
-    as ``nn.Embedding``) and dequantizes only those to ``dtype``; ``rows(ids)`` is the same call,
-    through which ``DualAR.head_rows`` reads the tied output head.
+    as ``nn.Embedding``) and dequantizes only those to ``dtype``.
 
     No matmul runs over the e4m3 codes, only a gather of a few rows per frame, so the table stays
     e4m3 on every device that holds float8 (CPU included): see ``bench/bench_quant.py``."""
@@ -158,10 +157,6 @@ class FP8Embedding(RowQuantized):
         # Gathered as bytes: indexing kernels do not take float8 on every device.
         codes = self.weight.view(torch.uint8)[ids].view(FP8)  # [*ids.shape, D]
         return dequantize_rows(codes, self.scale[ids], self.dtype)
-
-    def rows(self, ids: Tensor) -> Tensor:
-        """Rows ``ids [N]`` of the table in ``dtype`` (the tied head's rows)."""
-        return self(ids)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, dtype={self.dtype}"

@@ -87,16 +87,20 @@ def config_for(mode: str):
     import_torchao()
     q = importlib.import_module("torchao.quantization")
     try:
+        # set_inductor_config=False: torchao would otherwise set process-wide inductor options
+        # (coordinate descent tuning, …) for every compile of the host, other packs included.
         if mode == "int8":
-            return q.Int8WeightOnlyConfig()
+            return q.Int8WeightOnlyConfig(set_inductor_config=False)
         if mode == "int4":
             return q.Int4WeightOnlyConfig(group_size=INT4_GROUP,
-                                          int4_packing_format="tile_packed_to_4d")
+                                          int4_packing_format="tile_packed_to_4d",
+                                          set_inductor_config=False)
         if mode == "fp8-dynamic":
-            return q.Float8DynamicActivationFloat8WeightConfig(granularity=q.PerRow())
+            return q.Float8DynamicActivationFloat8WeightConfig(granularity=q.PerRow(),
+                                                               set_inductor_config=False)
         if mode == "nvfp4":
             mx = importlib.import_module("torchao.prototype.mx_formats")
-            return mx.NVFP4WeightOnlyConfig()
+            return mx.NVFP4WeightOnlyConfig()  # sets no inductor options
     except (AttributeError, ImportError, TypeError) as e:
         torchao = importlib.import_module("torchao")
         raise QuantizationError(f"torchao {torchao.__version__} has no {mode} config as used "

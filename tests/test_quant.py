@@ -95,11 +95,11 @@ def test_fp8_embedding_gathers_the_dequantized_rows(dtype):
     out = table(ids)
     assert out.dtype == dtype and out.shape == (2, 3, 5, 128)
     assert torch.equal(out, reference[ids])  # any leading dims, as nn.Embedding
-    assert torch.equal(table.rows(ids[0, 0]), reference[ids[0, 0]])
+    assert torch.equal(table(ids[0, 0]), reference[ids[0, 0]])
     assert table.weight.dtype == torch.float8_e4m3fn and table.scale.shape == (96, 1)
     assert quant.weight_bytes(table) == 96 * 128 + 96 * 4
     bound = NORMAL_REL * w.float().abs() + SUBNORMAL_ABS * table.scale
-    assert ((table.rows(torch.arange(96)).float() - w.float()).abs()
+    assert ((table(torch.arange(96)).float() - w.float()).abs()
             <= bound * (1 + 1e-6) + 2 * BF16_REL * w.float().abs()).all()
 
 
@@ -332,7 +332,7 @@ def test_fp8_embedding_tables_load_but_fp8_norms_do_not(fp8_dirs, tmp_path):
     assert all(isinstance(getattr(model, t), FP8Embedding) for t in TABLES)  # kept as stored
     plain = load_model(folder, "cpu", torch.bfloat16, quantize_embeddings=False)
     assert not any(isinstance(m, FP8Embedding) for m in plain.modules())
-    assert torch.equal(plain.embeddings.weight, model.embeddings.rows(torch.arange(
+    assert torch.equal(plain.embeddings.weight, model.embeddings(torch.arange(
         model.config.text.vocab_size)))
 
     def bad(t):
@@ -484,6 +484,22 @@ def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, m
     # an FP8 checkpoint is dequantized, then quantized again
     again = load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, mode)
     assert type(again.layers[0].attention.wqkv.weight).__module__.startswith("torchao")
+
+
+def test_torchao_modes_leave_the_inductor_config_alone():
+    """Inside ComfyUI a process-wide inductor change would reach every other pack's compiles."""
+    pytest.importorskip("torchao", reason="torchao is not installed (optional)")
+    inductor = torch._inductor.config
+    before = {k: getattr(inductor, k) for k in ("coordinate_descent_tuning",
+                                                 "coordinate_descent_check_all_directions",
+                                                 "force_fuse_int_mm_with_mul")}
+    tm = quant.torchao_modes
+    for mode in tm.MODES:
+        config = tm.config_for(mode)
+        assert getattr(config, "set_inductor_config", False) is False, mode
+    for mode in ("int8", "nvfp4"):  # the modes that quantize on the CPU
+        tm.quantize_weight(torch.randn(32, 64, dtype=torch.bfloat16), tm.config_for(mode))
+    assert {k: getattr(inductor, k) for k in before} == before
 
 
 # ---------------------------------------------------------------------------- weight bytes
