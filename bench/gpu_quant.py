@@ -91,7 +91,7 @@ def modes() -> dict:
                        ("int8", None), ("int4", None), ("fp8-dynamic", None), ("nvfp4", None)]:
         label = f"{mode}:{path}" if path else mode
         try:
-            model = quant.load_model(FIXTURE, "cuda", torch.bfloat16, mode, fp8_path=path)
+            model = load_model(FIXTURE, "cuda", torch.bfloat16, mode, fp8_path=path)
             logits = model.vocab_logits(model.slow_forward(tokens, pos, None)).float()
             run = Engine(model).generate(prompt, SamplingParams(max_new_tokens=8), seed=0)[0]
             out[label] = {"ok": True, "frames": run.columns.shape[1],
@@ -108,7 +108,7 @@ def compiled_step() -> dict:
     from safetensors.torch import load_file
 
     prompt = load_file(str(PROMPTS))["b_clone.batch0.prompt"]
-    model = quant.load_model(FIXTURE, "cuda", torch.float32, "fp8", fp8_path="dequant")
+    model = load_model(FIXTURE, "cuda", torch.float32, "fp8", fp8_path="dequant")
     greedy = SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=16)
     eager = Engine(model).generate(prompt, greedy, seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
