@@ -2,6 +2,10 @@
 
 import json
 import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -95,3 +99,23 @@ def test_empty_folder(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(Exception, match="model_type"):
         load_model(tmp_path)
+
+
+def test_inside_a_package_fish_core_loads_through_the_pack_quant(ckpt_dir, tmp_path):
+    """As in ComfyUI: the repository root is package ``pack`` and not on sys.path, so fish_core
+    must reach ``pack.quant`` (fish_core/siblings.py), never a top-level ``quant``."""
+    root = Path(__file__).resolve().parents[1]
+    script = textwrap.dedent(f"""
+        import sys, types
+        pack = types.ModuleType("pack")
+        pack.__path__ = [{str(root)!r}]
+        sys.modules["pack"] = pack
+        from pack.fish_core.checkpoint import load_model
+        model = load_model({str(ckpt_dir)!r}, quantization="fp8")
+        assert sys.modules["pack.fish_core.siblings"].quant is sys.modules["pack.quant"]
+        assert "quant" not in sys.modules and "fish_core" not in sys.modules
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
