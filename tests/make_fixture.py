@@ -1,6 +1,6 @@
 """Write a second fixture set, other sizes than ``tests/fixtures``, in the same layout.
 
-    python tests/make_fixture.py OUT_DIR      # -> OUT_DIR/tiny-s2/ (no golden/)
+    python tests/make_fixture.py OUT_DIR      # -> OUT_DIR/tiny-s2/, OUT_DIR/real-s2-*.json
 
 The checkpoint is random, deterministic, and in the real S2-Pro file layout: ``config.json``,
 two safetensors shards with HF names + ``model.safetensors.index.json``, the tokenizer files
@@ -46,8 +46,9 @@ DECODER_RATES = (8, 4, 4, 2)
 LATENT_DIM = 64
 DOWNSAMPLE = (2, 2)  # frame length 2 * 4 * 4 * 8 * 2 * 2 = 1024 samples (shipped: 2048)
 CODEBOOK_DIM = 4
-HEAD_DIM = 32  # codec transformer heads (the encoder's are fixed at dim // 64 heads of 64)
-QUANTIZER = dict(n_layer=1, n_head=3, head_dim=HEAD_DIM, intermediate_size=160, window=4)
+# Quantizer transformers: 2 heads of 64 on a 64-channel latent. head_dim stays 64 (the real one):
+# shapes only give n_head * head_dim, so a codec loaded without its json assumes 64.
+QUANTIZER = dict(n_layer=1, n_head=2, head_dim=64, intermediate_size=160, window=4)
 ENCODER_WINDOW = 16
 
 
@@ -177,8 +178,9 @@ class CodecWeights:
         self.state[key] = torch.ones(shape)
 
     def weight_normed(self, prefix: str, weight_shape: tuple, bias: int, legacy=False,
-                      gain: float = 1.0) -> None:
-        """g, v and bias of a weight-normed conv; g = gain * ||v|| (per slice): weight = gain * v.
+                      gain: float = 3 ** -0.5) -> None:
+        """g, v and bias of a weight-normed conv; g = gain * ||v|| (per slice): weight = gain * v,
+        with v ~ N(0, 1 / fan_in). The default gain gives torch's default conv init variance.
         ``legacy``: ``weight_g``/``weight_v`` (VQ projections), else ``parametrizations``."""
         fan_in = math.prod(weight_shape[1:])
         v = self.init(*weight_shape) / math.sqrt(fan_in)
@@ -188,7 +190,8 @@ class CodecWeights:
         self.state[f"{prefix}.{g_key}"], self.state[f"{prefix}.{v_key}"] = g, v
         self.state[f"{prefix}.bias"] = torch.zeros(bias)
 
-    def conv(self, prefix: str, c_out: int, c_in: int, kernel: int, gain: float = 1.0) -> None:
+    def conv(self, prefix: str, c_out: int, c_in: int, kernel: int, gain: float = 3 ** -0.5
+             ) -> None:
         self.weight_normed(f"{prefix}.conv", (c_out, c_in, kernel), c_out, gain=gain)
 
     def residual_unit(self, prefix: str, dim: int) -> None:
@@ -279,7 +282,7 @@ def decoder_weights(w: CodecWeights) -> None:
             w.residual_unit(f"{block}.{j + 2}", dim)
     n = len(DECODER_RATES)
     w.ones(f"decoder.model.{n + 1}.alpha", 1, dim, 1)
-    w.conv(f"decoder.model.{n + 2}", 1, dim, 7, gain=0.01)  # keeps tanh out of saturation
+    w.conv(f"decoder.model.{n + 2}", 1, dim, 7, gain=4.0)  # output peaks near 0.2-0.5
 
 
 def codec_config() -> dict:
@@ -328,9 +331,12 @@ def write_json(path: Path, data) -> None:
 
 
 def make_fixture(root: Path) -> Path:
-    """Write ``root/tiny-s2/`` and return it."""
+    """Write ``root/tiny-s2/`` (and copy the real model's config and manifest, which do not
+    depend on the set) and return it."""
     out = Path(root) / "tiny-s2"
     out.mkdir(parents=True, exist_ok=True)
+    for name in ("real-s2-config.json", "real-s2-manifest.json"):
+        (out.parent / name).write_bytes((SHIPPED.parent / name).read_bytes())
     write_model(out, model_config())
     write_tokenizer(out)
     write_codec(out)
