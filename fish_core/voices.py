@@ -125,8 +125,9 @@ def encode_voice(codec, audio, text: str, name: str = "voice", sample_rate: int 
         raise ValueError("reference transcript must be the words spoken in the reference "
                          "audio, got an empty text")
     if isinstance(audio, (str, Path)):
-        wave = load_audio(audio)
+        wave = load_audio(audio, target_sr=codec.sample_rate)
     else:
-        wave = prepare_audio(audio, sample_rate, name="reference audio")
+        wave = prepare_audio(audio, sample_rate, target_sr=codec.sample_rate,
+                             name="reference audio")
     codes = codec.encode(wave)[0].cpu()
     return Voice(name, [Reference(text.strip(), codes)], codec.sample_rate, codec.frame_length)

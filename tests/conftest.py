@@ -1,12 +1,17 @@
 """Shared test fixtures.
 
-Parity tests are data-driven: they read the fixture set named by the environment variable
-``SAILFISH_FIXTURES`` (a directory laid out like ``tests/fixtures``: ``tiny-s2/`` + ``golden/``),
-falling back to the copy committed in ``tests/fixtures``.
+Tests are data-driven: they read the fixture set named by the environment variable
+``SAILFISH_FIXTURES`` (a directory laid out like ``tests/fixtures``: ``tiny-s2/`` and, optionally,
+``golden/``), falling back to the copy committed in ``tests/fixtures``. Sizes (codebooks, layers,
+sample rate …) come from that set's ``config.json`` and ``codec_config.json`` through ``sizes()``;
+parity tests skip on a set without goldens (``tests/make_fixture.py`` writes such a set).
 """
 
 import json
+import math
 import os
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -19,9 +24,52 @@ DEFAULT_FIXTURES = TESTS_DIR / "fixtures"
 
 def fixtures_dir() -> Path:
     root = Path(os.environ.get("SAILFISH_FIXTURES", DEFAULT_FIXTURES)).expanduser().resolve()
-    if not (root / "tiny-s2").is_dir() or not (root / "golden").is_dir():
-        raise RuntimeError(f"SAILFISH_FIXTURES={root} must contain tiny-s2/ and golden/")
+    if not (root / "tiny-s2").is_dir():
+        raise RuntimeError(f"SAILFISH_FIXTURES={root} must contain tiny-s2/ (and optionally golden/)")
     return root
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The fixture checkpoint's sizes, read from its JSON files (not from fish_core)."""
+
+    num_codebooks: int  # rows of a code tensor (1 semantic + residual)
+    codebook_size: int  # LLM codebook size (= semantic codebook size of the codec)
+    residual_codebook_size: int  # codec codebook size of rows 1..
+    dim: int
+    vocab_size: int
+    n_layer: int
+    fast_n_layer: int
+    sample_rate: int
+    frame_length: int  # samples per code frame
+
+    @property
+    def prompt_rows(self) -> int:  # a prompt is [1 + num_codebooks, T]
+        return 1 + self.num_codebooks
+
+
+@lru_cache(maxsize=None)
+def read_sizes() -> Sizes:
+    ckpt = fixtures_dir() / "tiny-s2"
+    config = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    codec = json.loads((ckpt / "codec_config.json").read_text(encoding="utf-8"))
+    text, fast, quantizer = config["text_config"], config["audio_decoder_config"], codec["quantizer"]
+    return Sizes(
+        num_codebooks=fast["num_codebooks"],
+        codebook_size=fast["vocab_size"],
+        residual_codebook_size=quantizer["codebook_size"],
+        dim=text["dim"],
+        vocab_size=text["vocab_size"],
+        n_layer=text["n_layer"],
+        fast_n_layer=fast["n_layer"],
+        sample_rate=codec["sample_rate"],
+        frame_length=math.prod(codec["encoder_rates"]) * math.prod(quantizer["downsample_factor"]),
+    )
+
+
+@pytest.fixture(scope="session")
+def sizes() -> Sizes:
+    return read_sizes()
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +84,8 @@ def ckpt_dir(fixtures) -> Path:
 
 @pytest.fixture(scope="session")
 def golden_dir(fixtures) -> Path:
+    if not (fixtures / "golden").is_dir():
+        pytest.skip("fixture set without goldens")
     return fixtures / "golden"
 
 
@@ -69,3 +119,24 @@ def _single_thread_determinism():
     # The goldens were recorded with one thread; keep reductions comparable and tests quiet.
     torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture(scope="session")
+def clone_prompt(fixtures, ckpt_dir) -> torch.Tensor:
+    """A voice-cloning prompt ``[1 + num_codebooks, T]`` for tests that need one but compare with
+    no golden: the recorded ``b_clone`` prompt when the set has goldens, else one encoded the
+    same way from the set's tokenizer with seeded reference codes."""
+    if (fixtures / "golden").is_dir():
+        return Golden(fixtures / "golden").tensors("prompts")["b_clone.batch0.prompt"]
+    from fish_core.prompt import PromptEncoder, Reference, conversation
+    from fish_core.tokenizer import FishTokenizer
+
+    size = read_sizes()
+    generator = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, size.residual_codebook_size, (size.num_codebooks, 12),
+                          generator=generator)  # [K, 12]
+    reference = Reference("Welcome to the voice cloning demo.", codes)
+    messages = conversation("The quick brown fox jumps over the lazy dog.", [reference])
+    encoder = PromptEncoder(FishTokenizer.from_dir(ckpt_dir), size.num_codebooks,
+                            size.codebook_size)
+    return encoder.encode(messages)  # [1 + K, T]

@@ -31,7 +31,7 @@ import pytest
 import soundfile as sf
 
 import comfy_stubs
-from conftest import fixtures_dir
+from conftest import fixtures_dir, read_sizes
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
@@ -43,7 +43,7 @@ WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted(p for p in (comfy_stubs.ROOT / "example_workflows").glob("*.json")
                   if p.name != "index.json")
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
-FRAME = 2048
+FRAME, RATE = read_sizes().frame_length, read_sizes().sample_rate  # the fixture codec's
 # A second custom node that registers the pack's V1 classes (what ComfyUI without
 # comfy_api.latest gets) as "V1<NodeId>", so that both APIs run in the real executor.
 V1_PROBE = """
@@ -304,7 +304,7 @@ def test_v1_classes_run_in_comfyui(server):
         if node["class_type"].startswith("Sailfish"):
             node["class_type"] = "V1" + node["class_type"]
     (rate, samples), = server.audio(server.run(prompt))
-    assert rate == 44100 and samples % FRAME == 0
+    assert rate == RATE and samples % FRAME == 0
 
 
 def test_example_workflows_are_served(server):
@@ -318,12 +318,12 @@ def test_example_workflow_runs(server, path):
     prompt = for_the_tiny_model(to_api(workflow, server.object_info))
     entry = server.run(prompt)
     (rate, samples), = server.audio(entry)
-    assert rate == 44100 and samples > 0
+    assert rate == RATE and samples > 0
     kinds = {n["class_type"]: n["inputs"] for n in prompt.values()}
     if "SailfishSubtitles" in kinds:  # 16 frames (0.74 s) fit every cue: the SRT's length
-        assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * 44100)
+        assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * RATE)
     elif "SailfishMultiSpeaker" in kinds:  # frames + a pause between turns
-        gap = round(kinds["SailfishMultiSpeaker"]["pause"] * 44100)
+        gap = round(kinds["SailfishMultiSpeaker"]["pause"] * RATE)
         assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
     else:
         assert samples % FRAME == 0
@@ -348,7 +348,7 @@ def test_saved_voice_loads_and_speaks(server):
     assert name in server.get("/object_info/SailfishVoiceLoad")["SailfishVoiceLoad"]["input"][
         "required"]["voice"][1]["options"]
     (rate, samples), = server.audio(server.run(tts_prompt("In a saved voice.", 21, 16, name)))
-    assert rate == 44100 and samples % FRAME == 0
+    assert rate == RATE and samples % FRAME == 0
 
 
 def test_interrupt_mid_generation_keeps_the_server_and_model(server):
@@ -366,7 +366,7 @@ def test_interrupt_mid_generation_keeps_the_server_and_model(server):
     interrupted = dict(entry["status"]["messages"])["execution_interrupted"]
     assert interrupted["node_type"] == "SailfishTTS"
     (rate, samples), = server.audio(server.run(tts_prompt("Still working.", 99, 16)))
-    assert rate == 44100 and samples % FRAME == 0
+    assert rate == RATE and samples % FRAME == 0
     assert server.log_text().count("Sailfish: loading") == loads  # the model stayed loaded
 
 
@@ -380,7 +380,7 @@ def test_free_memory_unloads_the_model(server):
         time.sleep(0.3)
     loads = server.log_text().count("Sailfish: loading")
     (rate, samples), = server.audio(server.run(tts_prompt("Loaded again.", 6, 8)))
-    assert rate == 44100 and samples % FRAME == 0
+    assert rate == RATE and samples % FRAME == 0
     assert server.log_text().count("Sailfish: loading") == loads + 1
     assert "Exception in thread" not in server.log_text()  # ComfyUI's worker still alive
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import comfy_stubs
-from conftest import fixtures_dir
+from conftest import fixtures_dir, read_sizes
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
@@ -91,9 +91,9 @@ def check_audio(audio, frames=True):
     assert isinstance(wave, torch.Tensor) and wave.dtype == torch.float32
     assert wave.device.type == "cpu" and wave.is_contiguous()
     assert wave.dim() == 3 and wave.shape[:2] == (1, 1) and wave.shape[2] > 0
-    assert audio["sample_rate"] == 44100 and type(audio["sample_rate"]) is int
+    assert audio["sample_rate"] == read_sizes().sample_rate and type(audio["sample_rate"]) is int
     if frames:
-        assert wave.shape[2] % 2048 == 0
+        assert wave.shape[2] % read_sizes().frame_length == 0
     return wave.shape[2]
 
 
@@ -257,8 +257,9 @@ def test_multi_speaker_maps_names_to_voices(env, model, voice, reference):
     (paused,) = run_v1(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.25,
                        speaker_1=voice, speaker_2=bob, **FAST)
     length = check_audio(paused, frames=False)
-    gap = round(0.25 * 44100)
-    assert any((length - k * gap) % 2048 == 0 for k in range(1, 4))  # 3 turns: 2 pauses
+    gap = round(0.25 * read_sizes().sample_rate)
+    assert any((length - k * gap) % read_sizes().frame_length == 0
+               for k in range(1, 4))  # 3 turns: 2 pauses
 
 
 def test_multi_speaker_errors_name_the_field(env, model, voice):
@@ -296,7 +297,7 @@ def test_subtitles_follow_the_timeline(env, model, voice):
     audio, generated, report = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
                                       voice=voice, **{**FAST, "max_new_tokens": 8})
     # 8 frames (0.37 s) always fit their slot, so the audio ends where the last cue ends.
-    assert check_audio(audio, frames=False) == round(4.0 * 44100)
+    assert check_audio(audio, frames=False) == round(4.0 * read_sizes().sample_rate)
     assert "00:00:00,500 -->" in generated and "Second line." in generated
     assert report == "Every cue fits its slot."
     with pytest.raises(ValueError, match="srt: "):

@@ -77,7 +77,9 @@ def test_ras_full_frame(engine, golden, case):
     temperature = torch.tensor([[meta["temperature"]]], dtype=dtype)
     top_p = torch.tensor([[meta["top_p"]]], dtype=dtype)
     top_k = torch.tensor([[meta["top_k"]]])
-    fast = torch.stack([g[f"ras.rand{i}"] for i in range(2, 11)])[:, None]
+    # rand0: slow sample, rand1: RAS high-temperature sample, then one per residual codebook
+    residual = engine.model.config.num_codebooks - 1
+    fast = torch.stack([g[f"ras.rand{i}"] for i in range(2, 2 + residual)])[:, None]
     with torch.inference_mode():
         hidden = engine.prefill(prompt[None], torch.tensor([prompt.shape[-1]]))
         column = engine.frame_tail(hidden, window, temperature, top_p, top_k,

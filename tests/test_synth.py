@@ -17,11 +17,14 @@ def synth(ckpt_dir):
     return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
 
 
+REF_RATE = 44100  # the reference clip's own rate; encode_voice resamples it to the codec's
+
+
 @pytest.fixture(scope="module")
 def voice(synth):
-    t = torch.arange(44100 // 2) / 44100
+    t = torch.arange(REF_RATE // 2) / REF_RATE
     wave = 0.3 * torch.sin(2 * math.pi * 220 * t) + 0.01 * torch.randn(t.shape[0])
-    return synth.encode_voice({"waveform": wave[None, None], "sample_rate": 44100},
+    return synth.encode_voice({"waveform": wave[None, None], "sample_rate": REF_RATE},
                               "A short reference.", name="Ref")
 
 
@@ -37,14 +40,14 @@ def record_prompts(synth, monkeypatch):
     return lengths
 
 
-def test_tts_output_contract(synth):
+def test_tts_output_contract(synth, sizes):
     speech = synth.tts("Hello there, this is a test.", seed=1, **FAST)
     frames = speech.codes.shape[1]
-    assert speech.sample_rate == 44100
+    assert speech.sample_rate == sizes.sample_rate
     assert speech.waveform.dtype == torch.float32 and speech.waveform.dim() == 1
-    assert speech.waveform.shape[0] == frames * 2048
+    assert speech.waveform.shape[0] == frames * sizes.frame_length
     assert speech.segments[0].frames == frames and speech.segments[0].end == pytest.approx(
-        frames * 2048 / 44100)
+        frames * sizes.frame_length / sizes.sample_rate)
     assert speech.waveform.abs().max() <= 1.0
 
 
@@ -57,14 +60,14 @@ def test_same_seed_same_audio_different_seed_differs(synth):
     assert not torch.equal(a.codes, c.codes)
 
 
-def test_long_text_makes_batches_with_a_bounded_prompt(synth, monkeypatch):
+def test_long_text_makes_batches_with_a_bounded_prompt(synth, sizes, monkeypatch):
     lengths = record_prompts(synth, monkeypatch)
     text = " ".join(f"This is sentence number {i} of a long text." for i in range(30))
     speech = synth.tts(text, seed=2, max_bytes=90, history_turns=1, **FAST)
     assert len(speech.segments) == len(lengths) >= 8
     # with one turn of history, the prompt stops growing after the second batch
     assert max(lengths) <= max(lengths[:3]) + 8
-    assert speech.waveform.shape[0] == speech.codes.shape[1] * 2048
+    assert speech.waveform.shape[0] == speech.codes.shape[1] * sizes.frame_length
     starts = [s.start for s in speech.segments]
     assert starts == sorted(starts) and speech.segments[-1].end == pytest.approx(speech.duration)
 
@@ -78,8 +81,11 @@ def test_history_is_trimmed_to_fit_the_context(ckpt_dir, monkeypatch):
     assert all(n + min(FAST["max_new_tokens"], 70) <= 140 for n in lengths)
 
 
-def test_clone_voice_save_load_same_codes(synth, voice, tmp_path):
+def test_clone_voice_save_load_same_codes(synth, voice, sizes, tmp_path):
     from fish_core.voices import Voice
+
+    # 0.5 s of reference audio, resampled to the codec's rate
+    assert voice.frames == math.ceil(0.5 * sizes.sample_rate / sizes.frame_length)
 
     path = voice.save(tmp_path / "ref.safetensors")
     loaded = Voice.load(path, synth.config.num_codebooks, synth.config.codebook_size)
@@ -91,16 +97,17 @@ def test_clone_voice_save_load_same_codes(synth, voice, tmp_path):
     assert torch.equal(a.codes, b.codes)
 
 
-def test_dialogue_pauses_and_speakers(synth, voice):
+def test_dialogue_pauses_and_speakers(synth, voice, sizes):
     script = "Alice: Hello Bob.\nBob: Hi Alice.\nAlice: Bye."
     speech = synth.dialogue(script, {"Alice": voice, "Bob": voice}, pause=0.25, seed=1, **FAST)
     assert [s.speaker for s in speech.segments] == [0, 1, 0]
-    gap = round(0.25 * 44100)
+    rate = sizes.sample_rate
+    gap = round(0.25 * rate)
     for prev, nxt in zip(speech.segments, speech.segments[1:]):
-        assert nxt.start - prev.end == pytest.approx(gap / 44100)
-        silent = speech.waveform[round(prev.end * 44100) + 10: round(nxt.start * 44100) - 10]
+        assert nxt.start - prev.end == pytest.approx(gap / rate)
+        silent = speech.waveform[round(prev.end * rate) + 10: round(nxt.start * rate) - 10]
         assert silent.abs().max() == 0
-    assert speech.waveform.shape[0] == speech.codes.shape[1] * 2048 + 2 * gap
+    assert speech.waveform.shape[0] == speech.codes.shape[1] * sizes.frame_length + 2 * gap
 
 
 def test_dialogue_speaker_without_voice_is_an_error(synth, voice):
@@ -113,12 +120,12 @@ def test_text_before_the_first_tag_is_kept(synth):
     assert speech.segments[0].text.startswith("Intro words.")
 
 
-def test_subtitles_follow_the_timeline(synth, voice):
+def test_subtitles_follow_the_timeline(synth, voice, sizes):
     srt = ("1\n00:00:00,500 --> 00:00:01,500\nFirst cue.\n\n"
            "2\n00:00:02,000 --> 00:00:03,000\nSecond cue.\n\n"
            "3\n00:00:03,100 --> 00:00:04,000\nThird cue.\n")
     result = synth.subtitles(srt, voice, seed=1, **FAST)
-    frame = 2048 / 44100
+    frame = sizes.frame_length / sizes.sample_rate
     cues = parse_srt(srt)
     for want, got in zip(cues, result.cues):
         if not any(f"cue {want.index} starts" in o for o in result.overruns):
@@ -161,9 +168,9 @@ def test_bad_requests_are_named(synth, kwargs, message):
 
 def test_bad_reference_audio_is_named(synth):
     with pytest.raises(ValueError, match="silent"):
-        synth.encode_voice(torch.zeros(44100), "words", sample_rate=44100)
+        synth.encode_voice(torch.zeros(REF_RATE), "words", sample_rate=REF_RATE)
     with pytest.raises(ValueError, match="transcript"):
-        synth.encode_voice(torch.rand(44100) - 0.5, "  ", sample_rate=44100)
+        synth.encode_voice(torch.rand(REF_RATE) - 0.5, "  ", sample_rate=REF_RATE)
 
 
 def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):

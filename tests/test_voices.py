@@ -2,23 +2,27 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from conftest import read_sizes
 from fish_core.prompt import Reference
 from fish_core.voices import Voice, VoiceError
+
+K, C = read_sizes().num_codebooks, read_sizes().codebook_size  # rows and values of a code tensor
 
 
 def make_voice(clips=2):
     g = torch.Generator().manual_seed(0)
-    return Voice("narrator", [Reference(f"clip {i} text", torch.randint(0, 64, (10, 7 + i), generator=g))
-                              for i in range(clips)])
+    size = read_sizes()
+    return Voice("narrator", [Reference(f"clip {i} text", torch.randint(0, C, (K, 7 + i), generator=g))
+                              for i in range(clips)], size.sample_rate, size.frame_length)
 
 
-def test_round_trip_keeps_everything(tmp_path):
+def test_round_trip_keeps_everything(tmp_path, sizes):
     voice = make_voice()
-    loaded = Voice.load(voice.save(tmp_path / "v.safetensors"), num_codebooks=10, codebook_size=64)
+    loaded = Voice.load(voice.save(tmp_path / "v.safetensors"), num_codebooks=K, codebook_size=C)
     assert loaded.name == "narrator" and loaded.frames == voice.frames
     for a, b in zip(voice.clips, loaded.clips):
         assert a.text == b.text and torch.equal(a.codes, b.codes) and b.codes.dtype == torch.long
-    assert loaded.duration == pytest.approx(voice.frames * 2048 / 44100)
+    assert loaded.duration == pytest.approx(voice.frames * sizes.frame_length / sizes.sample_rate)
 
 
 def test_every_clip_is_tagged_with_the_speaker():
@@ -32,24 +36,24 @@ def write_raw(path, tensors, meta):
 
 
 @pytest.mark.parametrize("tensors, meta, message", [
-    ({"clip.0": torch.zeros(10, 4, dtype=torch.int32)}, {"format": "other"}, "not a Sailfish voice"),
-    ({"clip.0": torch.zeros(10, 4, dtype=torch.int32)},
+    ({"clip.0": torch.zeros(K, 4, dtype=torch.int32)}, {"format": "other"}, "not a Sailfish voice"),
+    ({"clip.0": torch.zeros(K, 4, dtype=torch.int32)},
      {"format": "sailfish-voice", "version": "9", "texts": '["a"]'}, "v9"),
-    ({"clip.0": torch.zeros(10, 4, dtype=torch.int32)},
+    ({"clip.0": torch.zeros(K, 4, dtype=torch.int32)},
      {"format": "sailfish-voice", "version": "1", "texts": '["a", "b"]'}, "transcripts"),
-    ({"clip.0": torch.zeros(9, 4, dtype=torch.int32)},
-     {"format": "sailfish-voice", "version": "1", "texts": '["a"]'}, "9 codebooks"),
-    ({"clip.0": torch.full((10, 4), 64, dtype=torch.int32)},
-     {"format": "sailfish-voice", "version": "1", "texts": '["a"]'}, r"\[0, 64\)"),
-    ({"clip.0": torch.zeros(10, 4)},
+    ({"clip.0": torch.zeros(K - 1, 4, dtype=torch.int32)},
+     {"format": "sailfish-voice", "version": "1", "texts": '["a"]'}, f"{K - 1} codebooks"),
+    ({"clip.0": torch.full((K, 4), C, dtype=torch.int32)},
+     {"format": "sailfish-voice", "version": "1", "texts": '["a"]'}, rf"\[0, {C}\)"),
+    ({"clip.0": torch.zeros(K, 4)},
      {"format": "sailfish-voice", "version": "1", "texts": '["a"]'}, "integers"),
-    ({"clip.0": torch.zeros(10, 4, dtype=torch.int32)},
+    ({"clip.0": torch.zeros(K, 4, dtype=torch.int32)},
      {"format": "sailfish-voice", "version": "1"}, "damaged metadata"),
 ])
 def test_invalid_files_are_refused(tmp_path, tensors, meta, message):
     path = write_raw(tmp_path / "bad.safetensors", tensors, meta)
     with pytest.raises(VoiceError, match=message):
-        Voice.load(path, num_codebooks=10, codebook_size=64)
+        Voice.load(path, num_codebooks=K, codebook_size=C)
 
 
 def test_unreadable_and_missing(tmp_path):
