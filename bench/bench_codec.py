@@ -32,10 +32,10 @@ def maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def random_real_codec(seed: int = 0) -> Codec:
-    """Real-size codec with random weights (DAC-like init scale) in fp32 on CPU."""
-    codec = build_codec(CodecConfig(), device="meta").to_empty(device="cpu")
-    gen = torch.Generator().manual_seed(seed)
+def random_real_codec(seed: int = 0, device="cpu") -> Codec:
+    """Real-size codec with random weights (DAC-like init scale) in fp32 on ``device``."""
+    codec = build_codec(CodecConfig(), device="meta").to_empty(device=device)
+    gen = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
         for name, p in codec.named_parameters():
             if name.endswith("alpha") or name.endswith("norm.weight"):

@@ -8,8 +8,9 @@ Then the speed table (real-size random weights):
     python bench/bench_quant.py --device cuda --config real --frames 64 --repeats 3 \\
         --modes bf16,fp8:dequant,fp8:scaled_mm,fp8:fastest,int8,int4,fp8-dynamic,nvfp4
 
-1. S2-Pro's Linear shapes at batch 1 and 8: bf16 ``F.linear``, FP8 dequant and W8A8
-   ``_scaled_mm``, each eager and compiled (µs per call, CUDA events): which path wins per shape.
+1. S2-Pro's Linear shapes at batch 1 and 8: bf16 ``F.linear``, FP8 dequant, the FP8 GEMV and
+   W8A8 ``_scaled_mm``, each eager (``path``) and compiled (``path_compiled``; one fresh compile
+   each, ``torch._dynamo.reset()`` between) in µs per call (CUDA events): which path wins.
 2. tiny-s2 loaded with each mode: slow-logit error against bf16 and whether it generates.
 3. ``Engine(compile=True)`` (and its CUDA graph) on the FP8 dequant model in fp32 activations:
    same greedy codes as eager (in bf16, fused kernels round differently and codes part on near
@@ -30,13 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import quant  # noqa: E402
-from fish_core.checkpoint import load_model  # noqa: E402
+from fish_core.checkpoint import build_meta, load_model  # noqa: E402
+from fish_core.config import ModelConfig  # noqa: E402
 from fish_core.generate import Engine, SamplingParams  # noqa: E402
 from quant.fp8 import FP8Linear  # noqa: E402
 
 FIXTURE = ROOT / "tests/fixtures/tiny-s2"
 PROMPTS = ROOT / "tests/fixtures/golden/prompts.safetensors"
-SHAPES = [(6144, 2560), (2560, 4096), (9728, 2560), (2560, 9728), (4096, 2560)]  # (N, K)
+REAL_CONFIG = ROOT / "tests/fixtures/real-s2-config.json"
 
 
 def cuda_time(fn, repeats=50) -> float:
@@ -51,28 +53,51 @@ def cuda_time(fn, repeats=50) -> float:
     return round(start.elapsed_time(end) * 1000 / repeats, 1)  # µs
 
 
+def failure(e: Exception) -> str:
+    return f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
+def real_shapes() -> list[tuple[int, int]]:
+    """(N, K) of every distinct Linear of the real model (from its config)."""
+    meta = build_meta(ModelConfig.from_file(REAL_CONFIG), torch.bfloat16)
+    return sorted(set(quant.convert.linear_weights(meta).values()))
+
+
+def kernel_row(w: torch.Tensor, batch: int) -> dict:
+    """µs per call of bf16 ``F.linear`` and of each FP8 path, eager and compiled under separate
+    keys (a compile failure never hides the eager time), and each path's error against fp32."""
+    n, k = w.shape
+    x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
+    row = {"N": n, "K": k, "batch": batch, "bf16": cuda_time(lambda: F.linear(x, w))}
+    ref = F.linear(x.float(), w.float())
+    for path in ("dequant", "gemv", "scaled_mm"):
+        layer = FP8Linear.from_weight(w, path)
+        try:
+            row[path] = cuda_time(lambda: layer(x))
+            y = layer(x).float()
+            row[path + "_rel_err"] = round(float((y - ref).norm() / ref.norm()), 4)
+        except Exception as e:  # noqa: BLE001 - report what failed, keep measuring
+            row[path] = failure(e)
+        # One fresh compile per (shape, batch, path): without the reset the same forward would
+        # collect a cache entry per case and, past the recompile limit, raise under fullgraph.
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(layer, fullgraph=True, dynamic=False)
+            row[path + "_compiled"] = cuda_time(lambda: compiled(x))
+        except Exception as e:  # noqa: BLE001
+            row[path + "_compiled"] = failure(e)
+    return row
+
+
 @torch.inference_mode()
 def kernels() -> list[dict]:
     rows = []
-    for n, k in SHAPES:
+    for n, k in real_shapes():
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for batch in (1, 8):
-            x = torch.randn(batch, k, device="cuda", dtype=torch.bfloat16)
-            row = {"N": n, "K": k, "batch": batch,
-                   "bf16": cuda_time(lambda: F.linear(x, w))}
-            ref = F.linear(x.float(), w.float())
-            for path in ("dequant", "scaled_mm"):
-                layer = FP8Linear.from_weight(w, path)
-                try:
-                    row[path] = cuda_time(lambda: layer(x))
-                    y = layer(x).float()
-                    row[path + "_rel_err"] = round(float((y - ref).norm() / ref.norm()), 4)
-                    compiled = torch.compile(layer, fullgraph=True)
-                    row[path + "_compiled"] = cuda_time(lambda: compiled(x))
-                except Exception as e:  # noqa: BLE001 - report what failed, keep measuring
-                    row[path] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.append(kernel_row(w, batch))
+            print(json.dumps(rows[-1]), flush=True)
+    torch._dynamo.reset()
     return rows
 
 
@@ -87,7 +112,7 @@ def modes() -> dict:
     tokens = prompt[None].cuda()
     ref_logits = ref.vocab_logits(ref.slow_forward(tokens, pos, None)).float()
     out = {}
-    for mode, path in [("fp8", "dequant"), ("fp8", "scaled_mm"), ("fp8", "fastest"),
+    for mode, path in [("fp8", "dequant"), ("fp8", "gemv"), ("fp8", "scaled_mm"), ("fp8", "fastest"),
                        ("int8", None), ("int4", None), ("fp8-dynamic", None), ("nvfp4", None)]:
         label = f"{mode}:{path}" if path else mode
         try:
@@ -127,8 +152,12 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.exit("gpu_quant.py needs CUDA")
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "capability": torch.cuda.get_device_capability(), "kernels": kernels(),
-              "modes": modes(), "compile": compiled_step()}
+              "capability": torch.cuda.get_device_capability(), "kernels": kernels()}
+    # The compiled step before the torchao modes: their configs may change inductor settings
+    # for the rest of the process.
+    torch._dynamo.reset()
+    result["compile"] = compiled_step()
+    result["modes"] = modes()
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 

@@ -208,7 +208,7 @@ class ModelManager:
         if entry is None:
             device = torch.device(key[3])
             if self.memory is not None:
-                self.memory.make_room(weights_size(handle.folder), device)
+                self.memory.make_room(load_size(handle), device)
             log.info("Sailfish: loading %s on %s (%s, quantization %s)", handle.name, device,
                      handle.precision, handle.quantization)
             t0 = time.perf_counter()
@@ -272,6 +272,32 @@ class ModelManager:
         gc.collect()  # the engine holds reference cycles; free the weights now
         if self.memory is not None:
             self.memory.empty_cache()
+
+
+# The CUDA graph's private pool and a frame's temporaries at batch 1 (a few vocabulary-sized
+# rows): headroom, not a measurement. bench/gpu_first.py reports vram_peak_GB - vram_model_GB,
+# which is this plus the KV cache.
+GRAPH_POOL_BYTES = 256 << 20
+
+
+def load_size(handle: ModelHandle) -> int:
+    """Bytes loading ``handle`` will hold on its device: the weights on disk, the slow AR's KV
+    cache at the full context (batch 1) and the CUDA graph pool."""
+    return weights_size(handle.folder) + kv_cache_size(handle) + GRAPH_POOL_BYTES
+
+
+def kv_cache_size(handle: ModelHandle) -> int:
+    """Bytes of the slow AR's K and V caches at ``handle``'s context length, batch 1, in its
+    precision (0 if the folder has no readable config: loading will say why)."""
+    from ..fish_core.config import ModelConfig
+
+    try:
+        text = ModelConfig.from_file(handle.folder).text
+    except (OSError, ValueError):
+        return 0
+    length = min(handle.context_length or text.max_seq_len, text.max_seq_len)
+    itemsize = 4 if handle.precision in ("fp32", "float32") else 2
+    return text.n_layer * 2 * text.n_local_heads * text.head_dim * length * itemsize
 
 
 def weights_size(folder: str) -> int:

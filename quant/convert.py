@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from . import torchao_modes
 from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
-    fastest_path, float8_supported, quantize_rows, resolve_path
+    float8_supported, quantize_rows, resolve_path, settle_path
 
 MODES = ("none", "fp8", *torchao_modes.MODES)
 
@@ -146,13 +146,9 @@ class Converter:
                 table.set_quantized(q.detach(), scale)
                 setattr(parent, leaf, table)
                 continue
-            path = "dequant" if self.fp8_path == "fastest" else self.fp8_path
-            if path == "scaled_mm" and (q.shape[0] % 16 or q.shape[1] % 16):
-                path = "dequant"  # _scaled_mm needs K and N multiples of 16
-            layer = FP8Linear(q.shape[1], q.shape[0], path, device="meta")
+            layer = FP8Linear(q.shape[1], q.shape[0], "dequant", device="meta")
             layer.set_quantized(q.detach(), scale)
-            if self.fp8_path == "fastest":
-                layer.path = fastest_path(layer)
+            layer.path = settle_path(layer, self.fp8_path, self.dtype)  # refused → "dequant"
             setattr(parent, leaf, layer)
         self.scales.clear()
         return model

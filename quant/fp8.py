@@ -19,12 +19,20 @@ How a layer runs (``FP8Linear.path``, fixed per layer so compiled graphs stay st
 - ``"load"``: dequantize once at load and keep a plain ``nn.Linear`` (no memory saving, bf16 speed,
   FP8 numerics). The CPU default: e4m3 → bf16 casts are not vectorized there (13-16x slower).
 - ``"dequant"``: keep e4m3 + scale, dequantize in ``forward`` (weight-only numerics; half the
-  memory). The CUDA default; any device with float8 tensors.
+  memory, but ~21 bytes moved per weight and call). Any device with float8 tensors.
+- ``"gemv"``: weight-only through the Triton GEMV of ``fp8_gemv.py``, which reads each e4m3 code
+  once (~1 byte per weight, against 2 for bf16) for up to ``fp8_gemv.MAX_ROWS`` rows of
+  activations (decode); more rows (prefill) dequantize as ``"dequant"``. CUDA >= 8.9 with Triton.
 - ``"scaled_mm"``: W8A8 through ``torch._scaled_mm`` with a per-row activation scale (FP8 tensor
-  cores on compute capability >= 8.9; also runs, slowly, on CPU). Activations are quantized too.
-- ``"fastest"``: on CUDA >= 8.9 time ``dequant`` against ``scaled_mm`` once per (shape, device)
-  and keep the winner per layer; elsewhere the same as ``"auto"``.
-- ``"auto"``: ``"dequant"`` on CUDA, ``"load"`` elsewhere.
+  cores on compute capability >= 8.9; also runs, slowly, on CPU). Activations are quantized too,
+  so it is only ever used when asked for by name (as torchao's ``fp8-dynamic`` mode).
+- ``"fastest"``: time the weight-only kernels (``gemv``, ``dequant``) once per (shape, device)
+  and keep the winner per layer; off CUDA the same as ``"auto"``.
+- ``"auto"``: ``"gemv"`` on CUDA where it runs, else ``"dequant"`` on CUDA, ``"load"`` elsewhere.
+
+A kernel refused for a layer (``settle_path`` runs each shape once at load: an exception, or a
+result off the dequantized matmul) falls back to ``"dequant"``; the reason is warned once and kept
+in ``FALLBACKS`` (benchmarks report it).
 
 The default comes from ``SAILFISH_FP8_PATH`` when set, else ``"auto"``.
 
@@ -36,16 +44,21 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fp8_gemv
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 CHUNK_ROWS = 8192  # quantize_rows works this many rows at a time (fp32 temporaries ~80 MB at K=2560)
-PATHS = ("auto", "fastest", "load", "dequant", "scaled_mm")
-STORED_PATHS = ("dequant", "scaled_mm")  # the paths that keep e4m3 weights on the device
+PATHS = ("auto", "fastest", "load", "dequant", "gemv", "scaled_mm")
+STORED_PATHS = ("dequant", "gemv", "scaled_mm")  # the paths that keep e4m3 weights on the device
+WEIGHT_ONLY = ("gemv", "dequant")  # what "fastest" chooses among (same numerics)
+FALLBACKS: list[str] = []  # every kernel refusal of this process, in words
 
 
 class QuantizationError(ValueError):
@@ -129,6 +142,8 @@ class FP8Linear(RowQuantized):
     def forward(self, x: Tensor) -> Tensor:
         if self.path == "scaled_mm":
             return scaled_mm_linear(x, self.weight, self.scale)
+        if self.path == "gemv" and x.numel() <= fp8_gemv.MAX_ROWS * x.shape[-1]:
+            return fp8_gemv.gemv_linear(x, self.weight, self.scale)
         return F.linear(x, dequantize_rows(self.weight, self.scale, x.dtype))
 
     def extra_repr(self) -> str:
@@ -165,6 +180,8 @@ class FP8Embedding(RowQuantized):
 # ---------------------------------------------------------------------------- path choice
 _float8_ok: dict[str, bool] = {}
 _fastest: dict[tuple, str] = {}
+_settled: dict[tuple, str | None] = {}  # (path, N, K, device) → None (runs) or why not
+PROBE_REL_ERR = {"gemv": 1e-2, "scaled_mm": 0.1}  # vs the fp32 matmul on dequantized weights
 
 
 def float8_supported(device: torch.device) -> bool:
@@ -184,17 +201,24 @@ def scaled_mm_supported(device: torch.device) -> bool:
     return device.type == "cpu"
 
 
+def record_fallback(reason: str) -> None:
+    """Keep ``reason`` in ``FALLBACKS`` and warn, once per process."""
+    if reason not in FALLBACKS:
+        FALLBACKS.append(reason)
+        warnings.warn(reason)
+
+
 def resolve_path(path: str | None, device: torch.device) -> str:
     """The concrete path for ``path`` (None → ``$SAILFISH_FP8_PATH`` or ``"auto"``) on ``device``.
-    Returns ``"load"``, ``"dequant"``, ``"scaled_mm"`` or ``"fastest"``."""
+    Returns ``"load"``, ``"dequant"``, ``"gemv"``, ``"scaled_mm"`` or ``"fastest"``."""
     path = path or os.environ.get("SAILFISH_FP8_PATH") or "auto"
     if path not in PATHS:
         raise QuantizationError(f"fp8 path must be one of {', '.join(PATHS)}, got {path!r}")
     device = torch.device(device)
-    if path == "fastest" and not (device.type == "cuda" and scaled_mm_supported(device)):
+    if path == "fastest" and device.type != "cuda":
         path = "auto"
     if path == "auto":
-        return "dequant" if device.type == "cuda" else "load"
+        return _auto_path(device)
     if path in STORED_PATHS + ("fastest",) and not float8_supported(device):
         raise QuantizationError(
             f"fp8 path {path!r} keeps float8_e4m3fn weights on {device}, which this torch "
@@ -204,30 +228,96 @@ def resolve_path(path: str | None, device: torch.device) -> str:
         raise QuantizationError(
             f"fp8 path 'scaled_mm' needs an NVIDIA GPU with compute capability >= 8.9 (Ada, "
             f"Hopper, Blackwell); {device} has none. Use 'dequant' or 'load'")
+    reason = fp8_gemv.unavailable(device) if path == "gemv" else None
+    if reason:
+        raise QuantizationError(f"fp8 path 'gemv' cannot run on {device}: {reason}. "
+                                "Use 'dequant' (or 'auto')")
     return path
 
 
-def fastest_path(layer: FP8Linear, batch: int = 1, repeats: int = 20) -> str:
-    """Time ``dequant`` against ``scaled_mm`` for this layer's shape on its device (once per
-    (N, K, batch, device)); return the faster. Only meaningful on CUDA."""
+def _auto_path(device: torch.device) -> str:
+    """``"gemv"`` on CUDA where the kernel runs, else ``"dequant"`` there; ``"load"`` elsewhere."""
+    if device.type != "cuda":
+        return "load"
+    reason = fp8_gemv.unavailable(device)
+    if reason:
+        record_fallback(f"fp8: the GEMV kernel is unavailable ({reason}); using 'dequant'")
+        return "dequant"
+    return "gemv"
+
+
+def settle_path(layer: FP8Linear, path: str, dtype: torch.dtype = torch.bfloat16) -> str:
+    """The path ``layer`` runs for the resolved ``path``: ``fastest`` is timed (``fastest_path``);
+    ``gemv`` and ``scaled_mm`` are run once per (shape, device) on activations of ``dtype`` and
+    replaced by ``dequant`` (reason recorded) if the kernel refuses the shape or disagrees with
+    the fp32 matmul on the dequantized weights."""
+    if path == "fastest":
+        return fastest_path(layer, dtype=dtype)
+    if path not in PROBE_REL_ERR:
+        return path
+    reason = _refusal(layer, path, dtype)
+    if reason:
+        record_fallback(f"fp8 {path} refused for [{layer.out_features}, {layer.in_features}] "
+                        f"on {layer.weight.device}: {reason}; using 'dequant'")
+        return "dequant"
+    return path
+
+
+def _refusal(layer: FP8Linear, path: str, dtype: torch.dtype) -> str | None:
+    """Why ``path`` cannot run ``layer``'s shape (None: it runs and agrees), probed once."""
     w = layer.weight
-    key = (tuple(w.shape), batch, str(w.device))
-    if key not in _fastest:
-        if w.shape[0] % 16 or w.shape[1] % 16:  # _scaled_mm needs K and N multiples of 16
-            _fastest[key] = "dequant"
-            return _fastest[key]
-        x = torch.randn(batch, w.shape[1], device=w.device, dtype=torch.bfloat16)
-        times = {}
+    key = (path, tuple(w.shape), str(w.device), dtype)
+    if key in _settled:
+        return _settled[key]
+    if path == "scaled_mm" and (w.shape[0] % 16 or w.shape[1] % 16):
+        _settled[key] = "_scaled_mm needs K and N multiples of 16"
+        return _settled[key]
+    x = torch.randn(1, w.shape[1], device=w.device).to(dtype)  # [1, K], batch-1 decode
+    previous = layer.path
+    try:
         with torch.inference_mode():
-            for path in STORED_PATHS:
-                layer.path = path
-                for _ in range(3):
-                    layer(x)
-                torch.cuda.synchronize(w.device)
-                t0 = time.perf_counter()
-                for _ in range(repeats):
-                    layer(x)
-                torch.cuda.synchronize(w.device)
-                times[path] = time.perf_counter() - t0
-        _fastest[key] = min(times, key=times.get)
+            layer.path = path
+            y = layer(x).float()
+            ref = F.linear(x.float(), dequantize_rows(w, layer.scale, torch.float32))
+        rel = float((y - ref).norm() / ref.norm().clamp(min=1e-30))
+        ok = rel <= PROBE_REL_ERR[path]
+        _settled[key] = None if ok else f"result off the dequantized matmul (relative error {rel:.3g})"
+    except Exception as e:  # noqa: BLE001 - any refusal (compile error, unsupported shape) → dequant
+        first = str(e).splitlines()[0] if str(e) else ""
+        _settled[key] = f"{type(e).__name__}: {first[:200]}"
+    finally:
+        layer.path = previous
+    return _settled[key]
+
+
+def fastest_path(layer: FP8Linear, batch: int = 1, repeats: int = 20,
+                 dtype: torch.dtype = torch.bfloat16) -> str:
+    """Time the weight-only kernels (``WEIGHT_ONLY``) that run this layer's shape on its device
+    (once per (N, K, batch, device)); return the faster. Only meaningful on CUDA."""
+    w = layer.weight
+    key = (tuple(w.shape), batch, str(w.device), dtype)
+    if key in _fastest:
+        return _fastest[key]
+    candidates = [p for p in WEIGHT_ONLY if settle_path(layer, p, dtype) == p]
+    x = torch.randn(batch, w.shape[1], device=w.device).to(dtype)
+    times, previous = {}, layer.path
+    with torch.inference_mode():
+        for path in candidates:
+            layer.path = path
+            times[path] = _time_calls(lambda: layer(x), w.device, repeats)
+    layer.path = previous
+    _fastest[key] = min(times, key=times.get)
     return _fastest[key]
+
+
+def _time_calls(fn, device: torch.device, repeats: int) -> float:
+    """Seconds for ``repeats`` calls of ``fn`` after 3 warm-up calls (device synchronized)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda _device: None)
+    for _ in range(3):
+        fn()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync(device)
+    return time.perf_counter() - t0

@@ -20,6 +20,7 @@ import torch
 
 import comfy_stubs
 from conftest import fixtures_dir, read_sizes
+from fish_core.config import ModelConfig
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
@@ -522,3 +523,34 @@ def test_requirements_change_nothing_in_a_comfyui_environment():
     project = tomllib.loads((root / "pyproject.toml").read_text())
     assert requirement_problems(project["project"]["dependencies"]) == []
     assert requirement_problems(["torch>=2", "numpy==1.26", "x<2", "y~=1.0"]) != []
+
+
+def test_make_room_counts_the_kv_cache_and_the_graph_pool(env, manager, ckpt_dir):
+    """Before a load ComfyUI is asked for the weights plus the slow AR's KV cache at the
+    handle's context (in its precision) plus the CUDA graph pool, not the weights alone."""
+    mod = env.pack.nodes.manager
+    text = ModelConfig.from_file(ckpt_dir).text
+    context = text.max_seq_len // 2
+    asked = []
+
+    class Memory:
+        def make_room(self, nbytes, device):
+            asked.append(nbytes)
+
+        def register(self, synth, device, on_detach):
+            return None
+
+        def empty_cache(self):
+            pass
+
+    m = manager(memory=Memory())
+    for precision, itemsize in (("bf16", 2), ("fp32", 4)):
+        handle = mod.ModelHandle(str(ckpt_dir), precision=precision, context_length=context,
+                                 device="cpu")
+        m.get(handle)
+        kv = text.n_layer * 2 * text.n_local_heads * text.head_dim * context * itemsize
+        assert mod.kv_cache_size(handle) == kv
+        assert asked[-1] == mod.weights_size(str(ckpt_dir)) + kv + mod.GRAPH_POOL_BYTES
+    full = mod.ModelHandle(str(ckpt_dir), precision="bf16")  # 0: the model's own context
+    assert mod.kv_cache_size(full) == 2 * mod.kv_cache_size(
+        mod.ModelHandle(str(ckpt_dir), precision="bf16", context_length=context))

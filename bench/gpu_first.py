@@ -1,0 +1,416 @@
+"""The first minutes on a lent GPU: one command, a budget (default 5 min, model builds included),
+a JSON table written after every stage.
+
+    python bench/gpu_first.py                          # writes $OUT/gpu_first.json (else ./)
+    python bench/gpu_first.py --device cpu --config tiny --json /tmp/gpu_first.json   # dry run
+
+Real-size S2-Pro with random weights, built on the meta device and initialised on the GPU (no
+fp32 copy; speed does not depend on the values; the stop token is ignored). Each stage runs in its
+own subprocess with its own timeout, so a crash, a hang or a torchao setting cannot take the
+others with it; a stage that does not fit in what is left of the budget is skipped, and says so:
+
+    preflight      versions, capability, which optional packages import, copy bandwidth
+    bf16-graph     eager kernels replayed as one CUDA graph per frame; time to first audio
+    bf16-eager     a short eager run (Python launches every kernel)
+    fp8-gemv       FP8 weight-only on its fast path (fp8 path "auto": the Triton GEMV)
+    fp8-dequant    FP8 weight-only, dequantized per call (the old default)
+    int8, int4     torchao weight-only, only if torchao imports
+    codec          codec encode / decode speed (× real time)
+    bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
+
+Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
+fraction of the copy bandwidth measured in preflight (bytes per frame / frame time against
+bytes read + written per second of a device-to-device copy), VRAM after the build and peak while
+decoding, and what really ran: compiled?, CUDA graph?, graph captures, FP8 kernel per layer,
+fallbacks and warnings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+OPTIONAL = ("triton", "torchao", "soundfile", "soxr", "numpy", "safetensors", "tokenizers")
+H200_COPY_GB_S = 4300.0  # measured here (KINDS.md); used when preflight could not measure
+TTFA_FRAMES = 8  # the first audio chunk: prefill + this many frames + their codec decode
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    timeout_s: float  # the most this stage may take
+    min_s: float  # skipped if less than this is left of the budget
+    quantization: str | None = None  # decode stages: "none", "fp8", "int8", "int4"
+    fp8_path: str | None = None
+    mode: str = "graph"  # "eager", "graph" or "compiled" (+ CUDA graph on CUDA)
+    frames: int = 64
+    repeats: int = 2
+    needs: str | None = None  # an optional package the stage needs (from preflight)
+
+
+STAGES = [
+    Stage("preflight", 60, 10),
+    Stage("bf16-graph", 100, 30, "none"),
+    Stage("bf16-eager", 60, 20, "none", mode="eager", frames=16, repeats=1),
+    Stage("fp8-gemv", 100, 30, "fp8", "auto"),
+    Stage("fp8-dequant", 80, 30, "fp8", "dequant"),
+    Stage("int8", 80, 30, "int8", needs="torchao"),
+    Stage("int4", 80, 30, "int4", needs="torchao"),
+    Stage("codec", 60, 15),
+    Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
+]
+BY_NAME = {s.name: s for s in STAGES}
+
+
+# ---------------------------------------------------------------------------- stage bodies
+def sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device, nbytes: int) -> float:
+    """GB/s of a device-to-device copy, counting bytes read plus bytes written (median of 10)."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(13):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        if i >= 3:  # warm-up
+            times.append(time.perf_counter() - t0)
+    return round(2 * nbytes / statistics.median(times) / 1e9, 1)
+
+
+def preflight(args) -> dict:
+    import torch
+
+    device = torch.device(args.device)
+    packages = {}
+    for name in OPTIONAL:
+        try:
+            packages[name] = getattr(import_module(name), "__version__", "?")
+        except Exception as e:  # noqa: BLE001 - record why it does not import
+            packages[name] = None
+            packages[name + "_error"] = f"{type(e).__name__}: {e}"[:200]
+    from quant import fp8_gemv
+
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "packages": packages,
+           "fp8_gemv_unavailable": fp8_gemv.unavailable(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        out.update(gpu=props.name, capability=list(torch.cuda.get_device_capability(device)),
+                   multiprocessors=props.multi_processor_count,
+                   memory_GB=round(props.total_memory / 1e9, 1))
+    nbytes = 2 << 30 if device.type == "cuda" else 64 << 20
+    out["copy_GB_per_s"] = copy_bandwidth(device, nbytes)
+    return out
+
+
+def random_model(config, device, dtype):
+    """The model built on the meta device, allocated on ``device`` in ``dtype`` and filled with
+    N(0, 0.02) matrices and unit norms: no fp32 copy at any time."""
+    import torch
+
+    from fish_core.checkpoint import build_meta
+
+    model = build_meta(config, dtype).to_empty(device=device)
+    gen = torch.Generator(device).manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.02, generator=gen)
+            else:
+                p.fill_(1.0)
+    model.reset_buffers(device)
+    return model.eval().requires_grad_(False)
+
+
+def what_ran(engine, model) -> dict:
+    """Read back what the engine and the layers really did (attributes other branches may add
+    are read with defaults)."""
+    import quant
+    from quant import fp8 as fp8mod
+
+    paths = Counter(m.path for m in model.modules() if isinstance(m, quant.FP8Linear))
+    return {"compiled": bool(getattr(engine, "compiled", False)),
+            "cuda_graph": bool(getattr(engine, "cuda_graph", False)),
+            "graph_captures": getattr(engine, "graph_captures", None),
+            "fallbacks": list(getattr(engine, "fallbacks", [])) + list(fp8mod.FALLBACKS),
+            "fp8_layer_paths": dict(paths) or None}
+
+
+def decode(args, stage: Stage) -> dict:
+    import torch
+
+    import bench_decode
+    from fish_core.generate import Engine, SamplingParams
+
+    device, dtype = torch.device(args.device), torch.bfloat16
+    t0 = time.perf_counter()
+    model = random_model(bench_decode.make_config(args.config), device, dtype)
+    if stage.quantization != "none":
+        import quant
+
+        model = quant.quantize_model(model, stage.quantization, fp8_path=stage.fp8_path)
+    sync(device)
+    out = {"build_s": round(time.perf_counter() - t0, 2)}
+    if stage.quantization == "fp8":
+        from quant.fp8 import resolve_path
+
+        out["fp8_path"] = resolve_path(stage.fp8_path, device)
+    if device.type == "cuda":
+        out["vram_model_GB"] = round(torch.cuda.memory_allocated(device) / 1e9, 2)
+        torch.cuda.reset_peak_memory_stats(device)
+
+    engine = Engine(model, compile=stage.mode == "compiled",
+                    cuda_graph=stage.mode != "eager" and device.type == "cuda")
+    prompt = bench_decode.prompt_for(model.config, args.prompt_len)
+    params = SamplingParams(max_new_tokens=stage.frames)
+    first_s, _ = bench_decode.timed(
+        lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False), device)
+    runs = [bench_decode.measure(engine, prompt, SimpleNamespace(frames=stage.frames), device)
+            for _ in range(stage.repeats)]
+    fps = statistics.median(r["decode_fps"] for r in runs)
+    frame_bytes = bench_decode.frame_bytes(model, engine, model.cache_shape()[1])
+    out.update(frames=stage.frames, repeats=stage.repeats, first_call_s=round(first_s, 2),
+               frames_per_s=round(fps, 2), fps_all=[round(r["decode_fps"], 2) for r in runs],
+               prefill_tokens_per_s=round(args.prompt_len / statistics.median(
+                   r["prefill_s"] for r in runs), 1),
+               bytes_per_frame=frame_bytes, effective_GB_per_s=round(frame_bytes * fps / 1e9, 3))
+    if args.bandwidth:
+        out["fraction_of_bound"] = round(frame_bytes * fps / 1e9 / args.bandwidth, 3)
+    if device.type == "cuda":  # decoding only: before the codec is built
+        out["vram_peak_GB"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
+    if stage.name == "bf16-graph":
+        try:  # the codec's imports or build must not cost the decode row
+            out["time_to_first_audio_s"] = time_to_first_audio(args, engine, prompt, device)
+        except Exception as e:  # noqa: BLE001 - recorded in the row
+            out["time_to_first_audio_error"] = f"{type(e).__name__}: {e}"[:300]
+    out.update(what_ran(engine, model))
+    return out
+
+
+def make_codec(args, device):
+    from fish_core.codec import Codec
+
+    if args.config == "real":
+        from bench_codec import random_real_codec
+
+        return random_real_codec(device=device)
+    fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests/fixtures"))
+    return Codec.from_file(fixtures / "tiny-s2", device=device)
+
+
+def time_to_first_audio(args, engine, prompt, device) -> float:
+    """Seconds from the request to the first chunk's audio: prefill, ``TTFA_FRAMES`` frames, and
+    their codec decode (median of 3 after a warm-up)."""
+    import bench_decode
+
+    codec = make_codec(args, device)
+    return round(bench_decode.time_to_first_audio(engine, codec, prompt, TTFA_FRAMES, device, 3), 4)
+
+
+def codec_speed(args, seconds: float = 10.0) -> dict:
+    """Encode and decode of ``seconds`` of audio: × real time (audio seconds per wall second)."""
+    import torch
+
+    import bench_decode
+
+    device = torch.device(args.device)
+    codec = make_codec(args, device)
+    frames = round(seconds * codec.sample_rate / codec.frame_length)
+    gen = torch.Generator().manual_seed(0)
+    audio = 0.1 * torch.randn(frames * codec.frame_length, generator=gen)
+    codes = codec.encode(audio)[0]  # [1 + K, frames], also the warm-up
+    codec.decode(codes)
+    out = {"audio_s": round(frames * codec.frame_length / codec.sample_rate, 2)}
+    for op, run in (("encode", lambda: codec.encode(audio)), ("decode", lambda: codec.decode(codes))):
+        median = statistics.median(bench_decode.timed(run, device)[0] for _ in range(3))
+        out[f"{op}_x_realtime"] = round(out["audio_s"] / median, 1)
+    return out
+
+
+def run_stage(args) -> dict:
+    """The body of one stage, in this (child) process; warnings are recorded, not printed."""
+    import torch
+
+    stage = BY_NAME[args.stage]
+    if args.device == "cpu":  # a dry run of the GPU command, not a CPU benchmark: one thread
+        torch.set_num_threads(1)
+    if args.fail_stage == stage.name:
+        raise RuntimeError(f"forced failure of stage {stage.name} (--fail-stage)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if stage.name == "preflight":
+            out = preflight(args)
+        elif stage.name == "codec":
+            out = codec_speed(args)
+        else:
+            out = decode(args, stage)
+    messages = list(dict.fromkeys(str(w.message).splitlines()[0][:300] for w in caught))
+    out["warnings"] = [m for m in messages if "deprecated" not in m][:20]
+    return out
+
+
+# ---------------------------------------------------------------------------- the driver
+def child_command(args, stage: Stage, result_path: str, bandwidth: float | None) -> list[str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", stage.name, "--result",
+           result_path, "--device", args.device, "--config", args.config,
+           "--prompt-len", str(args.prompt_len)]
+    if bandwidth:
+        cmd += ["--bandwidth", str(bandwidth)]
+    if args.fail_stage:
+        cmd += ["--fail-stage", args.fail_stage]
+    return cmd
+
+
+def spawn(cmd: list[str], timeout: float) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; kill the whole group (compile workers too) past
+    ``timeout``. Returns (exit code or None on timeout, the tail of its output)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output[-3000:]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return None, (output or "")[-3000:]
+
+
+def skip_reason(stage: Stage, left: float, preflight: dict | None) -> str | None:
+    if left < stage.min_s:
+        return f"budget: {left:.0f} s left, the stage needs at least {stage.min_s:.0f} s"
+    if stage.needs and preflight is not None and not preflight["packages"].get(stage.needs):
+        return f"{stage.needs} does not import here"
+    return None
+
+
+def drive(args) -> dict:
+    names = args.stages.split(",") if args.stages else [s.name for s in STAGES]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        sys.exit(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    out_path = Path(args.json or Path(os.environ.get("OUT", ".")) / "gpu_first.json")
+    report = {"command": sys.argv, "device": args.device, "config": args.config,
+              "budget_s": args.budget, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "stages": {}}
+    start, preflight_result, bandwidth = time.perf_counter(), None, args.bandwidth
+    with tempfile.TemporaryDirectory() as tmp:
+        for stage in (BY_NAME[n] for n in names):
+            left = args.budget - (time.perf_counter() - start)
+            reason = skip_reason(stage, left, preflight_result)
+            if reason:
+                report["stages"][stage.name] = {"status": "skipped", "reason": reason}
+            else:
+                entry = run_one(args, stage, min(stage.timeout_s, left), tmp, bandwidth)
+                report["stages"][stage.name] = entry
+                if stage.name == "preflight" and entry["status"] == "ok":
+                    preflight_result = entry["result"]
+                    bandwidth = bandwidth or preflight_result.get("copy_GB_per_s")
+            if stage.name == "preflight" and not bandwidth and args.device != "cpu":
+                bandwidth = H200_COPY_GB_S
+            report["bandwidth_GB_per_s"] = bandwidth
+            report["elapsed_s"] = round(time.perf_counter() - start, 1)
+            write(out_path, report)
+            print(f"[{report['elapsed_s']:6.1f} s] {stage.name}: "
+                  f"{report['stages'][stage.name]['status']}", flush=True)
+    print_table(report)
+    print(f"JSON: {out_path}")
+    return report
+
+
+def run_one(args, stage: Stage, timeout: float, tmp: str, bandwidth: float | None) -> dict:
+    result_path = str(Path(tmp) / f"{stage.name}.json")
+    t0 = time.perf_counter()
+    code, tail = spawn(child_command(args, stage, result_path, bandwidth), timeout)
+    entry = {"seconds": round(time.perf_counter() - t0, 1)}
+    if code is None:
+        entry.update(status="timeout", error=f"killed after {timeout:.0f} s", output_tail=tail)
+    elif code != 0 or not Path(result_path).is_file():
+        entry.update(status="error", exit_code=code, error=last_error(tail), output_tail=tail)
+    else:
+        entry.update(status="ok", result=json.loads(Path(result_path).read_text()))
+    return entry
+
+
+def last_error(tail: str) -> str:
+    lines = [line for line in tail.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "no output"
+
+
+def write(path: Path, report: dict) -> None:
+    """Write ``report`` atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(path)
+
+
+def print_table(report: dict) -> None:
+    print("| stage | status | frames/s | GB/s | of bound | TTFA s | VRAM peak GB | compiled | "
+          "graph (captures) | FP8 kernels | fallbacks |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, entry in report["stages"].items():
+        r = entry.get("result", {})
+        if entry["status"] != "ok" or "frames_per_s" not in r:
+            note = entry.get("reason") or entry.get("error") or (
+                json.dumps({k: v for k, v in r.items() if k != "warnings"})[:200])
+            print(f"| {name} | {entry['status']} | {note} |")
+            continue
+        print(f"| {name} | ok | {r['frames_per_s']} | {r['effective_GB_per_s']} | "
+              f"{r.get('fraction_of_bound')} | {r.get('time_to_first_audio_s', '')} | "
+              f"{r.get('vram_peak_GB', '')} | {r['compiled']} | {r['cuda_graph']} "
+              f"({r['graph_captures']}) | {r['fp8_layer_paths'] or ''} | "
+              f"{'; '.join(r['fallbacks'])[:120]} |")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--config", default="real", choices=["tiny", "medium", "real"])
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds for all stages")
+    ap.add_argument("--bandwidth", type=float, default=None,
+                    help="GB/s for the fraction of the bound (default: measured in preflight)")
+    ap.add_argument("--stages", help=f"comma list, in order (default all: {','.join(BY_NAME)})")
+    ap.add_argument("--json", help="output file (default $OUT/gpu_first.json, else ./gpu_first.json)")
+    ap.add_argument("--fail-stage", help="make this stage raise (to test that the others report)")
+    ap.add_argument("--stage", help=argparse.SUPPRESS)  # child: run one stage
+    ap.add_argument("--result", help=argparse.SUPPRESS)  # child: write its result here
+    args = ap.parse_args(argv)
+    if args.stage:
+        Path(args.result).write_text(json.dumps(run_stage(args)))
+        return None
+    return drive(args)
+
+
+if __name__ == "__main__":
+    main()

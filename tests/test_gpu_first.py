@@ -1,0 +1,52 @@
+"""bench/gpu_first.py, dry-run on the CPU with the tiny config: every stage runs in its own
+process and reports, a stage forced to raise is recorded as an error while the next still runs,
+stages that cannot fit the budget are skipped with a reason, and the JSON is complete."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(tmp_path, *extra):
+    out = tmp_path / "gpu_first.json"
+    cmd = [sys.executable, str(ROOT / "bench/gpu_first.py"), "--device", "cpu", "--config", "tiny",
+           "--json", str(out), *extra]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(out.read_text()), done.stdout
+
+
+def test_dry_run_reports_every_stage_even_after_one_fails(tmp_path):
+    report, stdout = run(tmp_path, "--stages", "preflight,bf16-eager,fp8-dequant",
+                         "--fail-stage", "bf16-eager", "--budget", "800")
+    stages = report["stages"]
+    assert list(stages) == ["preflight", "bf16-eager", "fp8-dequant"]
+
+    pre = stages["preflight"]
+    assert pre["status"] == "ok", pre
+    assert pre["result"]["torch"] and pre["result"]["copy_GB_per_s"] > 0
+    assert set(pre["result"]["packages"]) >= {"triton", "torchao", "soundfile", "soxr"}
+    assert report["bandwidth_GB_per_s"] == pre["result"]["copy_GB_per_s"]
+
+    failed = stages["bf16-eager"]
+    assert failed["status"] == "error" and "forced failure of stage bf16-eager" in failed["error"]
+
+    fp8 = stages["fp8-dequant"]
+    assert fp8["status"] == "ok", fp8
+    row = fp8["result"]
+    assert row["frames_per_s"] > 0 and row["bytes_per_frame"] > 0
+    assert 0 < row["fraction_of_bound"]
+    assert row["fp8_path"] == "dequant" and list(row["fp8_layer_paths"]) == ["dequant"]
+    assert row["compiled"] is False and row["cuda_graph"] is False  # what really ran, on CPU
+    assert isinstance(row["fallbacks"], list) and isinstance(row["warnings"], list)
+    assert "| fp8-dequant | ok |" in stdout and "| bf16-eager | error |" in stdout
+
+
+def test_stages_past_the_budget_are_skipped_with_a_reason(tmp_path):
+    report, _ = run(tmp_path, "--stages", "codec,bf16-compiled", "--budget", "1")
+    for name in ("codec", "bf16-compiled"):
+        entry = report["stages"][name]
+        assert entry["status"] == "skipped" and entry["reason"].startswith("budget:")
