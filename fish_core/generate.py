@@ -16,14 +16,16 @@ import operator
 import os
 import secrets
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .graphs import FrameGraph
-from .model import DualAR
+from .model import Caches, DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
@@ -104,7 +106,12 @@ def cache_length(needed: int, limit: int) -> int:
 
 
 class Engine:
-    """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
+    """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time.
+
+    The engine owns its state (KV caches, CUDA graph, compiled step), so several engines can
+    share one model. What really ran is recorded: ``compiled`` (False after a compile failure),
+    ``cuda_graph`` (False after a capture failure), ``graph_captures`` and ``fallbacks`` (one
+    human-readable line per fallback taken)."""
 
     def __init__(self, model: DualAR, compile: bool = False, eos_check_every: int | None = None,
                  max_context: int | None = None,
@@ -118,15 +125,17 @@ class Engine:
                                                        c.semantic_end_token_id + 1)})
         self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
         self.eos_check_every = eos_check_every
+        self.caches: Caches | None = None
+        self._graph: FrameGraph | None = None  # for the current caches and weights
         self._weights = None
-        self._graph: FrameGraph | None = None  # for the current cache; dropped with it
         self.graph_captures = 0
+        self.fallbacks: list[str] = []
         self.follow_model()
         # The step is kept as a function of (engine, ...) rather than a bound method, so the
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
         self._step = None
+        self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
         if compile:
-            use_compile_cache(compile_cache)
             self._step = torch.compile(Engine.decode_frame, fullgraph=True)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
 
@@ -135,32 +144,38 @@ class Engine:
         """Whether the decode step runs compiled (False after a compile failure)."""
         return self._step is not None
 
+    def fall_back(self, what: str, error: Exception, instead: str) -> None:
+        """Record (and warn about) a fallback: ``what`` failed with ``error``; ``instead`` runs."""
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        reason = f"{what} failed ({type(error).__name__}: {first_line}); {instead}"
+        self.fallbacks.append(reason)
+        warnings.warn(reason)
+
     def run_step(self, *args) -> tuple[Tensor, Tensor]:
         """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
-        an unsupported platform …) it warns once and decodes eagerly from then on."""
+        an unsupported platform …) it records the fallback and decodes eagerly from then on."""
         if self._step is None:
             return self.decode_frame(*args)
         try:
-            return self._step(self, *args)
+            with inductor_cache_dir(self.compile_cache):
+                return self._step(self, *args)
         except Exception as e:  # noqa: BLE001 - any compiler failure means: run eagerly
-            warnings.warn(f"torch.compile of the decode step failed ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); decoding without compile")
+            self.fall_back("torch.compile of the decode step", e, "decoding without compile")
             self._step = None
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
         """One decode frame: replayed from a CUDA graph when enabled (captured on first use for
-        the current cache, whose shape fixes every argument's), else ``run_step``. A graph that
-        cannot be captured, or whose replay differs from the direct run, is dropped with a
-        warning."""
+        the current caches and weights, which fix every argument's shape and address), else
+        ``run_step``. A graph that cannot be captured, or whose replay differs from the direct
+        run, is dropped and the fallback recorded."""
         if not self.cuda_graph:
             return self.run_step(*args)
         if self._graph is None:
             try:
                 self._graph = FrameGraph(self.run_step, args)
             except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
-                warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
-                              "decoding without CUDA graphs")
+                self.fall_back("CUDA graph capture", e, "decoding without CUDA graphs")
                 self.cuda_graph = False
                 return self.run_step(*args)
             self.graph_captures += 1
@@ -168,16 +183,31 @@ class Engine:
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
-        or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
-        key = (self.model.device, self.model.dtype, self.model.embeddings.weight.data_ptr())
+        or replaced, e.g. by ComfyUI offloading it to the CPU and back. A CUDA graph holds the
+        addresses of every weight it read, so any change drops it; the caches go with a new
+        device or dtype."""
+        key = (self.model.device, self.model.dtype, tensor_addresses(self.model))
         if key == self._weights:
             return
+        if self._weights is None or key[:2] != self._weights[:2]:
+            self.caches = None
         self._weights = key
-        self._graph = None
+        self.release_graph()
         self.device, self.dtype = self.model.device, self.model.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
         self.head = self.model.head_rows(self.allowed_ids).detach()
         self.check_every = self.eos_check_every or (8 if self.device.type == "cuda" else 1)
+
+    def release_graph(self) -> None:
+        if self._graph is not None:
+            self._graph.release()
+            self._graph = None
+
+    def release(self) -> None:
+        """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
+        to the request, on the next call."""
+        self.release_graph()
+        self.caches = None
 
     # ------------------------------------------------------------------ one frame
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
@@ -203,21 +233,22 @@ class Engine:
         code = torch.clamp(main - c.semantic_start_token_id, 0, c.codebook_size - 1)
         codes = [code]
         x = torch.stack([hidden, model.fast_embeddings(code)], dim=1)  # [B, 2, D]
-        logits = model.fast_forward(x, start=0)[:, -1]
+        logits = model.fast_forward(x, 0, self.caches)[:, -1]
         for k in range(1, c.num_codebooks):
             code = sample(logits, temperature, top_p, top_k, rand_fast[k - 1])
             codes.append(code)
             if k + 1 < c.num_codebooks:
                 x = model.fast_embeddings(code).unsqueeze(1)
-                logits = model.fast_forward(x, start=k + 1)[:, -1]
+                logits = model.fast_forward(x, k + 1, self.caches)[:, -1]
         return torch.stack([main, *codes], dim=1)
 
     def slow_step(self, column: Tensor, pos: Tensor) -> Tensor:
         """Slow AR for one column ``[B, 1 + K]`` at ``pos [B]``, attending to every cached slot
         up to ``pos``; returns the final-normed hidden state ``[B, D]``."""
-        slots = torch.arange(self.model.cache_shape()[1], device=pos.device)
+        slots = torch.arange(self.caches.shape[1], device=pos.device)
         mask = (slots <= pos[:, None])[:, None, None, :]  # [B, 1, 1, L]
-        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask)[:, -1]
+        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask,
+                                       self.caches)[:, -1]
 
     def decode_frame(self, column: Tensor, pos: Tensor, window: Tensor, temperature: Tensor,
                      top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
@@ -236,7 +267,7 @@ class Engine:
         slots are overwritten by the generated frames before any query can reach them."""
         T = prompts.shape[-1]
         pos = torch.arange(T, device=self.device).expand(prompts.shape[0], T)
-        hidden = self.model.slow_forward(prompts, pos, mask=None)
+        hidden = self.model.slow_forward(prompts, pos, None, self.caches)
         return hidden[torch.arange(prompts.shape[0], device=self.device), lengths - 1]
 
     # ------------------------------------------------------------------ the loop
@@ -304,9 +335,9 @@ class Engine:
 
     def ensure_cache(self, batch: int, length: int) -> None:
         """KV caches for ``batch`` rows of ``length`` slots (kept when they already fit)."""
-        if self.model.cache_shape() != (batch, length):
-            self._graph = None  # it holds the old cache's addresses
-            self.model.setup_caches(batch, length, self.dtype, self.device)
+        if self.caches is None or self.caches.shape != (batch, length):
+            self.release()  # the graph holds the old caches' addresses
+            self.caches = self.model.make_caches(batch, length, self.dtype, self.device)
 
     def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
         """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
@@ -416,11 +447,35 @@ def report(on_frame, cancel, done: int, total: int) -> None:
         raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
 
 
-def use_compile_cache(path: str | os.PathLike | None) -> None:
-    """Keep inductor's compiled kernels in a persistent folder (``path``, else
-    ``$SAILFISH_COMPILE_CACHE``), so a later process reuses them: a warm compile takes seconds
-    instead of minutes. With neither, torch's own default (a per-user temp folder) is kept."""
-    path = path or os.environ.get("SAILFISH_COMPILE_CACHE")
-    if path:
-        os.makedirs(path, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:
+    """The storage address of every parameter and buffer (of the plain tensors inside a tensor
+    subclass, e.g. a torchao quantized weight): what a captured CUDA graph reads."""
+    def addresses(t: Tensor):
+        if not is_traceable_wrapper_subclass(t):
+            return [t.data_ptr()]
+        names, _ = t.__tensor_flatten__()
+        return [a for name in names for a in addresses(getattr(t, name))]
+
+    return tuple(a for t in [*module.parameters(), *module.buffers()] for a in addresses(t))
+
+
+@contextmanager
+def inductor_cache_dir(path: str | os.PathLike | None):
+    """Keep inductor's compiled kernels in a persistent folder (``path``, e.g. from
+    ``$SAILFISH_COMPILE_CACHE``) so a later process reuses them: a warm compile takes seconds
+    instead of minutes. Inductor reads its folder from ``TORCHINDUCTOR_CACHE_DIR`` when it
+    compiles, so the variable is set only while our compiled step runs and then restored: other
+    packs in the same process (ComfyUI) keep their own. With no path, nothing is changed."""
+    if not path:
+        yield
+        return
+    os.makedirs(path, exist_ok=True)
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before

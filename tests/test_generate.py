@@ -220,22 +220,69 @@ def _compiler_available():
 
 
 @pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
-def test_compiled_decode_is_identical_and_does_not_recompile(model, golden):
+def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_path):
+    """One compile serves every request of a cache bucket, even with another (eager) engine
+    decoding on the same model in between; the compile cache folder does not leak into
+    os.environ (inside ComfyUI other packs keep theirs)."""
+    import os
+
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
-    compiled = Engine(model, compile=True)
+    environ = dict(os.environ)
+    compiled = Engine(model, compile=True, compile_cache=tmp_path / "inductor")
+    eager = Engine(model)
+    frames_before = counters["stats"]["unique_graphs"]
     result = compiled.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
-    # Another prompt length in the same cache bucket, sampled, 64 frames: no recompilation.
+    assert counters["stats"]["unique_graphs"] - frames_before == 1
+    assert dict(os.environ) == environ
+    # Another prompt length in the same cache bucket, sampled, 64 frames, default parameters
+    # (temperature == top_p), an eager engine in between: no recompilation.
     meta = golden.json("generation")["sampled_b_seed42"]
     params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
                             meta["max_new_tokens"])
     with torch._dynamo.config.patch(error_on_recompile=True):
+        eager.generate(prompts["a_plain.batch0.prompt"], greedy(300), stop_on_eos=False)
         sampled = compiled.generate(prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+        eager.generate(prompts["a_plain.batch0.prompt"], greedy(8))
         long = compiled.generate(prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
+        compiled.generate(prompts["a_plain.batch0.prompt"], SamplingParams(max_new_tokens=8))
     assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
     assert long[0].columns.shape[1] == 64
+    assert compiled.compiled and not compiled.fallbacks
+    assert dict(os.environ) == environ
+
+
+def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
+    import os
+
+    from fish_core.generate import inductor_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with inductor_cache_dir(tmp_path / "a"):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/other/pack")
+    with pytest.raises(RuntimeError):
+        with inductor_cache_dir(tmp_path / "b"):
+            raise RuntimeError("compile failed")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/other/pack"
+    with inductor_cache_dir(None):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/other/pack"
+
+
+def test_engines_on_one_model_keep_their_own_caches(model, golden):
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    a, b = Engine(model), Engine(model)
+    want = gen["b_clone.batch0.raw_new_columns"]
+    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    b.generate(prompts["a_plain.batch0.prompt"], greedy(400), stop_on_eos=False)  # other size
+    assert a.caches is not b.caches and a.caches.shape != b.caches.shape
+    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    b.release()
+    assert b.caches is None and a.caches is not None
 
 
 def test_a_failing_compiler_falls_back_to_eager(model, golden):
@@ -251,6 +298,7 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
         result = engine.generate(prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.compiled
+    assert len(engine.fallbacks) == 1 and "no C++ compiler found" in engine.fallbacks[0]
 
 
 def test_a_dropped_engine_frees_its_model(ckpt_dir):
@@ -272,7 +320,7 @@ class CpuFrameGraph:
     """Stand-in for the CUDA FrameGraph: static input buffers copied in, outputs returned from
     the graph's own buffers (overwritten by the next replay), as on the GPU."""
 
-    captures = 0
+    captures = released = 0
 
     def __init__(self, fn, args):
         type(self).captures += 1
@@ -286,12 +334,16 @@ class CpuFrameGraph:
             buffer.copy_(value)
         return self.outputs
 
+    def release(self):
+        type(self).released += 1
+        self.inputs, self.outputs = [], []
+
 
 def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, monkeypatch):
     import fish_core.generate as generate
 
     monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
-    CpuFrameGraph.captures = 0
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
     engine = Engine(model, cuda_graph=True)
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
@@ -300,6 +352,27 @@ def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, m
     assert CpuFrameGraph.captures == 1
     engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert CpuFrameGraph.captures == 2  # a bigger cache: a new graph
+    assert CpuFrameGraph.released == 1  # the old one is freed with its cache
+
+
+def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
+                                                                          monkeypatch):
+    import fish_core.generate as generate
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    model = load_model(ckpt_dir, dtype=torch.float32)
+    engine = Engine(model, cuda_graph=True)
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))
+    layer = model.fast_layers[-1].feed_forward.w2
+    layer.weight.data = layer.weight.data.clone()  # same values, another address
+    result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    assert (CpuFrameGraph.captures, CpuFrameGraph.released) == (2, 1)
+    engine.release()
+    assert CpuFrameGraph.released == 2 and engine.caches is None
+    assert engine.graph_captures == 2
 
 
 def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
@@ -314,4 +387,6 @@ def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
     with pytest.warns(UserWarning, match="without CUDA graphs"):
         result = engine.generate(prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
-    assert not engine.cuda_graph
+    assert not engine.cuda_graph and engine.graph_captures == 0
+    assert engine.fallbacks == ["CUDA graph capture failed (RuntimeError: operation not permitted "
+                                "when stream is capturing); decoding without CUDA graphs"]
