@@ -143,14 +143,13 @@ class Attention(nn.Module):
         ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
         q, k, v = self.project(x, rope)
-        if cache is not None:
-            keys, values = cache.write(pos, k, v)
-            if mask is not None:
-                y = grouped_attention(q, keys, values, mask)
-                return self.wo(y.transpose(1, 2).reshape(B, S, -1))
-            if isinstance(pos, int):
-                k, v = keys, values
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
+        keys, values = (k, v) if cache is None else cache.write(pos, k, v)
+        if mask is not None:  # each row picks its slots from the whole cache
+            y = grouped_attention(q, keys, values, mask)
+        elif isinstance(pos, int):  # static slots: attend to the cache up to them
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
+        else:  # a prompt from slot 0: attend to itself
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
 
 
