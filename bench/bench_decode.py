@@ -138,7 +138,9 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
         rands = (torch.rand(B, V, generator=gen, device=device, dtype=engine.dtype),
                  torch.rand(B, V, generator=gen, device=device, dtype=engine.dtype),
                  torch.rand(K - 1, B, C, generator=gen, device=device, dtype=engine.dtype))
-        scal = torch.full((1, 1), 0.8, device=device, dtype=engine.dtype)
+        # Separate tensors, as generate passes them: one tensor given twice would recompile.
+        temperature = torch.full((1, 1), 0.8, device=device, dtype=engine.dtype)
+        top_p = torch.full((1, 1), 0.8, device=device, dtype=engine.dtype)
         top_k = torch.full((1, 1), 30, device=device)
         window = torch.zeros(1, 10, dtype=torch.long, device=device)
 
@@ -151,7 +153,8 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
 
             slow_graph = FrameGraph(lambda col, p: [slow(col, p)], (column, pos))
             slow = slow_graph
-        full = lambda: engine.step(column, pos, window, scal, scal, top_k, *rands)  # noqa: E731
+        full = lambda: engine.step(column, pos, window, temperature, top_p, top_k,  # noqa: E731
+                                   *rands)
         full()
         slow(column, pos)
         t_slow = statistics.median(timed(lambda: slow(column, pos), device)[0] for _ in range(steps))
@@ -208,8 +211,6 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
 
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
     if args.model:
         model = load_model(args.model, device, dtype)
@@ -220,6 +221,10 @@ def main(argv=None):
 
         model = quant.quantize_model(model, args.quantization)
     load_s = time.perf_counter() - t0
+    if device.type == "cuda":  # the peak counts the built model and decoding, not the build
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     config = model.config
     prompt = prompt_for(config, args.prompt_len)
 
@@ -236,7 +241,7 @@ def main(argv=None):
             results[mode]["runs"].append(measure(engine, prompt, args, device))
 
     codec = load_codec(args, device) if args.ttfa_frames else None
-    cache_len = model.cache_shape()[1]
+    cache_len = engines[next(iter(engines))].caches.shape[1]
     bytes_per_frame = frame_bytes(model, engines[next(iter(engines))], cache_len)
     report = {
         "machine": platform.processor() or platform.machine(), "device": str(device),
@@ -274,11 +279,18 @@ def main(argv=None):
                 entry["recompiles_over_frames"] = recompiles
             if engines[mode].cuda_graph:
                 entry["graph_captures_over_frames"] = engines[mode].graph_captures - graphs
+        engine = engines[mode]  # what really ran, after every fallback
+        entry.update(compiled=engine.compiled, cuda_graph=engine.cuda_graph,
+                     graph_captures=engine.graph_captures, fallbacks=engine.fallbacks)
         if args.bandwidth:
             bound = args.bandwidth * 1e9 / bytes_per_frame
             entry["bound_frames_per_s"] = round(bound, 1)
             entry["fraction_of_bound"] = round(fps / bound, 3)
         report["modes"][mode] = entry
+    if "compiled" in engines:
+        import torch._dynamo.utils as dutils
+
+        report["compiled_graphs_total"] = dutils.counters["stats"]["unique_graphs"]
     if device.type == "cuda":
         report["peak_memory_GB"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 3)
     else:

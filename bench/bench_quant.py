@@ -87,7 +87,6 @@ def teacher_forced(model, tokens: torch.Tensor, prompt_len: int):
     for codebooks 1..K-1 of each frame, all under the same (reference) history.
     ``tokens [1 + K, T + n]``: prompt then n generated columns. Returns ``[n, A]``, ``[n, K-1, C]``."""
     c = model.config
-    model.free_caches()
     T = tokens.shape[1]
     hidden = model.slow_forward(tokens[None], torch.arange(T)[None], None)[0]  # [T, D]
     hidden = hidden[prompt_len - 1: T - 1]  # [n, D]: predicts frames 0..n-1
@@ -96,10 +95,9 @@ def teacher_forced(model, tokens: torch.Tensor, prompt_len: int):
     slow = hidden @ model.head_rows(torch.tensor(allowed, device=hidden.device)).T
     codes = tokens[1:, prompt_len:].T  # [n, K]
     n, K = codes.shape
-    model.setup_caches(n, 8, device=hidden.device)
+    caches = model.make_caches(n, 8, device=hidden.device)
     x = torch.cat([hidden[:, None], model.fast_embeddings(codes[:, : K - 1])], dim=1)  # [n, K, D]
-    fast = model.fast_forward(x, start=0)[:, 1:]  # [n, K-1, C]
-    model.free_caches()
+    fast = model.fast_forward(x, 0, caches)[:, 1:]  # [n, K-1, C]
     return slow.float(), fast.float()
 
 

@@ -12,20 +12,24 @@ fish-speech exactly in eager mode.
 
 from __future__ import annotations
 
+import operator
 import os
 import secrets
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .graphs import FrameGraph
-from .model import DualAR
+from .model import Caches, DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
+MAX_SEED = 2**63 - 1  # seeds are 0 .. MAX_SEED everywhere (engine, Synthesizer, CLI, nodes)
 
 
 class GenerationError(ValueError):
@@ -72,6 +76,27 @@ class Generated:
     seed: int | None = None
 
 
+def random_seed() -> int:
+    """A fresh seed in 0 .. MAX_SEED."""
+    return secrets.randbits(63)
+
+
+def check_seed(seed, field: str = "seed") -> int:
+    """``seed`` as an int in 0 .. MAX_SEED; any int-like (``operator.index``: int, numpy ints)
+    is accepted. A bool, a float, a string or an out-of-range value raises GenerationError
+    naming ``field``."""
+    allowed = f"an integer in 0 .. {MAX_SEED}"
+    if isinstance(seed, bool):
+        raise GenerationError(f"{field} must be {allowed}, got {seed!r}")
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise GenerationError(f"{field} must be {allowed}, got {seed!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise GenerationError(f"{field} must be {allowed}, got {value}")
+    return value
+
+
 def cache_length(needed: int, limit: int) -> int:
     """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
     compiled decode step sees few distinct cache shapes."""
@@ -81,7 +106,12 @@ def cache_length(needed: int, limit: int) -> int:
 
 
 class Engine:
-    """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time."""
+    """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time.
+
+    The engine owns its state (KV caches, CUDA graph, compiled step), so several engines can
+    share one model. What really ran is recorded: ``compiled`` (False after a compile failure),
+    ``cuda_graph`` (False after a capture failure), ``graph_captures`` and ``fallbacks`` (one
+    human-readable line per fallback taken)."""
 
     def __init__(self, model: DualAR, compile: bool = False, eos_check_every: int | None = None,
                  max_context: int | None = None,
@@ -95,15 +125,17 @@ class Engine:
                                                        c.semantic_end_token_id + 1)})
         self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
         self.eos_check_every = eos_check_every
+        self.caches: Caches | None = None
+        self._graph: FrameGraph | None = None  # for the current caches and weights
         self._weights = None
-        self._graph: FrameGraph | None = None  # for the current cache; dropped with it
         self.graph_captures = 0
+        self.fallbacks: list[str] = []
         self.follow_model()
         # The step is kept as a function of (engine, ...) rather than a bound method, so the
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
         self._step = None
+        self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
         if compile:
-            use_compile_cache(compile_cache)
             self._step = torch.compile(Engine.decode_frame, fullgraph=True)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
 
@@ -112,32 +144,38 @@ class Engine:
         """Whether the decode step runs compiled (False after a compile failure)."""
         return self._step is not None
 
+    def fall_back(self, what: str, error: Exception, instead: str) -> None:
+        """Record (and warn about) a fallback: ``what`` failed with ``error``; ``instead`` runs."""
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        reason = f"{what} failed ({type(error).__name__}: {first_line}); {instead}"
+        self.fallbacks.append(reason)
+        warnings.warn(reason)
+
     def run_step(self, *args) -> tuple[Tensor, Tensor]:
         """``decode_frame``, compiled when asked. If compiling fails (no C++/Triton toolchain,
-        an unsupported platform …) it warns once and decodes eagerly from then on."""
+        an unsupported platform …) it records the fallback and decodes eagerly from then on."""
         if self._step is None:
             return self.decode_frame(*args)
         try:
-            return self._step(self, *args)
+            with inductor_cache_dir(self.compile_cache):
+                return self._step(self, *args)
         except Exception as e:  # noqa: BLE001 - any compiler failure means: run eagerly
-            warnings.warn(f"torch.compile of the decode step failed ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}); decoding without compile")
+            self.fall_back("torch.compile of the decode step", e, "decoding without compile")
             self._step = None
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
         """One decode frame: replayed from a CUDA graph when enabled (captured on first use for
-        the current cache, whose shape fixes every argument's), else ``run_step``. A graph that
-        cannot be captured, or whose replay differs from the direct run, is dropped with a
-        warning."""
+        the current caches and weights, which fix every argument's shape and address), else
+        ``run_step``. A graph that cannot be captured, or whose replay differs from the direct
+        run, is dropped and the fallback recorded."""
         if not self.cuda_graph:
             return self.run_step(*args)
         if self._graph is None:
             try:
                 self._graph = FrameGraph(self.run_step, args)
             except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
-                warnings.warn(f"CUDA graph capture failed ({type(e).__name__}: {e}); "
-                              "decoding without CUDA graphs")
+                self.fall_back("CUDA graph capture", e, "decoding without CUDA graphs")
                 self.cuda_graph = False
                 return self.run_step(*args)
             self.graph_captures += 1
@@ -145,16 +183,31 @@ class Engine:
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
-        or replaced, e.g. by ComfyUI offloading it to the CPU and back."""
-        key = (self.model.device, self.model.dtype, self.model.embeddings.weight.data_ptr())
+        or replaced, e.g. by ComfyUI offloading it to the CPU and back. A CUDA graph holds the
+        addresses of every weight it read, so any change drops it; the caches go with a new
+        device or dtype."""
+        key = (self.model.device, self.model.dtype, tensor_addresses(self.model))
         if key == self._weights:
             return
+        if self._weights is None or key[:2] != self._weights[:2]:
+            self.caches = None
         self._weights = key
-        self._graph = None
+        self.release_graph()
         self.device, self.dtype = self.model.device, self.model.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
         self.head = self.model.head_rows(self.allowed_ids).detach()
         self.check_every = self.eos_check_every or (8 if self.device.type == "cuda" else 1)
+
+    def release_graph(self) -> None:
+        if self._graph is not None:
+            self._graph.release()
+            self._graph = None
+
+    def release(self) -> None:
+        """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
+        to the request, on the next call."""
+        self.release_graph()
+        self.caches = None
 
     # ------------------------------------------------------------------ one frame
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
@@ -180,21 +233,22 @@ class Engine:
         code = torch.clamp(main - c.semantic_start_token_id, 0, c.codebook_size - 1)
         codes = [code]
         x = torch.stack([hidden, model.fast_embeddings(code)], dim=1)  # [B, 2, D]
-        logits = model.fast_forward(x, start=0)[:, -1]
+        logits = model.fast_forward(x, 0, self.caches)[:, -1]
         for k in range(1, c.num_codebooks):
             code = sample(logits, temperature, top_p, top_k, rand_fast[k - 1])
             codes.append(code)
             if k + 1 < c.num_codebooks:
                 x = model.fast_embeddings(code).unsqueeze(1)
-                logits = model.fast_forward(x, start=k + 1)[:, -1]
+                logits = model.fast_forward(x, k + 1, self.caches)[:, -1]
         return torch.stack([main, *codes], dim=1)
 
     def slow_step(self, column: Tensor, pos: Tensor) -> Tensor:
         """Slow AR for one column ``[B, 1 + K]`` at ``pos [B]``, attending to every cached slot
         up to ``pos``; returns the final-normed hidden state ``[B, D]``."""
-        slots = torch.arange(self.model.cache_shape()[1], device=pos.device)
+        slots = torch.arange(self.caches.shape[1], device=pos.device)
         mask = (slots <= pos[:, None])[:, None, None, :]  # [B, 1, 1, L]
-        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask)[:, -1]
+        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask,
+                                       self.caches)[:, -1]
 
     def decode_frame(self, column: Tensor, pos: Tensor, window: Tensor, temperature: Tensor,
                      top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
@@ -213,21 +267,45 @@ class Engine:
         slots are overwritten by the generated frames before any query can reach them."""
         T = prompts.shape[-1]
         pos = torch.arange(T, device=self.device).expand(prompts.shape[0], T)
-        hidden = self.model.slow_forward(prompts, pos, mask=None)
+        hidden = self.model.slow_forward(prompts, pos, None, self.caches)
         return hidden[torch.arange(prompts.shape[0], device=self.device), lengths - 1]
 
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
     def generate(self, prompts: Tensor | Sequence[Tensor],
                  params: SamplingParams | Sequence[SamplingParams] = SamplingParams(), *,
-                 seed: int | None = None, generator: torch.Generator | None = None,
+                 seed: int | None = None, seeds: Sequence[int] | None = None,
+                 generator: torch.Generator | None = None,
                  on_frame: Callable[[int, int], None] | None = None,
+                 on_column: Callable[[Tensor], None] | None = None,
                  cancel: Callable[[], bool] | None = None,
                  stop_on_eos: bool = True) -> list[Generated]:
         """Generate for one prompt ``[1 + K, T]`` or several (decoded together, each stopping on
-        its own). ``seed`` (or a ready ``generator``) makes sampling reproducible.
-        ``stop_on_eos=False`` runs every row to its ``max_new_tokens`` (for benchmarks)."""
+        its own).
+
+        Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one
+        per prompt) gives each row its own generator, so row b draws exactly what a one-prompt
+        run with ``seed=seeds[b]`` draws. With none of them a random seed is used.
+        ``on_frame(done, total)`` reports progress; ``on_column(column)`` receives each new
+        column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill) for streaming —
+        a row's columns past its own end are dropped from its result. ``cancel()`` returning
+        True raises Cancelled. ``stop_on_eos=False`` runs every row to its ``max_new_tokens``
+        (for benchmarks)."""
         self.follow_model()
+        prompts, params = self.check_request(prompts, params)
+        draws = RandomDraws(self, len(prompts), seed, seeds, generator)
+        lengths = [p.shape[1] for p in prompts]
+        steps = [min(p.max_new_tokens, self.max_context - n) for p, n in zip(params, lengths)]
+        batch = self.pad(prompts)
+        self.ensure_cache(len(prompts), cache_length(batch.shape[-1] + max(steps),
+                                                     self.max_context))
+        out = self.decode(batch, torch.tensor(lengths, device=self.device), params, draws,
+                          max(steps), stop_on_eos, on_frame, on_column, cancel)
+        return [trim(out[b], steps[b], lengths[b], draws.seeds[b], stop_on_eos,
+                     self.config.eos_token_id) for b in range(len(prompts))]
+
+    def check_request(self, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
+        """Validate the prompts and their SamplingParams (one for all, or one each)."""
         prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
         if not prompts:
             raise GenerationError("prompts must hold at least one prompt")
@@ -236,57 +314,55 @@ class Engine:
             raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
         for p in params:
             p.validate()
-        c, B, width = self.config, len(prompts), 1 + self.config.num_codebooks
+        width = 1 + self.config.num_codebooks
         for i, p in enumerate(prompts):
             if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
                 raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
                                       f"got {tuple(p.shape)}")
-        lengths = [p.shape[1] for p in prompts]
-        limit = self.max_context
-        if max(lengths) >= limit:
-            raise GenerationError(f"prompt is too long: {max(lengths)} tokens, the context "
-                                  f"length is {limit}")
-        steps = [min(p.max_new_tokens, limit - n) for p, n in zip(params, lengths)]
-        total = max(steps)
+        longest = max(p.shape[1] for p in prompts)
+        if longest >= self.max_context:
+            raise GenerationError(f"prompt is too long: {longest} tokens, the context "
+                                  f"length is {self.max_context}")
+        return prompts, params
 
-        if generator is None:
-            if seed is None:
-                seed = secrets.randbits(63)
-            generator = torch.Generator(self.device).manual_seed(seed)
-
-        T = max(lengths)
-        batch = torch.zeros(B, width, T, dtype=torch.long)
+    def pad(self, prompts: list[Tensor]) -> Tensor:
+        """Right-pad the prompts into one batch ``[B, 1 + K, T]`` on the device."""
+        T = max(p.shape[1] for p in prompts)
+        batch = torch.zeros(len(prompts), prompts[0].shape[0], T, dtype=torch.long)
         for i, p in enumerate(prompts):
-            batch[i, :, : lengths[i]] = p
-        batch = batch.to(self.device)
-        lengths_t = torch.tensor(lengths, device=self.device)
+            batch[i, :, : p.shape[1]] = p
+        return batch.to(self.device)
 
-        needed = cache_length(T + total, limit)
-        if self.model.cache_shape() != (B, needed):
-            self._graph = None  # it holds the old cache's addresses
-            self.model.setup_caches(B, needed, self.dtype, self.device)
+    def ensure_cache(self, batch: int, length: int) -> None:
+        """KV caches for ``batch`` rows of ``length`` slots (kept when they already fit)."""
+        if self.caches is None or self.caches.shape != (batch, length):
+            self.release()  # the graph holds the old caches' addresses
+            self.caches = self.model.make_caches(batch, length, self.dtype, self.device)
 
-        def scalars(name):
+    def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
+        """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
+        def column(name, dtype):
             return torch.tensor([[getattr(p, name)] for p in params], device=self.device,
-                                dtype=self.dtype)
+                                dtype=dtype)
 
-        temperature, top_p = scalars("temperature"), scalars("top_p")
-        top_k = torch.tensor([[p.top_k] for p in params], device=self.device)
+        return column("temperature", self.dtype), column("top_p", self.dtype), \
+            column("top_k", torch.long)
 
-        def draws():
-            def rand(n):
-                return torch.rand(B, n, generator=generator, device=self.device, dtype=self.dtype)
-            main, high = rand(c.text.vocab_size), rand(c.text.vocab_size)
-            fast = torch.stack([rand(c.codebook_size) for _ in range(c.num_codebooks - 1)])
-            return main, high, fast
-
-        hidden = self.prefill(batch, lengths_t)
+    def decode(self, batch: Tensor, lengths: Tensor, params: list[SamplingParams],
+               draws: "RandomDraws", total: int, stop_on_eos: bool, on_frame, on_column,
+               cancel) -> Tensor:
+        """Prefill, then up to ``total`` frames; returns every column ``[B, 1 + K, n]`` on the
+        CPU. The loop stops early once every row has produced ``<|im_end|>``."""
+        eos = self.config.eos_token_id
+        temperature, top_p, top_k = self.sampling_tensors(params)
+        hidden = self.prefill(batch, lengths)
         column = self.frame_tail(hidden, None, temperature, top_p, top_k, *draws())
         columns = [column]
+        emit(on_column, column)
         report(on_frame, cancel, 1, total)
-        pos = lengths_t.clone()
-        window = torch.zeros(B, RAS_WINDOW, dtype=torch.long, device=self.device)
-        finished = column[:, 0] == c.eos_token_id
+        pos = lengths.clone()
+        window = torch.zeros(batch.shape[0], RAS_WINDOW, dtype=torch.long, device=self.device)
+        finished = column[:, 0] == eos
         for i in range(1, total):
             if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
                 break
@@ -295,21 +371,73 @@ class Engine:
             # window only goes back in as the next input, which the graph copies in first.
             column = column.clone()
             columns.append(column)
-            finished = finished | (column[:, 0] == c.eos_token_id)
+            emit(on_column, column)
+            finished = finished | (column[:, 0] == eos)
             pos = pos + 1
             report(on_frame, cancel, i + 1, total)
+        return torch.stack(columns, dim=-1).cpu()
 
-        out = torch.stack(columns, dim=-1).cpu()  # [B, 1 + K, n]
-        results = []
-        for b in range(B):
-            row = out[b, :, : steps[b]]
-            eos = (row[0] == c.eos_token_id).nonzero() if stop_on_eos else []
-            n = int(eos[0]) + 1 if len(eos) else row.shape[1]
-            row = row[:, :n]
-            stopped = bool(len(eos))
-            codes = row[1:, :-1] if stopped else row[1:]
-            results.append(Generated(codes.clone(), row.clone(), stopped, lengths[b], seed))
-        return results
+
+class RandomDraws:
+    """The random numbers of each frame, in the reference's order and dtype: ``[V]`` normal,
+    ``[V]`` high-temperature, then ``[C]`` per fast codebook.
+
+    One generator for the whole batch (``seed`` or ``generator``: draws are ``[B, n]``), or one
+    per row (``seeds``: row b draws ``[1, n]`` from its own, exactly as a one-row run would)."""
+
+    def __init__(self, engine: Engine, batch: int, seed, seeds, generator):
+        if seeds is not None and (seed is not None or generator is not None):
+            raise GenerationError("give either seeds (one per prompt) or seed/generator, "
+                                  "not both")
+        self.device, self.dtype, c = engine.device, engine.dtype, engine.config
+        self.vocab, self.codebook, self.fast = (c.text.vocab_size, c.codebook_size,
+                                                c.num_codebooks - 1)
+        if seeds is not None:
+            seeds = list(seeds)
+            if len(seeds) != batch:
+                raise GenerationError(f"seeds must hold one seed per prompt: got {len(seeds)} "
+                                      f"for {batch} prompts")
+            self.seeds = [check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
+            self.groups = [(self.generator(s), 1) for s in self.seeds]
+            return
+        if generator is None:
+            seed = random_seed() if seed is None else check_seed(seed)
+            generator = self.generator(seed)
+        self.seeds = [seed] * batch
+        self.groups = [(generator, batch)]
+
+    def generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(self.device).manual_seed(seed)
+
+    def __call__(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``rand_main``, ``rand_high`` ``[B, V]`` and ``rand_fast`` ``[K - 1, B, C]``."""
+        mains, highs, fasts = [], [], []
+        for generator, rows in self.groups:
+            def rand(n):
+                return torch.rand(rows, n, generator=generator, device=self.device,
+                                  dtype=self.dtype)
+
+            mains.append(rand(self.vocab))
+            highs.append(rand(self.vocab))
+            fasts.append(torch.stack([rand(self.codebook) for _ in range(self.fast)]))
+        return torch.cat(mains), torch.cat(highs), torch.cat(fasts, dim=1)
+
+
+def trim(columns: Tensor, steps: int, prompt_length: int, seed: int | None, stop_on_eos: bool,
+         eos: int) -> Generated:
+    """One row's result from its columns ``[1 + K, n]``: cut at its own length limit and, when
+    stopping on it, just after its first ``<|im_end|>``."""
+    row = columns[:, :steps]
+    hits = (row[0] == eos).nonzero() if stop_on_eos else []
+    stopped = bool(len(hits))
+    row = row[:, : int(hits[0]) + 1] if stopped else row
+    codes = row[1:, :-1] if stopped else row[1:]
+    return Generated(codes.clone(), row.clone(), stopped, prompt_length, seed)
+
+
+def emit(on_column, column: Tensor) -> None:
+    if on_column is not None:
+        on_column(column.cpu().clone())
 
 
 def report(on_frame, cancel, done: int, total: int) -> None:
@@ -319,11 +447,35 @@ def report(on_frame, cancel, done: int, total: int) -> None:
         raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
 
 
-def use_compile_cache(path: str | os.PathLike | None) -> None:
-    """Keep inductor's compiled kernels in a persistent folder (``path``, else
-    ``$SAILFISH_COMPILE_CACHE``), so a later process reuses them: a warm compile takes seconds
-    instead of minutes. With neither, torch's own default (a per-user temp folder) is kept."""
-    path = path or os.environ.get("SAILFISH_COMPILE_CACHE")
-    if path:
-        os.makedirs(path, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:
+    """The storage address of every parameter and buffer (of the plain tensors inside a tensor
+    subclass, e.g. a torchao quantized weight): what a captured CUDA graph reads."""
+    def addresses(t: Tensor):
+        if not is_traceable_wrapper_subclass(t):
+            return [t.data_ptr()]
+        names, _ = t.__tensor_flatten__()
+        return [a for name in names for a in addresses(getattr(t, name))]
+
+    return tuple(a for t in [*module.parameters(), *module.buffers()] for a in addresses(t))
+
+
+@contextmanager
+def inductor_cache_dir(path: str | os.PathLike | None):
+    """Keep inductor's compiled kernels in a persistent folder (``path``, e.g. from
+    ``$SAILFISH_COMPILE_CACHE``) so a later process reuses them: a warm compile takes seconds
+    instead of minutes. Inductor reads its folder from ``TORCHINDUCTOR_CACHE_DIR`` when it
+    compiles, so the variable is set only while our compiled step runs and then restored: other
+    packs in the same process (ComfyUI) keep their own. With no path, nothing is changed."""
+    if not path:
+        yield
+        return
+    os.makedirs(path, exist_ok=True)
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before

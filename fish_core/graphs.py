@@ -39,3 +39,8 @@ class FrameGraph:
             buffer.copy_(value)
         self.graph.replay()
         return self.outputs
+
+    def release(self) -> None:
+        """Free the graph and its memory pool now (rather than when the last reference goes)."""
+        self.graph.reset()
+        self.inputs, self.outputs = [], []

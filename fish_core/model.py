@@ -62,7 +62,7 @@ class HeadNorm(RMSNorm):
 
 
 class KVCache(nn.Module):
-    """Static per-layer cache ``[B, Hkv, S, Dh]``; rows are written in place at their positions."""
+    """Static per-layer cache ``[B, Hkv, L, Dh]``; rows are written in place at their positions."""
 
     def __init__(self, batch: int, heads: int, length: int, head_dim: int, dtype, device):
         super().__init__()
@@ -70,11 +70,46 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def write(self, pos: Tensor, k: Tensor, v: Tensor) -> None:
-        """``pos [B, S]`` absolute positions; ``k, v [B, Hkv, S, Dh]``."""
+    def write(self, pos: Tensor | int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k, v [B, Hkv, S, Dh]`` and return the keys and values to attend to.
+
+        ``pos`` is either ``[B, S]`` per-row absolute positions (returns the whole cache, for a
+        mask to select from) or a Python int ``start``: the static slots ``start .. start+S-1``
+        (returns slots ``0 .. start+S-1``, so no mask is needed)."""
+        if isinstance(pos, int):
+            end = pos + k.shape[2]
+            self.k[:, :, pos:end] = k
+            self.v[:, :, pos:end] = v
+            return self.k[:, :, :end], self.v[:, :, :end]
         rows = torch.arange(k.shape[0], device=k.device)[:, None]
         self.k[rows, :, pos] = k.transpose(1, 2)
         self.v[rows, :, pos] = v.transpose(1, 2)
+        return self.k, self.v
+
+
+class Caches(nn.Module):
+    """One generation's KV caches: ``slow[i]`` for slow layer i (``length`` slots), ``fast[i]``
+    for fast layer i (K slots, one per codebook). Owned by whoever runs the model (an Engine),
+    so several runners can share one model."""
+
+    def __init__(self, config: ModelConfig, batch: int, length: int, dtype, device):
+        super().__init__()
+        t, f, K = config.text, config.fast, config.num_codebooks
+        self.slow = nn.ModuleList(
+            KVCache(batch, t.n_local_heads, length, t.head_dim, dtype, device)
+            for _ in range(t.n_layer))
+        self.fast = nn.ModuleList(
+            KVCache(batch, f.n_local_heads, K, f.head_dim, dtype, device)
+            for _ in range(f.n_layer))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(batch, slow slots)."""
+        k = self.slow[0].k
+        return k.shape[0], k.shape[2]
+
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers())
 
 
 class Attention(nn.Module):
@@ -85,7 +120,6 @@ class Attention(nn.Module):
         self.wo = nn.Linear(n_head * head_dim, dim, bias=False)
         self.q_norm = HeadNorm(head_dim, eps) if qk_norm else None
         self.k_norm = HeadNorm(head_dim, eps) if qk_norm else None
-        self.kv_cache: KVCache | None = None
 
     def project(self, x: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q ``[B, H, S, Dh]``, k and v ``[B, Hkv, S, Dh]`` with QK-norm and RoPE applied."""
@@ -100,17 +134,22 @@ class Attention(nn.Module):
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-    def forward(self, x: Tensor, rope: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
-        """Attend to the cache. ``mask`` ``[B, 1, S, L]`` (True = attend) or None for a causal
-        prompt that starts at position 0 and attends only to itself."""
+    def forward(self, x: Tensor, rope: Tensor, pos: Tensor | int, mask: Tensor | None,
+                cache: KVCache | None = None) -> Tensor:
+        """Attention of ``x [B, S, D]`` at ``pos`` (see ``KVCache.write``).
+
+        With ``mask [B, 1, S, L]`` (True = attend): over the whole cache (decode). Without: a
+        causal run from slot 0 (a prompt; the fast AR's first pass) or one query at static slot
+        ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
         q, k, v = self.project(x, rope)
-        if self.kv_cache is not None:
-            self.kv_cache.write(pos, k, v)
-        if mask is None:
+        keys, values = (k, v) if cache is None else cache.write(pos, k, v)
+        if mask is not None:  # each row picks its slots from the whole cache
+            y = grouped_attention(q, keys, values, mask)
+        elif isinstance(pos, int):  # static slots: attend to the cache up to them
+            y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
+        else:  # a prompt from slot 0: attend to itself
             y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
-        else:
-            y = grouped_attention(q, self.kv_cache.k, self.kv_cache.v, mask)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
 
 
@@ -147,8 +186,9 @@ class Block(nn.Module):
         self.attention_norm = RMSNorm(dim, eps)
         self.ffn_norm = RMSNorm(dim, eps)
 
-    def forward(self, x: Tensor, rope: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
-        h = x + self.attention(self.attention_norm(x), rope, pos, mask)
+    def forward(self, x: Tensor, rope: Tensor, pos: Tensor | int, mask: Tensor | None,
+                cache: KVCache | None = None) -> Tensor:
+        h = x + self.attention(self.attention_norm(x), rope, pos, mask, cache)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -197,14 +237,16 @@ class DualAR(nn.Module):
         x = self.embeddings(ids) + torch.where(is_semantic, vq_sum, torch.zeros_like(vq_sum))
         return torch.where(is_semantic, x / math.sqrt(c.num_codebooks + 1), x)
 
-    def slow_forward(self, tokens: Tensor, pos: Tensor, mask: Tensor | None) -> Tensor:
+    def slow_forward(self, tokens: Tensor, pos: Tensor, mask: Tensor | None,
+                     caches: Caches | None = None) -> Tensor:
         """Run the slow layers; returns the final-normed hidden states ``[B, S, D]``.
 
-        ``pos [B, S]`` are the absolute positions (RoPE rows and cache slots)."""
+        ``pos [B, S]`` are the absolute positions (RoPE rows and cache slots). ``mask``: see
+        ``Attention.forward``; ``caches`` None runs a prompt without storing it."""
         x = self.embed(tokens)
         rope = self.rope[pos]
-        for layer in self.layers:
-            x = layer(x, rope, pos, mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, rope, pos, mask, None if caches is None else caches.slow[i])
         return self.norm(x)
 
     def head_rows(self, ids: Tensor) -> Tensor:
@@ -228,42 +270,15 @@ class DualAR(nn.Module):
         return self.norm.weight.device
 
     # ---- fast AR ----
-    def fast_forward(self, x: Tensor, start: int) -> Tensor:
+    def fast_forward(self, x: Tensor, start: int, caches: Caches) -> Tensor:
         """Fast layers over ``x [B, S, D]`` at codebook positions ``start .. start+S-1``
-        (Python ints, so the frame loop unrolls into static slices). Returns logits ``[B, S, C]``."""
-        B, S, _ = x.shape
-        end = start + S
-        rope = self.fast_rope[start:end].unsqueeze(0)
-        for layer in self.fast_layers:
-            attn, cache = layer.attention, layer.attention.kv_cache
-            h = layer.attention_norm(x)
-            q, k, v = attn.project(h, rope)
-            cache.k[:, :, start:end] = k
-            cache.v[:, :, start:end] = v
-            y = F.scaled_dot_product_attention(
-                q, cache.k[:, :, :end], cache.v[:, :, :end], is_causal=S > 1 and start == 0,
-                enable_gqa=True)
-            x = x + attn.wo(y.transpose(1, 2).reshape(B, S, -1))
-            x = x + layer.feed_forward(layer.ffn_norm(x))
+        (Python ints, so the frame loop unrolls into static slices; S > 1 only from 0).
+        Returns logits ``[B, S, C]``."""
+        rope = self.fast_rope[start:start + x.shape[1]].unsqueeze(0)
+        for layer, cache in zip(self.fast_layers, caches.fast):
+            x = layer(x, rope, start, None, cache)
         return self.fast_output(self.fast_norm(x))
 
-    # ---- caches ----
-    def setup_caches(self, batch: int, length: int, dtype=None, device=None) -> None:
-        """Allocate static KV caches: ``length`` slots for the slow AR, K for the fast AR."""
-        t, f = self.config.text, self.config.fast
-        dtype = dtype or self.dtype
-        device = device or self.device
-        for layer in self.layers:
-            layer.attention.kv_cache = KVCache(batch, t.n_local_heads, length, t.head_dim,
-                                               dtype, device)
-        for layer in self.fast_layers:
-            layer.attention.kv_cache = KVCache(batch, f.n_local_heads, self.config.num_codebooks,
-                                               f.head_dim, dtype, device)
-
-    def cache_shape(self) -> tuple[int, int] | None:
-        cache = self.layers[0].attention.kv_cache
-        return None if cache is None else (cache.k.shape[0], cache.k.shape[2])
-
-    def free_caches(self) -> None:
-        for layer in [*self.layers, *self.fast_layers]:
-            layer.attention.kv_cache = None
+    def make_caches(self, batch: int, length: int, dtype=None, device=None) -> Caches:
+        """Static KV caches for ``batch`` rows: ``length`` slots for the slow AR, K for the fast."""
+        return Caches(self.config, batch, length, dtype or self.dtype, device or self.device)

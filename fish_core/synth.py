@@ -116,7 +116,7 @@ class Synthesizer:
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
-        self.model.free_caches()
+        self.engine.release()
 
     @classmethod
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fish_core.checkpoint import load_model
-from fish_core.generate import Cancelled, Engine, GenerationError, SamplingParams, cache_length
+from fish_core.generate import (MAX_SEED, Cancelled, Engine, GenerationError, SamplingParams,
+                                cache_length, check_seed, random_seed)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,65 @@ def test_seeded_sampling_replays_the_reference(engine, golden):
     assert torch.equal(again.columns, raw)
     other = engine.generate(prompt, params, seed=meta["seed"] + 1)[0]
     assert not torch.equal(other.columns, raw)
+
+
+def sampled(golden):
+    meta = golden.json("generation")["sampled_b_seed42"]
+    return SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
+                          meta["max_new_tokens"])
+
+
+def test_per_row_seeds_replay_single_runs(engine, golden):
+    """Take k of a batch with ``seeds`` is exactly the one-prompt run with ``seed=seeds[k]``."""
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    params, base = sampled(golden), golden.json("generation")["sampled_b_seed42"]["seed"]
+    seeds = [base, base + 1, base + 2]
+    batch = engine.generate([prompt] * 3, params, seeds=seeds)
+    singles = [engine.generate(prompt, params, seed=s)[0] for s in seeds]
+    for row, single, s in zip(batch, singles, seeds):
+        assert torch.equal(row.columns, single.columns)
+        assert row.stopped_on_eos == single.stopped_on_eos
+        assert row.seed == single.seed == s
+    assert not torch.equal(singles[0].columns, singles[1].columns)  # the seeds differ
+
+
+def test_seed_arguments_are_checked(engine, golden):
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.raises(GenerationError, match="one seed per prompt"):
+        engine.generate([prompt] * 2, greedy(2), seeds=[1])
+    with pytest.raises(GenerationError, match="not both"):
+        engine.generate(prompt, greedy(2), seed=1, seeds=[1])
+    with pytest.raises(GenerationError, match=r"seeds\[1\]"):
+        engine.generate([prompt] * 2, greedy(2), seeds=[1, -1])
+    with pytest.raises(GenerationError, match="seed must be an integer in 0 .. "):
+        engine.generate(prompt, greedy(2), seed=2.0)
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, 3.0, "7", -1, MAX_SEED + 1, None])
+def test_check_seed_rejects_and_names_the_field(bad):
+    with pytest.raises(GenerationError, match=f"my_seed must be an integer in 0 .. {MAX_SEED}"):
+        check_seed(bad, "my_seed")
+
+
+def test_check_seed_accepts_int_likes():
+    np = pytest.importorskip("numpy")
+    assert check_seed(np.int64(5)) == 5 and type(check_seed(np.int64(5))) is int
+    assert check_seed(0) == 0 and check_seed(MAX_SEED) == MAX_SEED
+    assert all(0 <= random_seed() <= MAX_SEED for _ in range(100))
+
+
+def test_on_column_streams_exactly_the_final_columns(engine, golden):
+    prompts = golden.tensors("prompts")
+    keys = ["b_clone.batch0.prompt", "c_two_speakers.batch0.prompt"]
+    seen = []
+    results = engine.generate([prompts[k] for k in keys], [greedy(21), greedy(9)],
+                              on_column=seen.append)
+    assert all(c.device.type == "cpu" and c.shape == (2, 1 + engine.config.num_codebooks)
+               for c in seen)
+    streamed = torch.stack(seen, dim=-1)  # [B, 1 + K, n]
+    for b, result in enumerate(results):
+        n = result.columns.shape[1]
+        assert torch.equal(streamed[b, :, :n], result.columns)
 
 
 def test_batched_rows_equal_single_runs(engine, golden):
@@ -163,22 +223,72 @@ def _compiler_available():
 
 
 @pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
-def test_compiled_decode_is_identical_and_does_not_recompile(model, golden):
+def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_path):
+    """One compile serves every request of a cache bucket, even with another (eager) engine
+    decoding on the same model in between; the compile cache folder does not leak into
+    os.environ (inside ComfyUI other packs keep theirs)."""
+    import os
+
     import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def environ():  # inductor's own private bookkeeping (_TORCHINDUCTOR_…) is not ours
+        return {k: v for k, v in os.environ.items() if not k.startswith("_TORCHINDUCTOR")}
 
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
-    compiled = Engine(model, compile=True)
+    before = environ()
+    compiled = Engine(model, compile=True, compile_cache=tmp_path / "inductor")
+    eager = Engine(model)
+    frames_before = counters["stats"]["unique_graphs"]
     result = compiled.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
-    # Another prompt length in the same cache bucket, sampled, 64 frames: no recompilation.
+    assert counters["stats"]["unique_graphs"] - frames_before == 1
+    assert environ() == before
+    # Another prompt length in the same cache bucket, sampled, 64 frames, default parameters
+    # (temperature == top_p), an eager engine in between: no recompilation.
     meta = golden.json("generation")["sampled_b_seed42"]
     params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
                             meta["max_new_tokens"])
     with torch._dynamo.config.patch(error_on_recompile=True):
+        eager.generate(prompts["a_plain.batch0.prompt"], greedy(300), stop_on_eos=False)
         sampled = compiled.generate(prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+        eager.generate(prompts["a_plain.batch0.prompt"], greedy(8))
         long = compiled.generate(prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
+        compiled.generate(prompts["a_plain.batch0.prompt"], SamplingParams(max_new_tokens=8))
     assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
     assert long[0].columns.shape[1] == 64
+    assert compiled.compiled and not compiled.fallbacks
+    assert environ() == before
+
+
+def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
+    import os
+
+    from fish_core.generate import inductor_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with inductor_cache_dir(tmp_path / "a"):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a")
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/other/pack")
+    with pytest.raises(RuntimeError):
+        with inductor_cache_dir(tmp_path / "b"):
+            raise RuntimeError("compile failed")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/other/pack"
+    with inductor_cache_dir(None):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/other/pack"
+
+
+def test_engines_on_one_model_keep_their_own_caches(model, golden):
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    a, b = Engine(model), Engine(model)
+    want = gen["b_clone.batch0.raw_new_columns"]
+    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    b.generate(prompts["a_plain.batch0.prompt"], greedy(400), stop_on_eos=False)  # other size
+    assert a.caches is not b.caches and a.caches.shape != b.caches.shape
+    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    b.release()
+    assert b.caches is None and a.caches is not None
 
 
 def test_a_failing_compiler_falls_back_to_eager(model, golden):
@@ -194,6 +304,7 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
         result = engine.generate(prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.compiled
+    assert len(engine.fallbacks) == 1 and "no C++ compiler found" in engine.fallbacks[0]
 
 
 def test_a_dropped_engine_frees_its_model(ckpt_dir):
@@ -215,7 +326,7 @@ class CpuFrameGraph:
     """Stand-in for the CUDA FrameGraph: static input buffers copied in, outputs returned from
     the graph's own buffers (overwritten by the next replay), as on the GPU."""
 
-    captures = 0
+    captures = released = 0
 
     def __init__(self, fn, args):
         type(self).captures += 1
@@ -229,12 +340,16 @@ class CpuFrameGraph:
             buffer.copy_(value)
         return self.outputs
 
+    def release(self):
+        type(self).released += 1
+        self.inputs, self.outputs = [], []
+
 
 def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, monkeypatch):
     import fish_core.generate as generate
 
     monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
-    CpuFrameGraph.captures = 0
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
     engine = Engine(model, cuda_graph=True)
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
@@ -243,6 +358,27 @@ def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, m
     assert CpuFrameGraph.captures == 1
     engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert CpuFrameGraph.captures == 2  # a bigger cache: a new graph
+    assert CpuFrameGraph.released == 1  # the old one is freed with its cache
+
+
+def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
+                                                                          monkeypatch):
+    import fish_core.generate as generate
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    model = load_model(ckpt_dir, dtype=torch.float32)
+    engine = Engine(model, cuda_graph=True)
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))
+    layer = model.fast_layers[-1].feed_forward.w2
+    layer.weight.data = layer.weight.data.clone()  # same values, another address
+    result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    assert (CpuFrameGraph.captures, CpuFrameGraph.released) == (2, 1)
+    engine.release()
+    assert CpuFrameGraph.released == 2 and engine.caches is None
+    assert engine.graph_captures == 2
 
 
 def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
@@ -257,4 +393,6 @@ def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
     with pytest.warns(UserWarning, match="without CUDA graphs"):
         result = engine.generate(prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
-    assert not engine.cuda_graph
+    assert not engine.cuda_graph and engine.graph_captures == 0
+    assert engine.fallbacks == ["CUDA graph capture failed (RuntimeError: operation not permitted "
+                                "when stream is capturing); decoding without CUDA graphs"]

@@ -46,7 +46,7 @@ def test_every_decode_step_with_kv_cache(model, golden):
     engine = Engine(model)
     prompt = g["prompt"]
     steps = g["decode_step_inputs"].shape[0]
-    model.setup_caches(1, prompt.shape[-1] + steps + 1)
+    engine.caches = model.make_caches(1, prompt.shape[-1] + steps + 1)
     hidden = engine.prefill(prompt[None], torch.tensor([prompt.shape[-1]]))
     close(hidden[0], g["prefill_last_hidden"])
     for i in range(steps):
@@ -60,12 +60,12 @@ def test_every_decode_step_with_kv_cache(model, golden):
 @torch.inference_mode()
 def teacher_forced_fast_logits(model, hidden, codes):
     """Run the fast AR the way a frame does (hidden + c0 together, then one code at a time)."""
-    model.setup_caches(1, 8)
+    caches = model.make_caches(1, 8)
     x = torch.stack([hidden, model.fast_embeddings(codes[0])])[None]
-    rows = [model.fast_forward(x, start=0)[0]]
+    rows = [model.fast_forward(x, 0, caches)[0]]
     for k in range(1, model.config.num_codebooks - 1):
         x = model.fast_embeddings(codes[k]).reshape(1, 1, -1)
-        rows.append(model.fast_forward(x, start=k + 1)[0])
+        rows.append(model.fast_forward(x, k + 1, caches)[0])
     return torch.cat(rows)  # [K, C]: row k is the logit vector for codebook k (row 0 unused)
 
 

@@ -71,7 +71,7 @@ def test_ras_full_frame(engine, golden, case):
     """One whole frame (slow sample, RAS, 9 fast samples) with the recorded random tensors."""
     g, meta = golden.tensors("sampler"), golden.json("sampler")["ras"]
     prompt = g["ras.prompt"]
-    engine.model.setup_caches(1, prompt.shape[-1] + 1)
+    engine.ensure_cache(1, prompt.shape[-1] + 1)
     window = None if case == "none" else g[f"ras.prev_{case}"][0].long()[None]
     dtype = engine.dtype
     temperature = torch.tensor([[meta["temperature"]]], dtype=dtype)
