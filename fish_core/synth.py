@@ -6,6 +6,10 @@
     speech = synth.tts("Now in my voice.", voice=voice)
     speech = synth.dialogue("Alice: Hi!\\nBob: Hello.", voices={"Alice": a, "Bob": b})
     result = synth.subtitles(open("film.srt").read(), voice=voice)
+    takes = synth.tts("Take it again.", seed=7, takes=4)     # 4 Speech: seeds 7, 8, 9, 10
+
+Takes are generated together, one batched decode per text batch: take k of ``takes=N`` with seed
+s is exactly a single run with seed ``s + k``.
 
 Long text is planned into sentence-bounded batches (``text.plan_batches``); every batch sees the
 references plus the last ``history_turns`` generated turns, trimmed further if the prompt would
@@ -40,6 +44,7 @@ from .voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
 DEFAULTS = SamplingParams()  # the one source of the sampling defaults
+MAX_TAKES = 8
 
 
 class Synthesizer:
@@ -102,28 +107,36 @@ class Synthesizer:
             temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
             top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-            history_turns: int = 3, on_progress: Progress | None = None,
-            cancel: Callable[[], bool] | None = None) -> Speech:
+            history_turns: int = 3, takes: int | None = None,
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
+            ) -> Speech | list[Speech]:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
-        ``<|speaker:i|>``), or in a voice the model picks when no voice is given."""
+        ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
+        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text is empty: nothing to say")
         voices = [voice] if isinstance(voice, Voice) else list(voice or [])
         batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
-        return self._speak(batches, voices, params, seed, history_turns, 0.0, on_progress, cancel)
+        speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
+                               0.0, on_progress, cancel)
+        return speeches if takes is not None else speeches[0]
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, require_voices: bool | None = None,
+                 pause: float = 0.0, turn_by_turn: bool = False,
+                 require_voices: bool | None = None,
                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-                 history_turns: int = 3, on_progress: Progress | None = None,
-                 cancel: Callable[[], bool] | None = None) -> Speech:
+                 history_turns: int = 3, takes: int | None = None,
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
+                 ) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
-        turns (each turn is then generated on its own)."""
+        turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
+        every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
+        may share a text batch and flow as one conversation. ``takes`` as for ``tts``."""
         if isinstance(voices, Mapping):
             names, voice_list = list(voices), list(voices.values())
         else:
@@ -133,15 +146,16 @@ class Synthesizer:
         turns = check_script(script, names, require)
         if not math.isfinite(pause) or pause < 0 or pause > 10:
             raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
-        if pause > 0:
+        if pause > 0 or turn_by_turn:
             batches = [Batch(piece, t.speaker) for t in turns
                        for piece in textplan.plan_batches(t.tagged, max_bytes)]
         else:
             tagged = "".join(t.tagged for t in turns)
             batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
-        return self._speak(batches, voice_list, params, seed, history_turns, pause,
-                           on_progress, cancel)
+        speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
+                               history_turns, pause, on_progress, cancel)
+        return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
@@ -155,8 +169,8 @@ class Synthesizer:
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         voices = [voice] if voice is not None else []
         seed = pick_seed(seed)
-        results = self._generate([Batch(c.text) for c in cues], voices, params, seed,
-                                 history_turns, on_progress, cancel)
+        (results,) = self._generate([Batch(c.text) for c in cues], voices, params, [seed],
+                                    history_turns, on_progress, cancel)
         waves = [self.decode(r.generated.codes) for r in results]
         timeline = place_cues(cues, waves, results, self.sample_rate)
         codes = torch.cat([r.generated.codes for r in results], dim=1)
@@ -172,36 +186,44 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ steps
     def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-               seed: int | None, history_turns: int, pause: float, on_progress, cancel
-               ) -> Speech:
-        """Generate the batches, decode all their codes in one causal pass (no clicks at the
-        joins), and lay the batches out on the output waveform."""
+               seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
+               cancel) -> list[Speech]:
+        """Generate the batches (every take at once), decode each take's codes in one causal
+        pass (no clicks at the joins), and lay its batches out on the output waveform."""
         codec = self.require_codec()
         seed = pick_seed(seed)
-        results = self._generate(batches, voices, params, seed, history_turns, on_progress,
-                                 cancel)
-        codes = torch.cat([r.generated.codes for r in results], dim=1)  # [K, frames]
-        if codes.shape[1] == 0:
-            raise GenerationError("the model ended the speech before producing any audio; "
-                                  "try another seed or rephrase the text")
-        wave = self.decode(codes)
-        timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
-        return Speech(timeline.waveform, codec.sample_rate, codes, timeline.segments, seed)
+        seeds = [batch_seed(seed, k) for k in range(takes)]  # take k: a run with seed + k
+        per_take = self._generate(batches, voices, params, seeds, history_turns, on_progress,
+                                  cancel)
+        speeches = []
+        for take_seed, results in zip(seeds, per_take):
+            codes = torch.cat([r.generated.codes for r in results], dim=1)  # [K, frames]
+            if codes.shape[1] == 0:
+                raise GenerationError(f"the model ended the speech (seed {take_seed}) before "
+                                      "producing any audio; try another seed or rephrase the "
+                                      "text")
+            wave = self.decode(codes)
+            timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
+            speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
+                                   timeline.segments, take_seed))
+        return speeches
 
     def _generate(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-                  seed: int, history_turns: int, on_progress, cancel) -> list[BatchResult]:
-        """Generate every batch in order (batch b draws with ``batch_seed(seed, b)``), each
-        hearing the voices' references and the last ``history_turns`` generated batches."""
+                  seeds: list[int], history_turns: int, on_progress, cancel
+                  ) -> list[list[BatchResult]]:
+        """Generate every batch in order for each take (``[take][batch]``): batch b of the take
+        with seed s draws with ``batch_seed(s, b)``, and hears the voices' references and the
+        take's own last ``history_turns`` batches. The takes of a batch decode together."""
         if isinstance(history_turns, bool) or not isinstance(history_turns, int) \
                 or history_turns < 0:
             raise ValueError(f"history_turns must be an integer >= 0, got {history_turns!r}")
         references = self._references(voices)
         total = len(batches) * params.max_new_tokens
-        history: list[tuple[str, torch.Tensor]] = []
-        results = []
+        per_take: list[list[BatchResult]] = [[] for _ in seeds]
         for b, batch in enumerate(batches):
-            recent = history[-history_turns:] if history_turns else []
-            prompt = self._prompt(batch.text, references, recent, params.max_new_tokens)
+            prompts = [self._prompt(batch.text, references,
+                                    recent(results, history_turns), params.max_new_tokens)
+                       for results in per_take]
             done = b * params.max_new_tokens
 
             def on_frame(i, n, done=done):
@@ -209,13 +231,15 @@ class Synthesizer:
                     on_progress(done + i, total)
 
             t0 = time.perf_counter()
-            generated = self.engine.generate(prompt, params, seed=batch_seed(seed, b),
-                                             on_frame=on_frame, cancel=cancel)[0]
-            results.append(BatchResult(batch, generated, time.perf_counter() - t0))
-            history.append((batch.text, generated.codes))
+            generated = self.engine.generate(prompts, params,
+                                             seeds=[batch_seed(s, b) for s in seeds],
+                                             on_frame=on_frame, cancel=cancel)
+            seconds = time.perf_counter() - t0
+            for results, gen in zip(per_take, generated):
+                results.append(BatchResult(batch, gen, seconds))
             if on_progress is not None:
                 on_progress(done + params.max_new_tokens, total)
-        return results
+        return per_take
 
     def _references(self, voices: Sequence[Voice]) -> list:
         """The voices' clips as prompt references (voice i speaks as ``<|speaker:i|>``)."""
@@ -238,6 +262,20 @@ class Synthesizer:
                 f"the prompt is {prompt.shape[1]} tokens but the model's context is {limit}: "
                 "use shorter or fewer reference clips, or a smaller text batch")
         return prompt
+
+
+def recent(results: list[BatchResult], turns: int) -> list[tuple[str, torch.Tensor]]:
+    """The last ``turns`` generated batches, as prompt history ``[(text, codes [K, n])]``."""
+    kept = results[-turns:] if turns else []
+    return [(r.batch.text, r.generated.codes) for r in kept]
+
+
+def count_takes(takes: int | None) -> int:
+    if takes is None:
+        return 1
+    if isinstance(takes, bool) or not isinstance(takes, int) or not 1 <= takes <= MAX_TAKES:
+        raise ValueError(f"takes must be an integer in 1 .. {MAX_TAKES}, got {takes!r}")
+    return takes
 
 
 def pick_seed(seed: int | None) -> int:

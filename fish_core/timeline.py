@@ -47,7 +47,7 @@ def join_batches(wave: torch.Tensor, results: Sequence[BatchResult], sample_rate
             piece = fade_out(piece, sample_rate)
         pieces.append(piece)
         end = cursor + piece.shape[0]
-        segments.append(segment(result, cursor / sample_rate, end / sample_rate))
+        segments.append(segment(result, cursor, end, sample_rate))
         cursor = end
     waveform = torch.cat(pieces) if pieces else torch.zeros(0)
     return Timeline(waveform, segments)
@@ -72,15 +72,16 @@ def place_cues(cues: Sequence[textplan.Cue], waves: Sequence[torch.Tensor],
         if start > asked:
             overruns.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
         placed.append(textplan.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
-        segments.append(segment(result, start / sample_rate, cursor / sample_rate))
+        segments.append(segment(result, start, cursor, sample_rate))
     tail = max(0, round(cues[-1].end * sample_rate) - cursor)
     waveform = torch.cat(pieces + [torch.zeros(tail)])
     return CueTimeline(waveform, segments, placed, overruns)
 
 
-def segment(result: BatchResult, start: float, end: float) -> Segment:
-    return Segment(result.batch.text, result.batch.speaker, start, end, result.frames,
-                   result.seconds, result.generated.stopped_on_eos)
+def segment(result: BatchResult, start: int, end: int, sample_rate: int) -> Segment:
+    """``result`` placed at samples ``[start, end)``."""
+    return Segment(result.batch.text, result.batch.speaker, start, end, sample_rate,
+                   result.frames, result.seconds, result.generated.stopped_on_eos)
 
 
 def fade_in(wave: torch.Tensor, sample_rate: int, seconds: float = FADE_SECONDS) -> torch.Tensor:
