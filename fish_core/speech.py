@@ -13,6 +13,8 @@ import torch
 from . import text as textplan
 from .generate import Generated
 
+MAX_TAKES = 8  # takes of one request, generated together
+
 
 @dataclass(frozen=True)
 class Batch:

@@ -37,14 +37,13 @@ from .generate import MAX_SEED, Engine, GenerationError, SamplingParams, check_s
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
 from .script import check_script
-from .speech import Batch, BatchResult, Speech, SubtitleSpeech
+from .speech import MAX_TAKES, Batch, BatchResult, Speech, SubtitleSpeech
 from .timeline import join_batches, place_cues
 from .tokenizer import FishTokenizer
 from .voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
 DEFAULTS = SamplingParams()  # the one source of the sampling defaults
-MAX_TAKES = 8
 
 
 class Synthesizer:

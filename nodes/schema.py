@@ -73,10 +73,12 @@ class Node:
 
 # ---------------------------------------------------------------- input helpers
 # Every helper takes the input's name first and its tooltip right after the values that define
-# it; the flags that few inputs set are keyword-only.
-def Int(name, default, lowest, highest, tooltip, *, step=1, seed=False, advanced=False) -> Input:
-    return Input(name, "INT", tooltip, default, min=lowest, max=highest, step=step, seed=seed,
-                 advanced=advanced)
+# it; the flags that few inputs set are keyword-only. A widget added to a node after release is
+# optional (older API prompts lack it) and comes last, so stored widget values keep their places.
+def Int(name, default, lowest, highest, tooltip, *, step=1, seed=False, optional=False,
+        advanced=False) -> Input:
+    return Input(name, "INT", tooltip, default, optional=optional, min=lowest, max=highest,
+                 step=step, seed=seed, advanced=advanced)
 
 
 def Float(name, default, lowest, highest, tooltip, *, step=0.01, advanced=False) -> Input:
@@ -88,8 +90,8 @@ def String(name, tooltip, default="", *, multiline=False) -> Input:
     return Input(name, "STRING", tooltip, default, multiline=multiline)
 
 
-def Boolean(name, default, tooltip, *, advanced=False) -> Input:
-    return Input(name, "BOOLEAN", tooltip, default, advanced=advanced)
+def Boolean(name, default, tooltip, *, optional=False, advanced=False) -> Input:
+    return Input(name, "BOOLEAN", tooltip, default, optional=optional, advanced=advanced)
 
 
 def Combo(name, choices, tooltip, default=None, *, advanced=False) -> Input:

@@ -1,12 +1,14 @@
-"""The generating nodes: TTS, Voice Clone, Multi-Speaker and Subtitles → AUDIO."""
+"""The generating nodes: TTS, Voice Clone, Multi-Speaker and Subtitles → AUDIO (a batch of
+takes), per-speaker tracks and a JSON timeline."""
 
 from __future__ import annotations
 
 from ..fish_core import text as textplan
 from ..fish_core.generate import MAX_SEED, SamplingParams
 from ..fish_core.script import check_script
-from .runtime import generate, require_text, sampling, to_audio
-from .schema import MODEL, VOICE, Float, Int, Node, Output, Socket, String
+from ..fish_core.speech import MAX_TAKES, timeline_json
+from .runtime import generate, require_text, sampling, to_audio, tracks_to_audio
+from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 
 DEFAULTS = SamplingParams()
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
@@ -27,39 +29,49 @@ SAMPLING = [
         "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
         "batches, so this caps each batch, not the whole output.", advanced=True),
 ]
-AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech.")
+TAKES = Int("takes", 1, 1, MAX_TAKES,
+            "Generate this many takes at once (seeds seed, seed+1, …) to keep the best read: "
+            "the audio is a batch, one item per take, padded with silence to the longest "
+            "(Save Audio writes one file per take).", optional=True)
+AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
+TIMELINE_OUT = Output("STRING", "timeline",
+                      "JSON: per take its seed and exact length, and every segment's speaker, "
+                      "text, start/end (seconds and samples), frames and how it stopped.")
 TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [excited] "
              "(free-form; see the node's help).")
 
 
-def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None):
+def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1):
     require_text("text", text, "type what to say")
-    speech = generate(model, lambda synth, **run: synth.tts(
-        text, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
-    return (to_audio(speech),)
+    speeches = generate(model, lambda synth, **run: synth.tts(
+        text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
+        **run))
+    return to_audio(speeches), timeline_json(speeches)
 
 
 def voice_clone(model, reference_audio, reference_text, text, seed, temperature, top_p, top_k,
-                max_new_tokens):
+                max_new_tokens, takes=1):
     require_text("reference_text", reference_text,
                  "type the words spoken in reference_audio (cloning needs the transcript)")
     require_text("text", text, "type what to say")
 
     def run(synth, **progress):
         voice = synth.encode_voice(reference_audio, reference_text, name="reference")
-        return synth.tts(text, voice, **sampling(seed, temperature, top_p, top_k,
-                                                 max_new_tokens), **progress)
+        return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
+                                                              max_new_tokens), **progress)
 
-    return (to_audio(generate(model, run)),)
+    speeches = generate(model, run)
+    return to_audio(speeches), timeline_json(speeches)
 
 
 def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
-                  **speakers):
+                  takes=1, turn_by_turn=True, **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
     voices = connected_speakers(script, speakers)
-    return (to_audio(generate(model, lambda synth, **run: synth.dialogue(
-        script, voices, pause=pause, **sampling(seed, temperature, top_p, top_k,
-                                                max_new_tokens), **run))),)
+    speeches = generate(model, lambda synth, **run: synth.dialogue(
+        script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
+        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+    return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
 def connected_speakers(script: str, speakers: dict) -> list:
@@ -91,7 +103,7 @@ def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice
     result = generate(model, lambda synth, **run: synth.subtitles(
         srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
     report = "\n".join(result.overruns) or "Every cue fits its slot."
-    return to_audio(result), result.srt(), report
+    return to_audio([result]), result.srt(), report, timeline_json([result])
 
 
 TTS = Node(
@@ -102,8 +114,9 @@ TTS = Node(
             String("text", "What to say. " + TAGS_HINT, multiline=True),
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
-                   "Unconnected: the model picks a voice.", optional=True)],
-    outputs=[AUDIO_OUT],
+                   "Unconnected: the model picks a voice.", optional=True),
+            TAKES],
+    outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=tts,
 )
 
@@ -117,8 +130,9 @@ VOICE_CLONE = Node(
             String("reference_text", "Reference transcript: exactly the words spoken in "
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
-            *SAMPLING],
-    outputs=[AUDIO_OUT],
+            *SAMPLING,
+            TAKES],
+    outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=voice_clone,
 )
 
@@ -130,13 +144,23 @@ MULTI_SPEAKER = Node(
             String("script", "One turn per line: 'Name: text' (the voice's name), "
                    "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),
             Float("pause", 0.0, 0.0, 10.0,
-                  "Seconds of silence between turns (0: turns flow as one conversation).",
+                  "Seconds of silence between turns (0: none).",
                   step=0.05),
             *SAMPLING,
             *[Socket(f"speaker_{n}", VOICE, f"Voice of speaker {n} ([speaker_{n}]:, or "
                      "'Name:' lines with this voice's name).", optional=True)
-              for n in range(1, SPEAKERS + 1)]],
-    outputs=[AUDIO_OUT],
+              for n in range(1, SPEAKERS + 1)],
+            TAKES,
+            Boolean("turn_by_turn", True,
+                    "Generate each turn on its own, so the speaker tracks are exact (always so "
+                    "with a pause). Off: several turns share a text batch and flow as one "
+                    "conversation; such a batch goes to its first speaker's track.",
+                    optional=True)],
+    outputs=[AUDIO_OUT,
+             *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
+                      "where others talk (for lip sync); the tracks sum to the mix.")
+               for n in range(1, SPEAKERS + 1)],
+             TIMELINE_OUT],
     execute=multi_speaker,
 )
 
@@ -150,8 +174,9 @@ SUBTITLES = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice. Unconnected: the model picks one.",
                    optional=True)],
-    outputs=[AUDIO_OUT,
+    outputs=[Output("AUDIO", "audio", "44.1 kHz mono speech on the subtitles' timeline."),
              Output("STRING", "srt", "SRT of where each cue really sits in the audio."),
-             Output("STRING", "report", "Cues that ran over their slot or started late.")],
+             Output("STRING", "report", "Cues that ran over their slot or started late."),
+             TIMELINE_OUT],
     execute=subtitles,
 )

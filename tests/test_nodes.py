@@ -151,13 +151,15 @@ def test_types_and_sockets(env):
     assert sockets("SailfishModelLoader")[1] == ["FISH_S2_MODEL"]
     inputs, outputs = sockets("SailfishTTS")
     assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE", True)
-    assert outputs == ["AUDIO"]
+    assert outputs == ["AUDIO", "STRING"]
+    assert inputs["takes"] == ("INT", True)
     inputs, _ = sockets("SailfishVoiceClone")
     assert inputs["reference_audio"] == ("AUDIO", False) and inputs["reference_text"][0] == "STRING"
     inputs, _ = sockets("SailfishMultiSpeaker")
     assert [k for k in inputs if k.startswith("speaker_")] == [f"speaker_{n}" for n in range(1, 5)]
     assert all(inputs[f"speaker_{n}"] == ("FISH_S2_VOICE", True) for n in range(1, 5))
-    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING"]
+    assert sockets("SailfishMultiSpeaker")[1] == ["AUDIO"] * 5 + ["STRING"]
+    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING", "STRING"]
     assert sockets("SailfishVoiceEncode")[1] == ["FISH_S2_VOICE"]
     assert sockets("SailfishVoiceLoad")[1] == ["FISH_S2_VOICE"]
     assert env.v3["SailfishVoiceSave"].define_schema().is_output_node
@@ -247,7 +249,7 @@ def test_tts_with_voice(env, model, voice):
 
 
 def test_voice_clone(env, model, reference):
-    (audio,) = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
+    audio, _ = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
                       reference_text="A short test sentence.", text="Now in that voice.",
                       **FAST)
     check_audio(audio)
@@ -257,10 +259,14 @@ def test_multi_speaker_maps_names_to_voices(env, model, voice, reference):
     bob = run_v1(env, "SailfishVoiceEncode", model=model, audio=reference,
                  transcript="Another sentence.", name="Bob")[0]
     script = "Alice: Hi Bob!\nBob: Hello Alice.\nAlice: Bye."
-    (audio,) = run_v3(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.0,
-                      speaker_1=voice, speaker_2=bob, **FAST)
+    audio, *tracks, timeline = run_v3(env, "SailfishMultiSpeaker", model=model, script=script,
+                                      pause=0.0, speaker_1=voice, speaker_2=bob, **FAST)
     check_audio(audio)
-    (paused,) = run_v1(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.25,
+    assert len(tracks) == 4 and all(t["waveform"].shape == audio["waveform"].shape for t in tracks)
+    assert torch.equal(sum(t["waveform"] for t in tracks), audio["waveform"])
+    assert tracks[0]["waveform"].abs().max() > 0 and tracks[1]["waveform"].abs().max() > 0
+    assert [s["speaker"] for s in json.loads(timeline)["takes"][0]["segments"]] == [0, 1, 0]
+    paused, *_ = run_v1(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.25,
                        speaker_1=voice, speaker_2=bob, **FAST)
     length = check_audio(paused, frames=False)
     gap = round(0.25 * 44100)
@@ -299,14 +305,33 @@ def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, v
 def test_subtitles_follow_the_timeline(env, model, voice):
     srt = ("1\n00:00:00,500 --> 00:00:02,000\nFirst line.\n\n"
            "2\n00:00:02,500 --> 00:00:04,000\nSecond line.\n")
-    audio, generated, report = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
+    audio, generated, report, timeline = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
                                       voice=voice, **{**FAST, "max_new_tokens": 8})
     # 8 frames (0.37 s) always fit their slot, so the audio ends where the last cue ends.
     assert check_audio(audio, frames=False) == round(4.0 * 44100)
     assert "00:00:00,500 -->" in generated and "Second line." in generated
     assert report == "Every cue fits its slot."
+    (take,) = json.loads(timeline)["takes"]
+    assert take["samples"] == round(4.0 * 44100) and len(take["segments"]) == 2
     with pytest.raises(ValueError, match="srt: "):
         run_v1(env, "SailfishSubtitles", model=model, srt="not subtitles", **FAST)
+
+
+def test_takes_are_a_padded_batch_with_exact_lengths(env, model, voice):
+    audio, timeline = run_v3(env, "SailfishTTS", model=model, text="Three takes, please.",
+                             voice=voice, takes=3, **FAST)
+    wave = audio["waveform"]
+    assert wave.shape[:2] == (3, 1) and wave.dtype == torch.float32
+    takes = json.loads(timeline)["takes"]
+    assert [t["seed"] for t in takes] == [FAST["seed"] + k for k in range(3)]
+    assert wave.shape[2] == max(t["samples"] for t in takes)
+    for k, take in enumerate(takes):
+        assert not wave[k, 0, take["samples"]:].any()  # the padding is silence
+        single, _ = run_v1(env, "SailfishTTS", model=model, text="Three takes, please.",
+                           voice=voice, **{**FAST, "seed": FAST["seed"] + k})
+        assert torch.equal(wave[k, :, :take["samples"]], single["waveform"][0])
+    with pytest.raises(ValueError, match="takes must be"):
+        run_v1(env, "SailfishTTS", model=model, text="Hi.", takes=9, **FAST)
 
 
 def test_voice_save_and_load_round_trip(env, voice):
