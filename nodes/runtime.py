@@ -3,7 +3,7 @@ Cancel, and fish_core results as ComfyUI AUDIO."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -43,10 +43,27 @@ def interrupted(mm) -> Callable[[], bool] | None:
     return None if mm is None else mm.processing_interrupted
 
 
-def to_audio(speech) -> dict:
-    """A fish_core ``Speech`` as ComfyUI AUDIO: float32 ``[1, 1, T]`` on the CPU."""
-    wave = speech.waveform.detach().to("cpu", torch.float32).reshape(1, 1, -1).contiguous()
-    return {"waveform": wave, "sample_rate": int(speech.sample_rate)}
+def to_audio(speeches: Sequence) -> dict:
+    """fish_core ``Speech`` results (one per take) as ComfyUI AUDIO: float32 ``[takes, 1, T]``
+    on the CPU, each take padded with silence to the longest (the timeline keeps the exact
+    lengths)."""
+    return waves_to_audio([s.waveform for s in speeches], speeches[0].sample_rate)
+
+
+def tracks_to_audio(speeches: Sequence, count: int) -> list[dict]:
+    """Each speaker's track (``Speech.tracks``) as AUDIO ``[takes, 1, T]``, speakers 1 … count;
+    every track has its take's length, so it lines up with the mix sample for sample."""
+    tracks = [s.tracks(count) for s in speeches]  # per take: [speakers, T]
+    return [waves_to_audio([t[i] for t in tracks], speeches[0].sample_rate)
+            for i in range(count)]
+
+
+def waves_to_audio(waves: Sequence[torch.Tensor], sample_rate: int) -> dict:
+    length = max(w.shape[-1] for w in waves)
+    batch = torch.zeros(len(waves), 1, length, dtype=torch.float32)
+    for i, wave in enumerate(waves):
+        batch[i, 0, :wave.shape[-1]] = wave.detach().to("cpu", torch.float32)
+    return {"waveform": batch, "sample_rate": int(sample_rate)}
 
 
 def require_text(field: str, value: str, what: str) -> str:

@@ -1,12 +1,16 @@
-"""The generating nodes: TTS, Voice Clone, Multi-Speaker and Subtitles → AUDIO."""
+"""The generating nodes: TTS, Voice Clone, Multi-Speaker and Subtitles → AUDIO (a batch of
+takes), per-speaker tracks and a JSON timeline."""
 
 from __future__ import annotations
 
 from ..fish_core import text as textplan
-from .runtime import generate, require_text, sampling, to_audio
-from .schema import MODEL, VOICE, Float, Int, Node, Output, Socket, String
+from ..fish_core.generate import MAX_SEED, SamplingParams
+from ..fish_core.script import check_script
+from ..fish_core.speech import MAX_TAKES, timeline_json
+from .runtime import generate, require_text, sampling, to_audio, tracks_to_audio
+from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 
-MAX_SEED = 2**63 - 1
+DEFAULTS = SamplingParams()
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
 
 MODEL_IN = Socket("model", MODEL, "The model from Sailfish Model Loader.")
@@ -14,55 +18,66 @@ SAMPLING = [
     Int("seed", 0, 0, MAX_SEED,
         "Same seed + same inputs = the same audio. Each text batch uses seed + its index.",
         seed=True),
-    Float("temperature", 0.8, 0.1, 1.9, 0.05,
-          "Randomness of speech: lower is steadier, higher more varied."),
-    Float("top_p", 0.8, 0.1, 1.0, 0.01,
+    Float("temperature", DEFAULTS.temperature, 0.1, 1.9,
+          "Randomness of speech: lower is steadier, higher more varied.", step=0.05),
+    Float("top_p", DEFAULTS.top_p, 0.1, 1.0,
           "Nucleus sampling: only the most likely tokens covering this probability.",
-          advanced=True),
-    Int("top_k", 30, 1, 4096, "Only the k most likely tokens are sampled.", advanced=True),
-    Int("max_new_tokens", 1024, 1, 4096,
+          step=0.01, advanced=True),
+    Int("top_k", DEFAULTS.top_k, 1, 4096, "Only the k most likely tokens are sampled.",
+        advanced=True),
+    Int("max_new_tokens", DEFAULTS.max_new_tokens, 1, 4096,
         "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
         "batches, so this caps each batch, not the whole output.", advanced=True),
 ]
-AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech.")
+TAKES = Int("takes", 1, 1, MAX_TAKES,
+            "Generate this many takes at once (seeds seed, seed+1, …) to keep the best read: "
+            "the audio is a batch, one item per take, padded with silence to the longest "
+            "(Save Audio writes one file per take).", optional=True)
+AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
+TIMELINE_OUT = Output("STRING", "timeline",
+                      "JSON: per take its seed and exact length, and every segment's speaker, "
+                      "text, start/end (seconds and samples), frames and how it stopped.")
 TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [excited] "
              "(free-form; see the node's help).")
 
 
-def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None):
+def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1):
     require_text("text", text, "type what to say")
-    speech = generate(model, lambda synth, **run: synth.tts(
-        text, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
-    return (to_audio(speech),)
+    speeches = generate(model, lambda synth, **run: synth.tts(
+        text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
+        **run))
+    return to_audio(speeches), timeline_json(speeches)
 
 
 def voice_clone(model, reference_audio, reference_text, text, seed, temperature, top_p, top_k,
-                max_new_tokens):
+                max_new_tokens, takes=1):
     require_text("reference_text", reference_text,
                  "type the words spoken in reference_audio (cloning needs the transcript)")
     require_text("text", text, "type what to say")
 
     def run(synth, **progress):
         voice = synth.encode_voice(reference_audio, reference_text, name="reference")
-        return synth.tts(text, voice, **sampling(seed, temperature, top_p, top_k,
-                                                 max_new_tokens), **progress)
+        return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
+                                                              max_new_tokens), **progress)
 
-    return (to_audio(generate(model, run)),)
+    speeches = generate(model, run)
+    return to_audio(speeches), timeline_json(speeches)
 
 
 def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
-                  **speakers):
+                  takes=1, turn_by_turn=True, **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
     voices = connected_speakers(script, speakers)
-    return (to_audio(generate(model, lambda synth, **run: synth.dialogue(
-        script, voices, pause=pause, **sampling(seed, temperature, top_p, top_k,
-                                                max_new_tokens), **run))),)
+    speeches = generate(model, lambda synth, **run: synth.dialogue(
+        script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
+        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+    return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
 def connected_speakers(script: str, speakers: dict) -> list:
-    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on; names
-    that ``Name:`` lines use must be unique, and every speaker of the script needs a voice
-    (checked here, as ``Synthesizer.dialogue`` does, before the model is loaded)."""
+    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on, checked
+    against the script (``check_script``, as ``Synthesizer.dialogue`` does) before the model
+    is loaded."""
     given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
@@ -70,20 +85,12 @@ def connected_speakers(script: str, speakers: dict) -> list:
         raise ValueError(f"speaker_{gap} is not connected but a later speaker is: connect "
                          "voices to speaker_1, speaker_2, … in order")
     voices = given[:count]
-    names = [v.name for v in voices]
-    turns = textplan.parse_script(script, names)
-    folded = [n.casefold() for n in names]
-    used = {t.label.casefold() for t in turns}
-    for name in sorted({n for n in folded if folded.count(n) > 1 and n in used}):
-        wired = [f"speaker_{i + 1}" for i, n in enumerate(folded) if n == name]
-        raise ValueError(f"{' and '.join(wired)} are both named {name!r}, which the script "
-                         "uses: give each voice its own name (Voice Encode's name)")
     try:
-        textplan.assign_speakers(turns, names, bool(voices))
+        check_script(script, [v.name for v in voices], require_voices=bool(voices))
     except textplan.ScriptError as e:
         wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
-        raise ValueError(f"script: {e} (connected: {wired}). Connect a voice for every "
-                         "speaker the script names.") from None
+        raise ValueError(f"script: {e} (connected: {wired or 'none'}). Connect a voice for "
+                         "every speaker the script names, each with its own name.") from None
     return voices
 
 
@@ -96,7 +103,7 @@ def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice
     result = generate(model, lambda synth, **run: synth.subtitles(
         srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
     report = "\n".join(result.overruns) or "Every cue fits its slot."
-    return to_audio(result), result.srt(), report
+    return to_audio([result]), result.srt(), report, timeline_json([result])
 
 
 TTS = Node(
@@ -107,8 +114,9 @@ TTS = Node(
             String("text", "What to say. " + TAGS_HINT, multiline=True),
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
-                   "Unconnected: the model picks a voice.", optional=True)],
-    outputs=[AUDIO_OUT],
+                   "Unconnected: the model picks a voice.", optional=True),
+            TAKES],
+    outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=tts,
 )
 
@@ -122,8 +130,9 @@ VOICE_CLONE = Node(
             String("reference_text", "Reference transcript: exactly the words spoken in "
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
-            *SAMPLING],
-    outputs=[AUDIO_OUT],
+            *SAMPLING,
+            TAKES],
+    outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=voice_clone,
 )
 
@@ -134,13 +143,24 @@ MULTI_SPEAKER = Node(
     inputs=[MODEL_IN,
             String("script", "One turn per line: 'Name: text' (the voice's name), "
                    "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),
-            Float("pause", 0.0, 0.0, 10.0, 0.05,
-                  "Seconds of silence between turns (0: turns flow as one conversation)."),
+            Float("pause", 0.0, 0.0, 10.0,
+                  "Seconds of silence between turns (0: none).",
+                  step=0.05),
             *SAMPLING,
             *[Socket(f"speaker_{n}", VOICE, f"Voice of speaker {n} ([speaker_{n}]:, or "
                      "'Name:' lines with this voice's name).", optional=True)
-              for n in range(1, SPEAKERS + 1)]],
-    outputs=[AUDIO_OUT],
+              for n in range(1, SPEAKERS + 1)],
+            TAKES,
+            Boolean("turn_by_turn", True,
+                    "Generate each turn on its own, so the speaker tracks are exact (always so "
+                    "with a pause). Off: several turns share a text batch and flow as one "
+                    "conversation; such a batch goes to its first speaker's track.",
+                    optional=True)],
+    outputs=[AUDIO_OUT,
+             *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
+                      "where others talk (for lip sync); the tracks sum to the mix.")
+               for n in range(1, SPEAKERS + 1)],
+             TIMELINE_OUT],
     execute=multi_speaker,
 )
 
@@ -154,8 +174,9 @@ SUBTITLES = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice. Unconnected: the model picks one.",
                    optional=True)],
-    outputs=[AUDIO_OUT,
+    outputs=[Output("AUDIO", "audio", "44.1 kHz mono speech on the subtitles' timeline."),
              Output("STRING", "srt", "SRT of where each cue really sits in the audio."),
-             Output("STRING", "report", "Cues that ran over their slot or started late.")],
+             Output("STRING", "report", "Cues that ran over their slot or started late."),
+             TIMELINE_OUT],
     execute=subtitles,
 )

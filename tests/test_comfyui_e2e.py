@@ -40,8 +40,7 @@ pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
-EXAMPLES = sorted(p for p in (comfy_stubs.ROOT / "example_workflows").glob("*.json")
-                  if p.name != "index.json")
+EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
 FRAME, RATE = read_sizes().frame_length, read_sizes().sample_rate  # the fixture codec's
 # A second custom node that registers the pack's V1 classes (what ComfyUI without
@@ -188,14 +187,18 @@ class Server:
 
     def audio(self, entry: dict) -> list[tuple[int, int]]:
         """(sample rate, samples) of every audio file the prompt saved."""
-        found = []
-        for output in entry["outputs"].values():
+        return [found for files in self.audio_by_node(entry).values() for found in files]
+
+    def audio_by_node(self, entry: dict) -> dict[str, list[tuple[int, int]]]:
+        """(sample rate, samples) of the audio files (saved or previewed) of each output node."""
+        found = {}
+        for node_id, output in entry["outputs"].items():
             for item in output.get("audio", []):
                 query = urllib.parse.urlencode({k: item[k] for k in ("filename", "subfolder",
                                                                      "type")})
                 with urllib.request.urlopen(f"{self.url}/view?{query}", timeout=30) as r:
                     info = sf.info(io.BytesIO(r.read()))
-                found.append((info.samplerate, info.frames))
+                found.setdefault(node_id, []).append((info.samplerate, info.frames))
         return found
 
 
@@ -312,14 +315,29 @@ def test_example_workflows_are_served(server):
     assert {p.stem for p in EXAMPLES} <= set(templates)
 
 
+def sources(prompt: dict, node_type: str) -> dict[str, int]:
+    """The output nodes of ``prompt`` fed by a ``node_type`` node: node id → output slot."""
+    return {node_id: node["inputs"]["audio"][1] for node_id, node in prompt.items()
+            if isinstance(node["inputs"].get("audio"), list)
+            and prompt[node["inputs"]["audio"][0]]["class_type"] == node_type}
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_workflow_runs(server, path):
     workflow = json.loads(path.read_text())
     prompt = for_the_tiny_model(to_api(workflow, server.object_info))
     entry = server.run(prompt)
-    (rate, samples), = server.audio(entry)
-    assert rate == RATE and samples > 0
+    by_node = server.audio_by_node(entry)
+    files = [found for node_files in by_node.values() for found in node_files]
+    assert files and {rate for rate, _ in files} == {RATE}
     kinds = {n["class_type"]: n["inputs"] for n in prompt.values()}
+    takes = max(int(inputs.get("takes", 1)) for inputs in kinds.values())
+    assert all(len(node_files) == takes for node_files in by_node.values())  # one file per take
+    lengths = {samples for _, samples in files}
+    assert len(lengths) == 1  # takes padded to the longest; speaker tracks as long as the mix
+    (samples,) = lengths
+    if "speaker tracks" in path.stem:  # the mix, speaker_1 and speaker_2 saved, same length
+        assert {0, 1, 2} <= set(sources(prompt, "SailfishMultiSpeaker").values())
     if "SailfishSubtitles" in kinds:  # 16 frames (0.74 s) fit every cue: the SRT's length
         assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * RATE)
     elif "SailfishMultiSpeaker" in kinds:  # frames + a pause between turns
@@ -333,7 +351,8 @@ def test_example_workflow_runs(server, path):
 
 def test_saved_voice_loads_and_speaks(server):
     encode = for_the_tiny_model(to_api(json.loads(
-        (comfy_stubs.ROOT / "example_workflows" / "sailfish_voice_library.json").read_text()),
+        (comfy_stubs.ROOT / "example_workflows" / "Sailfish TTS - voice library.json")
+        .read_text()),
         server.object_info))
     encode = {k: v for k, v in encode.items()
               if v["class_type"] in ("SailfishModelLoader", "LoadAudio", "SailfishVoiceEncode",
@@ -383,6 +402,20 @@ def test_free_memory_unloads_the_model(server):
     assert rate == RATE and samples % FRAME == 0
     assert server.log_text().count("Sailfish: loading") == loads + 1
     assert "Exception in thread" not in server.log_text()  # ComfyUI's worker still alive
+
+
+def test_takes_save_one_file_per_take(server):
+    """What core Save Audio (0.3.64) does with an AUDIO batch: one file per item, numbered on
+    from the counter; every file has the batch's (padded) length."""
+    prompt = tts_prompt("Three takes through Save Audio.", 7, 12)
+    prompt["2"]["inputs"]["takes"] = 3
+    prompt["3"]["inputs"]["filename_prefix"] = "e2e/takes"
+    entry = server.run(prompt)
+    files = entry["outputs"]["3"]["audio"]
+    assert len(files) == 3 and len({f["filename"] for f in files}) == 3
+    assert all(f["filename"].startswith("takes_") for f in files)
+    lengths = {samples for _, samples in server.audio(entry)}
+    assert len(lengths) == 1 and lengths.pop() % FRAME == 0
 
 
 def test_errors_reach_the_user(server):

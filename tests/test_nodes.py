@@ -86,6 +86,12 @@ def voice(env, model, reference):
                   transcript="A short test sentence.", name="Alice")[0]
 
 
+def loaded(manager) -> list:
+    """The configurations ``manager`` holds loaded (its cache, read directly: nothing in the
+    pack needs to list them)."""
+    return list(manager._entries)
+
+
 def check_audio(audio, frames=True):
     assert set(audio) == {"waveform", "sample_rate"}
     wave = audio["waveform"]
@@ -146,13 +152,15 @@ def test_types_and_sockets(env):
     assert sockets("SailfishModelLoader")[1] == ["FISH_S2_MODEL"]
     inputs, outputs = sockets("SailfishTTS")
     assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE", True)
-    assert outputs == ["AUDIO"]
+    assert outputs == ["AUDIO", "STRING"]
+    assert inputs["takes"] == ("INT", True)
     inputs, _ = sockets("SailfishVoiceClone")
     assert inputs["reference_audio"] == ("AUDIO", False) and inputs["reference_text"][0] == "STRING"
     inputs, _ = sockets("SailfishMultiSpeaker")
     assert [k for k in inputs if k.startswith("speaker_")] == [f"speaker_{n}" for n in range(1, 5)]
     assert all(inputs[f"speaker_{n}"] == ("FISH_S2_VOICE", True) for n in range(1, 5))
-    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING"]
+    assert sockets("SailfishMultiSpeaker")[1] == ["AUDIO"] * 5 + ["STRING"]
+    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING", "STRING"]
     assert sockets("SailfishVoiceEncode")[1] == ["FISH_S2_VOICE"]
     assert sockets("SailfishVoiceLoad")[1] == ["FISH_S2_VOICE"]
     assert env.v3["SailfishVoiceSave"].define_schema().is_output_node
@@ -225,7 +233,7 @@ def test_loader_errors_name_the_field(env):
 def test_loader_returns_a_small_handle(env, model):
     assert isinstance(model, env.pack.nodes.manager.ModelHandle)
     assert model.folder.endswith("tiny-s2") and model.device == "auto"
-    assert len(env.manager.loaded()) == 1
+    assert len(loaded(env.manager)) == 1
 
 
 def test_tts_v3_and_v1_agree(env, model):
@@ -242,7 +250,7 @@ def test_tts_with_voice(env, model, voice):
 
 
 def test_voice_clone(env, model, reference):
-    (audio,) = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
+    audio, _ = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
                       reference_text="A short test sentence.", text="Now in that voice.",
                       **FAST)
     check_audio(audio)
@@ -252,10 +260,14 @@ def test_multi_speaker_maps_names_to_voices(env, model, voice, reference):
     bob = run_v1(env, "SailfishVoiceEncode", model=model, audio=reference,
                  transcript="Another sentence.", name="Bob")[0]
     script = "Alice: Hi Bob!\nBob: Hello Alice.\nAlice: Bye."
-    (audio,) = run_v3(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.0,
-                      speaker_1=voice, speaker_2=bob, **FAST)
+    audio, *tracks, timeline = run_v3(env, "SailfishMultiSpeaker", model=model, script=script,
+                                      pause=0.0, speaker_1=voice, speaker_2=bob, **FAST)
     check_audio(audio)
-    (paused,) = run_v1(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.25,
+    assert len(tracks) == 4 and all(t["waveform"].shape == audio["waveform"].shape for t in tracks)
+    assert torch.equal(sum(t["waveform"] for t in tracks), audio["waveform"])
+    assert tracks[0]["waveform"].abs().max() > 0 and tracks[1]["waveform"].abs().max() > 0
+    assert [s["speaker"] for s in json.loads(timeline)["takes"][0]["segments"]] == [0, 1, 0]
+    paused, *_ = run_v1(env, "SailfishMultiSpeaker", model=model, script=script, pause=0.25,
                        speaker_1=voice, speaker_2=bob, **FAST)
     length = check_audio(paused, frames=False)
     gap = round(0.25 * read_sizes().sample_rate)
@@ -285,7 +297,7 @@ def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, v
                        r"voices given: Alice \(connected: speaker_1 = Alice\)"):
         run_v1(env, "SailfishMultiSpeaker", model=manager.handle,
                script="Alice: Hi.\nCarol: Hey.", pause=0.0, speaker_1=voice, **FAST)
-    assert manager.loader.loads == [] and stand_in.loaded() == []
+    assert manager.loader.loads == [] and loaded(stand_in) == []
     with pytest.raises(AttributeError, match="dialogue"):  # a good script does reach it
         run_v1(env, "SailfishMultiSpeaker", model=manager.handle, script="Alice: Hi.",
                pause=0.0, speaker_1=voice, **FAST)
@@ -295,14 +307,33 @@ def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, v
 def test_subtitles_follow_the_timeline(env, model, voice):
     srt = ("1\n00:00:00,500 --> 00:00:02,000\nFirst line.\n\n"
            "2\n00:00:02,500 --> 00:00:04,000\nSecond line.\n")
-    audio, generated, report = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
+    audio, generated, report, timeline = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
                                       voice=voice, **{**FAST, "max_new_tokens": 8})
     # 8 frames (0.37 s) always fit their slot, so the audio ends where the last cue ends.
     assert check_audio(audio, frames=False) == round(4.0 * read_sizes().sample_rate)
     assert "00:00:00,500 -->" in generated and "Second line." in generated
     assert report == "Every cue fits its slot."
+    (take,) = json.loads(timeline)["takes"]
+    assert take["samples"] == round(4.0 * 44100) and len(take["segments"]) == 2
     with pytest.raises(ValueError, match="srt: "):
         run_v1(env, "SailfishSubtitles", model=model, srt="not subtitles", **FAST)
+
+
+def test_takes_are_a_padded_batch_with_exact_lengths(env, model, voice):
+    audio, timeline = run_v3(env, "SailfishTTS", model=model, text="Three takes, please.",
+                             voice=voice, takes=3, **FAST)
+    wave = audio["waveform"]
+    assert wave.shape[:2] == (3, 1) and wave.dtype == torch.float32
+    takes = json.loads(timeline)["takes"]
+    assert [t["seed"] for t in takes] == [FAST["seed"] + k for k in range(3)]
+    assert wave.shape[2] == max(t["samples"] for t in takes)
+    for k, take in enumerate(takes):
+        assert not wave[k, 0, take["samples"]:].any()  # the padding is silence
+        single, _ = run_v1(env, "SailfishTTS", model=model, text="Three takes, please.",
+                           voice=voice, **{**FAST, "seed": FAST["seed"] + k})
+        assert torch.equal(wave[k, :, :take["samples"]], single["waveform"][0])
+    with pytest.raises(ValueError, match="takes must be"):
+        run_v1(env, "SailfishTTS", model=model, text="Hi.", takes=9, **FAST)
 
 
 def test_voice_save_and_load_round_trip(env, voice):
@@ -362,7 +393,7 @@ def test_cancel_stops_within_a_frame_and_the_model_stays(env, model, via):
                 mm.throw_exception_if_processing_interrupted()  # what ComfyUI's hook does
 
     env.stubs.utils.PROGRESS_BAR_HOOK = hook
-    loaded = env.manager.loaded()
+    before = env.manager.get(model)
     long_text = " ".join(f"Sentence number {i} goes here." for i in range(40))
     with pytest.raises(mm.InterruptProcessingException):
         run_v1(env, "SailfishTTS", model=model, text=long_text,
@@ -370,7 +401,7 @@ def test_cancel_stops_within_a_frame_and_the_model_stays(env, model, via):
     assert seen[-1] == 3 and not mm.processing_interrupted()  # stopped at once, flag reset
     env.stubs.utils.PROGRESS_BAR_HOOK = None
     check_audio(run_v1(env, "SailfishTTS", model=model, text="Still here.", **FAST)[0])
-    assert env.manager.loaded() == loaded  # not reloaded
+    assert env.manager.get(model) is before  # not reloaded
 
 
 # ---------------------------------------------------------------- the model manager
@@ -422,7 +453,7 @@ def test_manager_loads_each_configuration_once(manager):
     assert m.get(handle) is m.get(handle)
     assert len(manager.loader.loads) == 1
     m.get(dataclasses.replace(handle, precision="fp32"))
-    assert len(manager.loader.loads) == 2 and len(m.loaded()) == 2
+    assert len(manager.loader.loads) == 2 and len(loaded(m)) == 2
 
 
 def test_manager_concurrent_requests_load_once(manager):
@@ -459,8 +490,8 @@ def test_comfyui_unload_frees_the_model(env, manager):
     gone = weakref.ref(synth)
     del synth
     env.stubs.mm.unload_all_models()  # "Unload models" / "Free memory" / low VRAM
-    assert m.loaded() == [] and env.stubs.mm.current_loaded_models == []
-    assert env.manager.loaded() == []  # the real model went too
+    assert loaded(m) == [] and env.stubs.mm.current_loaded_models == []
+    assert loaded(env.manager) == []  # the real model went too
     gc.collect()
     assert gone() is None
     with m.use(manager.handle):
@@ -473,10 +504,10 @@ def test_idle_unload_frees_the_model(env, manager):
     handle = dataclasses.replace(manager.handle, unload_after_minutes=0.3 / 60)
     with m.use(handle) as synth:
         time.sleep(0.5)  # in use: never unloaded
-        assert m.loaded()
+        assert loaded(m)
     gone = weakref.ref(synth)
     del synth
-    assert wait_until(lambda: not m.loaded())
+    assert wait_until(lambda: not loaded(m))
     assert all(lm.model is not None and lm.model.model.model is not None
                for lm in env.stubs.mm.current_loaded_models)
     assert wait_until(lambda: gc.collect() is not None and gone() is None)
@@ -487,7 +518,7 @@ def test_plain_cache_without_comfyui(manager):
     with m.use(manager.handle) as synth:
         assert synth is m.get(manager.handle)
     m.unload(manager.handle)
-    assert m.loaded() == [] and synth.released == 1
+    assert loaded(m) == [] and synth.released == 1
 
 
 def test_real_model_is_freed_when_comfyui_unloads_it(env, model):
@@ -495,7 +526,7 @@ def test_real_model_is_freed_when_comfyui_unloads_it(env, model):
     gone = weakref.ref(env.manager.get(model).model)
     env.stubs.mm.unload_all_models()
     gc.collect()
-    assert env.manager.loaded() == [] and gone() is None
+    assert loaded(env.manager) == [] and gone() is None
     check_audio(run_v1(env, "SailfishTTS", model=model, text="Back again.", **FAST)[0])
 
 

@@ -1,5 +1,7 @@
 """End-to-end synthesis on the tiny fixture checkpoint: TTS, cloning, dialogue, subtitles."""
 
+import dataclasses
+import json
 import math
 
 import pytest
@@ -33,7 +35,7 @@ def record_prompts(synth, monkeypatch):
     original = synth.engine.generate
 
     def spy(prompts, *args, **kwargs):
-        lengths.append(prompts.shape[1])
+        lengths.extend(p.shape[1] for p in prompts)  # one prompt per take
         return original(prompts, *args, **kwargs)
 
     monkeypatch.setattr(synth.engine, "generate", spy)
@@ -182,3 +184,84 @@ def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
     monkeypatch.setattr(synth.engine, "generate", lambda *a, **k: [empty])
     with pytest.raises(GenerationError, match="before producing any audio"):
         synth.tts("Nothing comes out.", **FAST)
+
+
+# ---------------------------------------------------------------- takes, tracks, timeline
+def check_timeline(speech, frame_length, pause_samples=0):
+    """Segments cover the waveform in order, without gaps or overlaps except the pauses."""
+    segments = speech.segments
+    assert segments[0].start_sample == 0 and segments[-1].end_sample == speech.waveform.shape[0]
+    for prev, nxt in zip(segments, segments[1:]):
+        assert nxt.start_sample - prev.end_sample == pause_samples
+    for s in segments:
+        assert s.end_sample - s.start_sample == s.frames * frame_length
+
+
+def test_takes_equal_single_runs_with_consecutive_seeds(synth, voice):
+    text = "First sentence of the take. Second sentence, in its own batch."
+    kwargs = dict(voice=voice, max_bytes=40, **FAST)
+    takes = synth.tts(text, seed=11, takes=3, **kwargs)
+    assert [t.seed for t in takes] == [11, 12, 13]
+    for k, take in enumerate(takes):
+        single = synth.tts(text, seed=11 + k, **kwargs)
+        assert len(take.segments) == len(single.segments) >= 2
+        assert torch.equal(take.codes, single.codes)
+        assert torch.equal(take.waveform, single.waveform)
+        check_timeline(take, synth.codec.frame_length)
+        assert take.segments == [dataclasses.replace(t, seconds=s.seconds)
+                                 for t, s in zip(single.segments, take.segments)]
+    assert not torch.equal(takes[0].codes[:, :4], takes[1].codes[:, :4])
+    assert len(synth.tts("One take.", seed=1, takes=1, **FAST)) == 1
+    with pytest.raises(ValueError, match="takes must be an integer in 1 .. 8"):
+        synth.tts("Too many.", takes=9, **FAST)
+
+
+def test_dialogue_takes_and_tracks(synth, voice):
+    script = "Alice: Hello Bob.\nBob: Hi Alice.\nAlice: Bye now."
+    voices = {"Alice": voice, "Bob": voice}
+    takes = synth.dialogue(script, voices, turn_by_turn=True, seed=5, takes=2, **FAST)
+    for k, take in enumerate(takes):
+        single = synth.dialogue(script, voices, turn_by_turn=True, seed=5 + k, **FAST)
+        assert torch.equal(take.codes, single.codes)
+        assert [s.speaker for s in take.segments] == [0, 1, 0]
+        check_timeline(take, synth.codec.frame_length)
+        tracks = take.tracks(4)
+        assert tracks.shape == (4, take.waveform.shape[0])
+        assert torch.equal(tracks.sum(dim=0), take.waveform)  # exact: one non-zero per sample
+        for s in take.segments:
+            window = slice(s.start_sample, s.end_sample)
+            assert torch.equal(tracks[s.speaker, window], take.waveform[window])
+        assert tracks[2:].abs().max() == 0
+
+
+def test_tracks_with_pauses_and_mixed_batches(synth, voice):
+    script = "Alice: Hello Bob.\nBob: Hi Alice."
+    voices = {"Alice": voice, "Bob": voice}
+    paused = synth.dialogue(script, voices, pause=0.1, seed=2, **FAST)
+    gap = round(0.1 * paused.sample_rate)
+    check_timeline(paused, synth.codec.frame_length, pause_samples=gap)
+    assert torch.equal(paused.tracks(2).sum(dim=0), paused.waveform)
+    flowing = synth.dialogue(script, voices, seed=2, **FAST)  # one batch for both turns
+    assert [s.speaker for s in flowing.segments] == [None]
+    tracks = flowing.tracks(2)
+    assert torch.equal(tracks[0], flowing.waveform) and tracks[1].abs().max() == 0
+
+
+def test_timeline_json_has_one_shape(synth, voice):
+    from fish_core.speech import timeline_json
+
+    takes = synth.tts("A timeline. In two batches.", seed=3, takes=2, max_bytes=16, **FAST)
+    data = json.loads(timeline_json(takes))
+    assert data["sample_rate"] == takes[0].sample_rate
+    assert [t["take"] for t in data["takes"]] == [0, 1]
+    for entry, take in zip(data["takes"], takes):
+        assert entry["seed"] == take.seed and entry["samples"] == take.waveform.shape[0]
+        assert len(entry["segments"]) == len(take.segments) >= 2
+        for got, seg in zip(entry["segments"], take.segments):
+            assert set(got) == {"speaker", "text", "start", "end", "start_sample", "end_sample",
+                                "frames", "stopped_on_eos"}
+            assert (got["start_sample"], got["end_sample"]) == (seg.start_sample, seg.end_sample)
+            assert got["start"] == pytest.approx(seg.start, abs=1e-6)
+    srt = "1\n00:00:00,200 --> 00:00:01,000\nHi.\n"
+    subtitles = json.loads(timeline_json([synth.subtitles(srt, voice, seed=1, **FAST)]))
+    assert set(subtitles) == set(data) and set(subtitles["takes"][0]) == set(data["takes"][0])

@@ -10,7 +10,7 @@ import pytest
 import comfy_stubs
 
 FOLDER = comfy_stubs.ROOT / "example_workflows"
-WORKFLOWS = sorted(p for p in FOLDER.glob("*.json") if p.name != "index.json")
+WORKFLOWS = sorted(FOLDER.glob("*.json"))
 # Core nodes the examples may use: socket inputs, output types, widget values (LoadAudio's
 # upload button and audio player also store a value each).
 CORE = {
@@ -28,15 +28,15 @@ def nodes():
     comfy_stubs.unload_pack("sailfish_workflows")
 
 
-def test_there_are_examples_and_an_index():
+def test_every_feature_has_an_example_with_a_readable_name():
+    """ComfyUI 0.3.64 lists every .json of the folder as a template titled by its file name:
+    no index.json (it showed as a broken template named "index"), and names read as titles."""
     names = {p.stem for p in WORKFLOWS}
-    assert {"sailfish_tts", "sailfish_voice_clone", "sailfish_multi_speaker",
-            "sailfish_subtitles"} <= names
-    (category,) = json.loads((FOLDER / "index.json").read_text())
-    assert category["description"] and category["title"]
-    assert sorted(t["name"] for t in category["templates"]) == sorted(names)
-    for template in category["templates"]:
-        assert template["description"] and template["mediaType"] == "audio"
+    assert not (FOLDER / "index.json").exists()
+    for feature in ("text to speech", "voice clone", "multi-speaker dialogue", "subtitles",
+                    "voice library", "takes", "speaker tracks"):
+        assert any(feature in name for name in names), feature
+    assert all(name.startswith("Sailfish TTS - ") and "_" not in name for name in names)
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
@@ -95,3 +95,25 @@ def check_our_node(desc, node, download, hub):
             assert isinstance(value, str), where
         if widget.seed:
             assert values.pop(0) in CONTROL, where
+
+
+def test_takes_and_tracks_examples_use_the_new_outputs(nodes):
+    ours = nodes[0]
+
+    def load(feature):
+        (path,) = [p for p in WORKFLOWS if feature in p.stem]
+        workflow = json.loads(path.read_text())
+        return {n["id"]: n for n in workflow["nodes"]}, workflow["links"]
+
+    by_id, links = load("takes")
+    (tts,) = [n for n in by_id.values() if n["type"] == "SailfishTTS"]
+    takes = [w.id for w in ours["SailfishTTS"].widgets].index("takes") + 1  # + seed control
+    assert tts["widgets_values"][takes] > 1
+    assert {by_id[dst]["type"] for _, src, _, dst, _, _ in links if src == tts["id"]} == \
+        {"SaveAudio", "PreviewAudio"}
+    by_id, links = load("speaker tracks")
+    (multi,) = [n for n in by_id.values() if n["type"] == "SailfishMultiSpeaker"]
+    names = [o.name for o in ours["SailfishMultiSpeaker"].outputs]
+    saved = {names[slot] for _, src, slot, dst, _, _ in links
+             if src == multi["id"] and by_id[dst]["type"] == "SaveAudio"}
+    assert {"audio", "speaker_1", "speaker_2"} <= saved

@@ -1,0 +1,126 @@
+"""What the Synthesizer returns (``Speech``, ``SubtitleSpeech``) and the named pieces it passes
+between its steps (``Batch``, ``BatchResult``, ``Segment``); a result's timeline as JSON and its
+per-speaker tracks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from . import text as textplan
+from .generate import Generated
+
+MAX_TAKES = 8  # takes of one request, generated together
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One text batch to generate. ``speaker``: the voice it is spoken in when the batch is one
+    script turn (None: the speaker tags inside ``text`` say)."""
+
+    text: str
+    speaker: int | None = None
+
+
+@dataclass
+class BatchResult:
+    """One generated batch: what was asked, what came out, and how long it took."""
+
+    batch: Batch
+    generated: Generated
+    seconds: float  # wall time spent generating it
+
+    @property
+    def frames(self) -> int:
+        return self.generated.codes.shape[1]
+
+
+@dataclass
+class Segment:
+    """One generated piece: its text, speaker, where it sits in the output (samples
+    ``[start_sample, end_sample)``), how it went."""
+
+    text: str
+    speaker: int | None  # None: the speaker tags inside ``text`` say (or no speaker at all)
+    start_sample: int
+    end_sample: int
+    sample_rate: int
+    frames: int
+    seconds: float  # wall time spent generating it (shared by the takes generated with it)
+    stopped_on_eos: bool  # False: stopped at max_new_tokens
+
+    @property
+    def start(self) -> float:
+        return self.start_sample / self.sample_rate
+
+    @property
+    def end(self) -> float:
+        return self.end_sample / self.sample_rate
+
+    @property
+    def first_speaker(self) -> int:
+        """``speaker``, else the first speaker tagged in the text, else 0."""
+        if self.speaker is not None:
+            return self.speaker
+        tagged = [t.speaker for t in textplan.split_turns(self.text) if t.speaker is not None]
+        return tagged[0] if tagged else 0
+
+    def as_dict(self) -> dict:
+        return {"speaker": self.speaker, "text": self.text, "start": round(self.start, 6),
+                "end": round(self.end, 6), "start_sample": self.start_sample,
+                "end_sample": self.end_sample, "frames": self.frames,
+                "stopped_on_eos": self.stopped_on_eos}
+
+
+@dataclass
+class Speech:
+    waveform: torch.Tensor  # float32 [T], CPU
+    sample_rate: int
+    codes: torch.Tensor  # [num_codebooks, frames] of all segments, in order
+    segments: list[Segment]
+    seed: int
+
+    @property
+    def duration(self) -> float:
+        return self.waveform.shape[-1] / self.sample_rate
+
+    def tracks(self, count: int) -> torch.Tensor:
+        """One track per speaker, ``[max(count, speakers), T]``: each the length of the
+        waveform, holding its speaker's segments and silence elsewhere, so the tracks sum to
+        the waveform exactly. A segment generated as one conversation of several speakers
+        (``speaker`` None) cannot be split: it goes to its first speaker's track."""
+        speakers = [s.first_speaker for s in self.segments]
+        tracks = torch.zeros(max([count, *[i + 1 for i in speakers]]), self.waveform.shape[0])
+        for segment, speaker in zip(self.segments, speakers):
+            window = slice(segment.start_sample, segment.end_sample)
+            tracks[speaker, window] = self.waveform[window]
+        return tracks
+
+    def timeline(self, take: int = 0) -> dict:
+        """Where every segment sits: the ``takes`` entry of ``timeline_json``."""
+        return {"take": take, "seed": self.seed, "samples": self.waveform.shape[0],
+                "duration": round(self.duration, 6),
+                "segments": [s.as_dict() for s in self.segments]}
+
+
+def timeline_json(takes: Sequence[Speech]) -> str:
+    """The timeline of one result (or of several takes) as JSON, one shape for every node:
+    ``{"sample_rate", "takes": [{"take", "seed", "samples", "duration", "segments": [{"speaker",
+    "text", "start", "end", "start_sample", "end_sample", "frames", "stopped_on_eos"}]}]}``.
+    Times are seconds, ``end_sample`` is exclusive; ``samples`` is a take's exact length (the
+    takes of an AUDIO batch are padded with silence to the longest)."""
+    return json.dumps({"sample_rate": takes[0].sample_rate,
+                       "takes": [speech.timeline(k) for k, speech in enumerate(takes)]},
+                      ensure_ascii=False, indent=1)
+
+
+@dataclass
+class SubtitleSpeech(Speech):
+    cues: list[textplan.Cue] = field(default_factory=list)  # where each cue really sits
+    overruns: list[str] = field(default_factory=list)  # cues longer than their slot
+
+    def srt(self) -> str:
+        return textplan.format_srt(self.cues)
