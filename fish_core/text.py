@@ -31,6 +31,19 @@ def nbytes(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
+def check_text(value, field: str) -> str:
+    """``value`` if it is a string that UTF-8 can carry, else an error naming ``field``. Empty
+    text is left to the caller (what is "nothing to say" differs)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{field} holds a character UTF-8 cannot carry "
+                         f"({value[e.start]!r} at position {e.start})") from None
+    return value
+
+
 def read_text_file(path: str | Path, field: str) -> str:
     """The text of a UTF-8 file (a BOM is dropped); every error names ``field`` and the file."""
     path = Path(path)
@@ -111,9 +124,9 @@ def split_turns(text: str) -> list[Turn]:
 
 def plan_batches(text: str, max_bytes: int = DEFAULT_MAX_BYTES, max_speakers: int = 5) -> list[str]:
     """Batches of text to generate one after another (see the module rules)."""
-    if max_bytes < 16:
-        raise ValueError(f"max_bytes must be at least 16, got {max_bytes}")
-    turns = split_turns(text)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 16:
+        raise ValueError(f"max_bytes must be an integer >= 16, got {max_bytes!r}")
+    turns = split_turns(check_text(text, "text"))
     if not turns:
         raise ValueError("text is empty: nothing to say")
     if len(turns) == 1 and turns[0].speaker is None:
@@ -176,7 +189,7 @@ def parse_script(script: str, names: list[str] | None = None) -> list[ScriptTurn
     ``Name:`` lines count as speaker lines when ``Name`` is one of ``names``, or when the script
     starts with such a line and has at least two (so a lone "Note: …" in prose is left alone).
     Lines without a label continue the previous turn."""
-    if SPEAKER_TAG.search(script):
+    if SPEAKER_TAG.search(check_text(script, "script")):
         return [ScriptTurn(str(t.speaker) if t.speaker is not None else "", t.text)
                 for t in split_turns(script)]
     lines = [line for line in script.splitlines() if line.strip()]
@@ -268,8 +281,9 @@ class SubtitleError(ValueError):
 
 def parse_srt(text: str) -> list[Cue]:
     """Cues of an SRT document (tolerates a BOM, CRLF, missing indices and ``.`` decimals)."""
+    text = check_text(text, "srt").replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
     cues = []
-    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff"))
+    blocks = re.split(r"\n\s*\n", text)
     for block in blocks:
         lines = [line for line in block.strip().split("\n")]
         if not lines or not lines[0].strip():
