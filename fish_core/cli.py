@@ -12,21 +12,38 @@
 
 ``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
 downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and
-honour HF_HUB_OFFLINE.
+honour HF_HUB_OFFLINE. A mistake in what was asked (a bad value, a missing file) is one
+``error:`` line; ``--debug`` adds its traceback. Anything else (a bug, out of memory) keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import hub
+from .device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
+from .generate import Cancelled, SamplingParams
 
 DEFAULT_MODEL = "s2-pro"
+DEFAULTS = SamplingParams()
+# What a user's mistake raises: every error class of ours is a ValueError (GenerationError,
+# CheckpointError, ScriptError …) or a FileNotFoundError (ModelNotFound), and Ctrl-C in the
+# progress bar is Cancelled. Anything else is unexpected and keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, Cancelled)
+
+
+def quantization_modes() -> list[str]:
+    """The modes ``quant`` offers (the Model Loader node lists the same)."""
+    import quant  # the CLI runs from the pack's root (python -m fish_core), where quant is top-level
+
+    return list(quant.MODES)
 
 
 def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: bool = True
@@ -40,11 +57,10 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     g.add_argument("--no-download", action="store_true", help="never download")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
     if precision:
-        g.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp16", "fp32"])
+        g.add_argument("--precision", default="auto", choices=PRECISIONS)
     if not engine:
         return
-    g.add_argument("--quantization", default="none",
-                   choices=["none", "fp8", "int8", "int4", "fp8-dynamic", "nvfp4"])
+    g.add_argument("--quantization", default="none", choices=quantization_modes())
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
@@ -55,10 +71,11 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
     """Sampling options; ``batches`` (text batch size) and ``history`` (context turns) only for
     the commands that plan batches."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=float, default=0.8)
-    g.add_argument("--top-p", type=float, default=0.8)
-    g.add_argument("--top-k", type=int, default=30)
-    g.add_argument("--max-new-tokens", type=int, default=1024, help="frames per batch (~21.5/s)")
+    g.add_argument("--temperature", type=float, default=DEFAULTS.temperature)
+    g.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
+    g.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
+    g.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens,
+                   help="frames per batch (~21.5/s)")
     g.add_argument("--seed", type=int, default=None, help="same seed → same audio")
     if batches:
         g.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
@@ -67,12 +84,25 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
                        help="earlier batches the model hears again as context")
 
 
+def debug_flag() -> argparse.ArgumentParser:
+    """``--debug``, accepted before the command and after it (SUPPRESS: a sub-command that is
+    not given it leaves the value the main parser set)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the traceback of every error")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m fish_core", description=__doc__,
+    common = [debug_flag()]
+    ap = argparse.ArgumentParser(prog="python -m fish_core", description=__doc__, parents=common,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("say", help="text to speech")
+    def add_command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=common, **kwargs)
+
+    p = add_command("say", help="text to speech")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
     p.add_argument("--text-file", help="read the text from this file")
     p.add_argument("--script", help="a multi-speaker script file ([speaker_1]: / Name: lines)")
@@ -84,22 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_sampling_args(p)
 
-    p = sub.add_parser("codes", help="generate semantic codes only")
+    p = add_command("codes", help="generate semantic codes only")
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)
     add_sampling_args(p, batches=False, history=False)
 
-    p = sub.add_parser("voice", help="voices")
+    p = add_command("voice", help="voices")
     vs = p.add_subparsers(dest="voice_command", required=True)
-    e = vs.add_parser("encode", help="encode a reference clip into a reusable voice")
+    e = vs.add_parser("encode", parents=common,
+                      help="encode a reference clip into a reusable voice")
     e.add_argument("audio")
     e.add_argument("--text", required=True, help="the words spoken in the clip")
     e.add_argument("--name", default=None)
     e.add_argument("-o", "--out", required=True, help="output .safetensors")
     add_model_args(e, engine=False)
 
-    p = sub.add_parser("srt", help="speak an SRT subtitle file on its timeline")
+    p = add_command("srt", help="speak an SRT subtitle file on its timeline")
     p.add_argument("srt")
     p.add_argument("--voice", default=None, help="voice .safetensors")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
@@ -107,17 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_sampling_args(p, batches=False)
 
-    p = sub.add_parser("encode", help="codec: audio file to codes")
+    p = add_command("encode", help="codec: audio file to codes")
     p.add_argument("audio")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p, precision=False, engine=False)
 
-    p = sub.add_parser("decode", help="codec: codes to audio")
+    p = add_command("decode", help="codec: codes to audio")
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
     add_model_args(p, precision=False, engine=False)
 
-    p = sub.add_parser("download", help="download a model variant")
+    p = add_command("download", help="download a model variant")
     p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
     p.add_argument("--models-dir", default=None)
     return ap
@@ -152,7 +183,6 @@ def load_synth(args):
 def load_codec(args, dtype: torch.dtype | None = None):
     """Only the codec of ``--model`` (float32 unless ``dtype``)."""
     from .codec import Codec
-    from .synth import resolve_device
 
     folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
     return Codec.from_file(folder, resolve_device(args.device), dtype or torch.float32)
@@ -226,7 +256,6 @@ def cmd_say(args) -> str:
 
 
 def cmd_codes(args) -> str:
-    from .generate import SamplingParams
     from .prompt import conversation
 
     synth = load_synth(args)
@@ -242,7 +271,6 @@ def cmd_codes(args) -> str:
 
 
 def cmd_voice(args) -> str:
-    from .synth import codec_dtype_for, resolve_device, resolve_dtype
     from .voices import encode_voice
 
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
@@ -305,7 +333,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         print(COMMANDS[args.command](args))
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except USER_ERRORS as e:
+        if getattr(args, "debug", False):
+            traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

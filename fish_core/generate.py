@@ -12,6 +12,7 @@ fish-speech exactly in eager mode.
 
 from __future__ import annotations
 
+import operator
 import os
 import secrets
 import warnings
@@ -26,6 +27,7 @@ from .model import DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
+MAX_SEED = 2**63 - 1  # seeds are 0 .. MAX_SEED everywhere (engine, Synthesizer, CLI, nodes)
 
 
 class GenerationError(ValueError):
@@ -70,6 +72,27 @@ class Generated:
     stopped_on_eos: bool
     prompt_length: int
     seed: int | None = None
+
+
+def random_seed() -> int:
+    """A fresh seed in 0 .. MAX_SEED."""
+    return secrets.randbits(63)
+
+
+def check_seed(seed, field: str = "seed") -> int:
+    """``seed`` as an int in 0 .. MAX_SEED; any int-like (``operator.index``: int, numpy ints)
+    is accepted. A bool, a float, a string or an out-of-range value raises GenerationError
+    naming ``field``."""
+    allowed = f"an integer in 0 .. {MAX_SEED}"
+    if isinstance(seed, bool):
+        raise GenerationError(f"{field} must be {allowed}, got {seed!r}")
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        raise GenerationError(f"{field} must be {allowed}, got {seed!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise GenerationError(f"{field} must be {allowed}, got {value}")
+    return value
 
 
 def cache_length(needed: int, limit: int) -> int:
@@ -220,14 +243,38 @@ class Engine:
     @torch.inference_mode()
     def generate(self, prompts: Tensor | Sequence[Tensor],
                  params: SamplingParams | Sequence[SamplingParams] = SamplingParams(), *,
-                 seed: int | None = None, generator: torch.Generator | None = None,
+                 seed: int | None = None, seeds: Sequence[int] | None = None,
+                 generator: torch.Generator | None = None,
                  on_frame: Callable[[int, int], None] | None = None,
+                 on_column: Callable[[Tensor], None] | None = None,
                  cancel: Callable[[], bool] | None = None,
                  stop_on_eos: bool = True) -> list[Generated]:
         """Generate for one prompt ``[1 + K, T]`` or several (decoded together, each stopping on
-        its own). ``seed`` (or a ready ``generator``) makes sampling reproducible.
-        ``stop_on_eos=False`` runs every row to its ``max_new_tokens`` (for benchmarks)."""
+        its own).
+
+        Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one
+        per prompt) gives each row its own generator, so row b draws exactly what a one-prompt
+        run with ``seed=seeds[b]`` draws. With none of them a random seed is used.
+        ``on_frame(done, total)`` reports progress; ``on_column(column)`` receives each new
+        column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill) for streaming —
+        a row's columns past its own end are dropped from its result. ``cancel()`` returning
+        True raises Cancelled. ``stop_on_eos=False`` runs every row to its ``max_new_tokens``
+        (for benchmarks)."""
         self.follow_model()
+        prompts, params = self.check_request(prompts, params)
+        draws = RandomDraws(self, len(prompts), seed, seeds, generator)
+        lengths = [p.shape[1] for p in prompts]
+        steps = [min(p.max_new_tokens, self.max_context - n) for p, n in zip(params, lengths)]
+        batch = self.pad(prompts)
+        self.ensure_cache(len(prompts), cache_length(batch.shape[-1] + max(steps),
+                                                     self.max_context))
+        out = self.decode(batch, torch.tensor(lengths, device=self.device), params, draws,
+                          max(steps), stop_on_eos, on_frame, on_column, cancel)
+        return [trim(out[b], steps[b], lengths[b], draws.seeds[b], stop_on_eos,
+                     self.config.eos_token_id) for b in range(len(prompts))]
+
+    def check_request(self, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
+        """Validate the prompts and their SamplingParams (one for all, or one each)."""
         prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
         if not prompts:
             raise GenerationError("prompts must hold at least one prompt")
@@ -236,57 +283,55 @@ class Engine:
             raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
         for p in params:
             p.validate()
-        c, B, width = self.config, len(prompts), 1 + self.config.num_codebooks
+        width = 1 + self.config.num_codebooks
         for i, p in enumerate(prompts):
             if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
                 raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
                                       f"got {tuple(p.shape)}")
-        lengths = [p.shape[1] for p in prompts]
-        limit = self.max_context
-        if max(lengths) >= limit:
-            raise GenerationError(f"prompt is too long: {max(lengths)} tokens, the context "
-                                  f"length is {limit}")
-        steps = [min(p.max_new_tokens, limit - n) for p, n in zip(params, lengths)]
-        total = max(steps)
+        longest = max(p.shape[1] for p in prompts)
+        if longest >= self.max_context:
+            raise GenerationError(f"prompt is too long: {longest} tokens, the context "
+                                  f"length is {self.max_context}")
+        return prompts, params
 
-        if generator is None:
-            if seed is None:
-                seed = secrets.randbits(63)
-            generator = torch.Generator(self.device).manual_seed(seed)
-
-        T = max(lengths)
-        batch = torch.zeros(B, width, T, dtype=torch.long)
+    def pad(self, prompts: list[Tensor]) -> Tensor:
+        """Right-pad the prompts into one batch ``[B, 1 + K, T]`` on the device."""
+        T = max(p.shape[1] for p in prompts)
+        batch = torch.zeros(len(prompts), prompts[0].shape[0], T, dtype=torch.long)
         for i, p in enumerate(prompts):
-            batch[i, :, : lengths[i]] = p
-        batch = batch.to(self.device)
-        lengths_t = torch.tensor(lengths, device=self.device)
+            batch[i, :, : p.shape[1]] = p
+        return batch.to(self.device)
 
-        needed = cache_length(T + total, limit)
-        if self.model.cache_shape() != (B, needed):
+    def ensure_cache(self, batch: int, length: int) -> None:
+        """KV caches for ``batch`` rows of ``length`` slots (kept when they already fit)."""
+        if self.model.cache_shape() != (batch, length):
             self._graph = None  # it holds the old cache's addresses
-            self.model.setup_caches(B, needed, self.dtype, self.device)
+            self.model.setup_caches(batch, length, self.dtype, self.device)
 
-        def scalars(name):
+    def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
+        """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
+        def column(name, dtype):
             return torch.tensor([[getattr(p, name)] for p in params], device=self.device,
-                                dtype=self.dtype)
+                                dtype=dtype)
 
-        temperature, top_p = scalars("temperature"), scalars("top_p")
-        top_k = torch.tensor([[p.top_k] for p in params], device=self.device)
+        return column("temperature", self.dtype), column("top_p", self.dtype), \
+            column("top_k", torch.long)
 
-        def draws():
-            def rand(n):
-                return torch.rand(B, n, generator=generator, device=self.device, dtype=self.dtype)
-            main, high = rand(c.text.vocab_size), rand(c.text.vocab_size)
-            fast = torch.stack([rand(c.codebook_size) for _ in range(c.num_codebooks - 1)])
-            return main, high, fast
-
-        hidden = self.prefill(batch, lengths_t)
+    def decode(self, batch: Tensor, lengths: Tensor, params: list[SamplingParams],
+               draws: "RandomDraws", total: int, stop_on_eos: bool, on_frame, on_column,
+               cancel) -> Tensor:
+        """Prefill, then up to ``total`` frames; returns every column ``[B, 1 + K, n]`` on the
+        CPU. The loop stops early once every row has produced ``<|im_end|>``."""
+        eos = self.config.eos_token_id
+        temperature, top_p, top_k = self.sampling_tensors(params)
+        hidden = self.prefill(batch, lengths)
         column = self.frame_tail(hidden, None, temperature, top_p, top_k, *draws())
         columns = [column]
+        emit(on_column, column)
         report(on_frame, cancel, 1, total)
-        pos = lengths_t.clone()
-        window = torch.zeros(B, RAS_WINDOW, dtype=torch.long, device=self.device)
-        finished = column[:, 0] == c.eos_token_id
+        pos = lengths.clone()
+        window = torch.zeros(batch.shape[0], RAS_WINDOW, dtype=torch.long, device=self.device)
+        finished = column[:, 0] == eos
         for i in range(1, total):
             if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
                 break
@@ -295,21 +340,73 @@ class Engine:
             # window only goes back in as the next input, which the graph copies in first.
             column = column.clone()
             columns.append(column)
-            finished = finished | (column[:, 0] == c.eos_token_id)
+            emit(on_column, column)
+            finished = finished | (column[:, 0] == eos)
             pos = pos + 1
             report(on_frame, cancel, i + 1, total)
+        return torch.stack(columns, dim=-1).cpu()
 
-        out = torch.stack(columns, dim=-1).cpu()  # [B, 1 + K, n]
-        results = []
-        for b in range(B):
-            row = out[b, :, : steps[b]]
-            eos = (row[0] == c.eos_token_id).nonzero() if stop_on_eos else []
-            n = int(eos[0]) + 1 if len(eos) else row.shape[1]
-            row = row[:, :n]
-            stopped = bool(len(eos))
-            codes = row[1:, :-1] if stopped else row[1:]
-            results.append(Generated(codes.clone(), row.clone(), stopped, lengths[b], seed))
-        return results
+
+class RandomDraws:
+    """The random numbers of each frame, in the reference's order and dtype: ``[V]`` normal,
+    ``[V]`` high-temperature, then ``[C]`` per fast codebook.
+
+    One generator for the whole batch (``seed`` or ``generator``: draws are ``[B, n]``), or one
+    per row (``seeds``: row b draws ``[1, n]`` from its own, exactly as a one-row run would)."""
+
+    def __init__(self, engine: Engine, batch: int, seed, seeds, generator):
+        if seeds is not None and (seed is not None or generator is not None):
+            raise GenerationError("give either seeds (one per prompt) or seed/generator, "
+                                  "not both")
+        self.device, self.dtype, c = engine.device, engine.dtype, engine.config
+        self.vocab, self.codebook, self.fast = (c.text.vocab_size, c.codebook_size,
+                                                c.num_codebooks - 1)
+        if seeds is not None:
+            seeds = list(seeds)
+            if len(seeds) != batch:
+                raise GenerationError(f"seeds must hold one seed per prompt: got {len(seeds)} "
+                                      f"for {batch} prompts")
+            self.seeds = [check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
+            self.groups = [(self.generator(s), 1) for s in self.seeds]
+            return
+        if generator is None:
+            seed = random_seed() if seed is None else check_seed(seed)
+            generator = self.generator(seed)
+        self.seeds = [seed] * batch
+        self.groups = [(generator, batch)]
+
+    def generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(self.device).manual_seed(seed)
+
+    def __call__(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``rand_main``, ``rand_high`` ``[B, V]`` and ``rand_fast`` ``[K - 1, B, C]``."""
+        mains, highs, fasts = [], [], []
+        for generator, rows in self.groups:
+            def rand(n):
+                return torch.rand(rows, n, generator=generator, device=self.device,
+                                  dtype=self.dtype)
+
+            mains.append(rand(self.vocab))
+            highs.append(rand(self.vocab))
+            fasts.append(torch.stack([rand(self.codebook) for _ in range(self.fast)]))
+        return torch.cat(mains), torch.cat(highs), torch.cat(fasts, dim=1)
+
+
+def trim(columns: Tensor, steps: int, prompt_length: int, seed: int | None, stop_on_eos: bool,
+         eos: int) -> Generated:
+    """One row's result from its columns ``[1 + K, n]``: cut at its own length limit and, when
+    stopping on it, just after its first ``<|im_end|>``."""
+    row = columns[:, :steps]
+    hits = (row[0] == eos).nonzero() if stop_on_eos else []
+    stopped = bool(len(hits))
+    row = row[:, : int(hits[0]) + 1] if stopped else row
+    codes = row[1:, :-1] if stopped else row[1:]
+    return Generated(codes.clone(), row.clone(), stopped, prompt_length, seed)
+
+
+def emit(on_column, column: Tensor) -> None:
+    if on_column is not None:
+        on_column(column.cpu().clone())
 
 
 def report(on_frame, cancel, done: int, total: int) -> None:

@@ -18,87 +18,28 @@ from __future__ import annotations
 import importlib
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import torch
 
 from . import text as textplan
+from .checkpoint import CheckpointError
 from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
-from .generate import Engine, GenerationError, SamplingParams
+from .device import codec_dtype_for, resolve_device, resolve_dtype
+from .generate import MAX_SEED, Engine, GenerationError, SamplingParams, check_seed, \
+    random_seed
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
+from .script import check_script
+from .speech import Batch, BatchResult, Speech, SubtitleSpeech
+from .timeline import join_batches, place_cues
 from .tokenizer import FishTokenizer
 from .voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    if str(device) != "auto":
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | None = None):
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-             "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}
-    if dtype != "auto":
-        if dtype not in names:
-            raise ValueError(f"precision must be auto, bf16, fp16 or fp32, got {dtype!r}")
-        return names[dtype]
-    if device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return torch.float16
-    return torch.bfloat16
-
-
-def codec_dtype_for(device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
-    """The codec runs in the model's dtype on a GPU and in float32 on the CPU (where
-    reduced-precision convolutions are slow)."""
-    return torch.float32 if device.type == "cpu" else model_dtype
-
-
-@dataclass
-class Segment:
-    """One generated piece: its text, speaker, where it sits in the output, how it went."""
-
-    text: str
-    speaker: int | None
-    start: float  # seconds in the output waveform
-    end: float
-    frames: int
-    seconds: float  # wall time spent generating it
-    stopped_on_eos: bool
-
-
-@dataclass
-class Speech:
-    waveform: torch.Tensor  # float32 [T], CPU
-    sample_rate: int
-    codes: torch.Tensor  # [num_codebooks, frames] of all segments, in order
-    segments: list[Segment]
-    seed: int
-
-    @property
-    def duration(self) -> float:
-        return self.waveform.shape[-1] / self.sample_rate
-
-
-@dataclass
-class SubtitleSpeech(Speech):
-    cues: list[textplan.Cue] = field(default_factory=list)  # where each cue really sits
-    overruns: list[str] = field(default_factory=list)  # cues longer than their slot
-
-    def srt(self) -> str:
-        return textplan.format_srt(self.cues)
+DEFAULTS = SamplingParams()  # the one source of the sampling defaults
 
 
 class Synthesizer:
@@ -124,6 +65,7 @@ class Synthesizer:
                         codec_dtype=None, context_length: int | None = None,
                         compile_cache: str | None = None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
+        ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768)."""
         from .hub import resolve
 
@@ -132,8 +74,9 @@ class Synthesizer:
         dtype = resolve_dtype(dtype, device)
         model = load_quantized(folder, device, dtype, quantization)
         tokenizer = FishTokenizer.from_dir(folder)
-        codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype)) \
-            if (folder / CHECKPOINT_NAME).is_file() else None
+        codec = None
+        if (folder / CHECKPOINT_NAME).is_file():
+            codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype))
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache)
 
@@ -143,7 +86,8 @@ class Synthesizer:
 
     def require_codec(self) -> Codec:
         if self.codec is None:
-            raise RuntimeError("this model folder has no codec.pth, so audio cannot be made")
+            raise CheckpointError(f"this model folder has no {CHECKPOINT_NAME}, so audio cannot "
+                                  "be made")
         return self.codec
 
     # ------------------------------------------------------------------ voices
@@ -155,25 +99,27 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ synthesis
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=1024, seed: int | None = None,
-            max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-            ) -> Speech:
+            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+            top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+            seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+            history_turns: int = 3, on_progress: Progress | None = None,
+            cancel: Callable[[], bool] | None = None) -> Speech:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text is empty: nothing to say")
         voices = [voice] if isinstance(voice, Voice) else list(voice or [])
-        batches = [(b, None) for b in textplan.plan_batches(text, max_bytes)]
+        batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         return self._speak(batches, voices, params, seed, history_turns, 0.0, on_progress, cancel)
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, require_voices: bool | None = None, temperature=0.8,
-                 top_p=0.8, top_k=30, max_new_tokens=1024, seed: int | None = None,
-                 max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> Speech:
+                 pause: float = 0.0, require_voices: bool | None = None,
+                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+                 top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                 seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+                 history_turns: int = 3, on_progress: Progress | None = None,
+                 cancel: Callable[[], bool] | None = None) -> Speech:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
@@ -184,115 +130,78 @@ class Synthesizer:
             voice_list = list(voices)
             names = [v.name for v in voice_list]
         require = bool(voice_list) if require_voices is None else require_voices
-        turns = textplan.assign_speakers(textplan.parse_script(script, names), names, require)
-        if not turns:
-            raise ValueError("the script is empty: nothing to say")
+        turns = check_script(script, names, require)
         if not math.isfinite(pause) or pause < 0 or pause > 10:
             raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
         if pause > 0:
-            batches = [(t.tagged, t.speaker) for t in turns]
-            batches = [(piece, spk) for b, spk in batches
-                       for piece in textplan.plan_batches(b, max_bytes)]
+            batches = [Batch(piece, t.speaker) for t in turns
+                       for piece in textplan.plan_batches(t.tagged, max_bytes)]
         else:
             tagged = "".join(t.tagged for t in turns)
-            batches = [(b, None) for b in textplan.plan_batches(tagged, max_bytes)]
+            batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         return self._speak(batches, voice_list, params, seed, history_turns, pause,
                            on_progress, cancel)
 
-    def subtitles(self, srt: str, voice: Voice | None = None, *, temperature=0.8, top_p=0.8,
-                  top_k=30, max_new_tokens=1024, seed: int | None = None,
-                  history_turns: int = 3, on_progress: Progress | None = None,
+    def subtitles(self, srt: str, voice: Voice | None = None, *,
+                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                  seed: int | None = None, history_turns: int = 3,
+                  on_progress: Progress | None = None,
                   cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
         """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
         the next cue is kept whole: the later cues move back, and the overrun is reported."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         voices = [voice] if voice is not None else []
-        results = self._generate([(c.text, None) for c in cues], voices, params, seed,
+        seed = pick_seed(seed)
+        results = self._generate([Batch(c.text) for c in cues], voices, params, seed,
                                  history_turns, on_progress, cancel)
-        codec = self.require_codec()
-        sr = codec.sample_rate
-        pieces, placed, overruns, segments, codes = [], [], [], [], []
-        cursor = 0  # samples written so far
-        for i, (cue, (batch_text, gen, seconds)) in enumerate(zip(cues, results)):
-            wave = self.decode(gen.codes)
-            start = max(round(cue.start * sr), cursor)
-            pieces += [torch.zeros(start - cursor), wave]
-            cursor = start + wave.shape[0]
-            next_start = cues[i + 1].start if i + 1 < len(cues) else math.inf
-            if cursor / sr > next_start + 1e-9:
-                overruns.append(f"cue {cue.index} ({cue.text[:40]!r}) runs "
-                                f"{cursor / sr - next_start:.2f} s into cue {cue.index + 1}")
-            if start > round(cue.start * sr):
-                overruns.append(f"cue {cue.index} starts {start / sr - cue.start:.2f} s late")
-            placed.append(textplan.Cue(cue.index, start / sr, cursor / sr, cue.text))
-            segments.append(Segment(cue.text, None, start / sr, cursor / sr, gen.codes.shape[1],
-                                    seconds, gen.stopped_on_eos))
-            codes.append(gen.codes)
-        tail = max(0, round(cues[-1].end * sr) - cursor)
-        waveform = torch.cat(pieces + [torch.zeros(tail)])
-        return SubtitleSpeech(waveform, sr, torch.cat(codes, dim=1), segments,
-                              results[0][1].seed, placed, overruns)
-
-    # ------------------------------------------------------------------ internals
-    def _speak(self, batches, voices, params, seed, history_turns, pause, on_progress, cancel
-               ) -> Speech:
-        results = self._generate(batches, voices, params, seed, history_turns, on_progress, cancel)
-        codec = self.require_codec()
-        sr, hop = codec.sample_rate, codec.frame_length
-        all_codes = torch.cat([gen.codes for _, gen, _ in results], dim=1)
-        if all_codes.shape[1] == 0:
-            raise GenerationError("the model ended the speech before producing any audio; "
-                                  "try another seed or rephrase the text")
-        wave = self.decode(all_codes)
-        gap = round(pause * sr)
-        pieces, segments, frame, cursor = [], [], 0, 0
-        for i, ((batch_text, gen, seconds), (_, speaker)) in enumerate(zip(results, batches)):
-            n = gen.codes.shape[1]
-            piece = wave[frame * hop:(frame + n) * hop]
-            frame += n
-            if gap and i:
-                pieces.append(torch.zeros(gap))
-                cursor += gap
-                piece = fade_in(piece, sr)
-            if gap and i + 1 < len(results):
-                piece = fade_out(piece, sr)
-            pieces.append(piece)
-            segments.append(Segment(batch_text, speaker, cursor / sr,
-                                    (cursor + piece.shape[0]) / sr, n, seconds,
-                                    gen.stopped_on_eos))
-            cursor += piece.shape[0]
-        waveform = torch.cat(pieces) if pieces else torch.zeros(0)
-        return Speech(waveform, sr, all_codes, segments, results[0][1].seed)
+        waves = [self.decode(r.generated.codes) for r in results]
+        timeline = place_cues(cues, waves, results, self.sample_rate)
+        codes = torch.cat([r.generated.codes for r in results], dim=1)
+        return SubtitleSpeech(timeline.waveform, self.sample_rate, codes, timeline.segments,
+                              seed, timeline.cues, timeline.overruns)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * 2048]`` on the CPU."""
+        """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * frame_length]`` on
+        the CPU."""
         if codes.shape[1] == 0:
             return torch.zeros(0)
         return self.require_codec().decode(codes)[0, 0].cpu()
 
-    def _generate(self, batches, voices: Sequence[Voice], params: SamplingParams,
-                  seed: int | None, history_turns: int, on_progress, cancel):
-        """Generate every batch in order with a bounded history; returns
-        ``[(batch_text, Generated, seconds)]``."""
+    # ------------------------------------------------------------------ steps
+    def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
+               seed: int | None, history_turns: int, pause: float, on_progress, cancel
+               ) -> Speech:
+        """Generate the batches, decode all their codes in one causal pass (no clicks at the
+        joins), and lay the batches out on the output waveform."""
+        codec = self.require_codec()
+        seed = pick_seed(seed)
+        results = self._generate(batches, voices, params, seed, history_turns, on_progress,
+                                 cancel)
+        codes = torch.cat([r.generated.codes for r in results], dim=1)  # [K, frames]
+        if codes.shape[1] == 0:
+            raise GenerationError("the model ended the speech before producing any audio; "
+                                  "try another seed or rephrase the text")
+        wave = self.decode(codes)
+        timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
+        return Speech(timeline.waveform, codec.sample_rate, codes, timeline.segments, seed)
+
+    def _generate(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
+                  seed: int, history_turns: int, on_progress, cancel) -> list[BatchResult]:
+        """Generate every batch in order (batch b draws with ``batch_seed(seed, b)``), each
+        hearing the voices' references and the last ``history_turns`` generated batches."""
         if isinstance(history_turns, bool) or not isinstance(history_turns, int) \
                 or history_turns < 0:
             raise ValueError(f"history_turns must be an integer >= 0, got {history_turns!r}")
-        references = [ref for i, v in enumerate(voices) for ref in v.tagged(i)]
-        for v in voices:
-            for clip in v.clips:
-                self.encoder.check_codes(clip.codes, f"voice {v.name!r}")
-        if seed is None:
-            import secrets
-
-            seed = secrets.randbits(62)
+        references = self._references(voices)
         total = len(batches) * params.max_new_tokens
         history: list[tuple[str, torch.Tensor]] = []
         results = []
-        for b, (batch_text, _) in enumerate(batches):
-            prompt = self._prompt(batch_text, references, history[-history_turns:] if
-                                  history_turns else [], params.max_new_tokens)
+        for b, batch in enumerate(batches):
+            recent = history[-history_turns:] if history_turns else []
+            prompt = self._prompt(batch.text, references, recent, params.max_new_tokens)
             done = b * params.max_new_tokens
 
             def on_frame(i, n, done=done):
@@ -300,14 +209,20 @@ class Synthesizer:
                     on_progress(done + i, total)
 
             t0 = time.perf_counter()
-            gen = self.engine.generate(prompt, params, seed=seed + b, on_frame=on_frame,
-                                       cancel=cancel)[0]
-            gen.seed = seed
-            results.append((batch_text, gen, time.perf_counter() - t0))
-            history.append((batch_text, gen.codes))
+            generated = self.engine.generate(prompt, params, seed=batch_seed(seed, b),
+                                             on_frame=on_frame, cancel=cancel)[0]
+            results.append(BatchResult(batch, generated, time.perf_counter() - t0))
+            history.append((batch.text, generated.codes))
             if on_progress is not None:
                 on_progress(done + params.max_new_tokens, total)
         return results
+
+    def _references(self, voices: Sequence[Voice]) -> list:
+        """The voices' clips as prompt references (voice i speaks as ``<|speaker:i|>``)."""
+        for v in voices:
+            for clip in v.clips:
+                self.encoder.check_codes(clip.codes, f"voice {v.name!r}")
+        return [ref for i, v in enumerate(voices) for ref in v.tagged(i)]
 
     def _prompt(self, text, references, history, max_new_tokens) -> torch.Tensor:
         """Encode the prompt, dropping the oldest history turns until generation fits."""
@@ -325,6 +240,17 @@ class Synthesizer:
         return prompt
 
 
+def pick_seed(seed: int | None) -> int:
+    """The request's base seed: ``seed`` (checked), or a fresh random one."""
+    return random_seed() if seed is None else check_seed(seed)
+
+
+def batch_seed(seed: int, index: int) -> int:
+    """Batch ``index`` of a request draws with ``seed + index`` (wrapping within the seed
+    range)."""
+    return (seed + index) % (MAX_SEED + 1)
+
+
 def load_quantized(folder: Path, device, dtype, quantization: str | None) -> DualAR:
     """Load the model, quantized as asked (or as stored, for FP8 checkpoints)."""
     return sibling("quant").load_model(folder, device, dtype, quantization)
@@ -335,17 +261,3 @@ def sibling(name: str):
     package (ComfyUI: ``<pack>.quant``) or from its root (CLI and tests: ``quant``)."""
     parent = __package__.rpartition(".")[0]
     return importlib.import_module(f"{parent}.{name}" if parent else name)
-
-
-def fade_in(wave: torch.Tensor, sr: int, seconds: float = 0.01) -> torch.Tensor:
-    n = min(wave.shape[0], round(sr * seconds))
-    out = wave.clone()
-    out[:n] *= torch.linspace(0, 1, n)
-    return out
-
-
-def fade_out(wave: torch.Tensor, sr: int, seconds: float = 0.01) -> torch.Tensor:
-    n = min(wave.shape[0], round(sr * seconds))
-    out = wave.clone()
-    out[wave.shape[0] - n:] *= torch.linspace(1, 0, n)
-    return out

@@ -14,9 +14,6 @@ from tokenizers import Tokenizer
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 VOICE = "<|voice|>"
-TEXT = "<|text|>"
-AUDIO_PAD = "<|audio_pad|>"
-PAD = "<|pad|>"
 SEMANTIC = "<|semantic:{}|>"
 SPEAKER = re.compile(r"<\|speaker:\d+\|>")
 
@@ -66,9 +63,6 @@ class FishTokenizer:
         if token_id is None:
             raise TokenizerError(f"tokenizer.json has no token {token!r}; is this an S2 tokenizer?")
         return token_id
-
-    def token_id(self, token: str) -> int:
-        return self._require(token)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a marker part we wrote (``<|im_start|>user\\n``): special tokens matched.

@@ -8,7 +8,8 @@ keeps it until one of these frees it:
   ``comfy.model_management.load_models_gpu`` before every generation, so ComfyUI accounts for
   them, may evict other models for them, and may evict them ("Unload models", "Free memory",
   low VRAM). Its detach callback drops our entry and the KV caches, so memory is really freed;
-  the next run loads the model again from the handle.
+  the next run loads the model again from the handle. When we free a model ourselves, ComfyUI
+  forgets it as it forgets any freed model (see ``ModelManager._drop``).
 * Idle unload: ``unload_after_minutes`` after the last use (postponed while ComfyUI is running
   a prompt, so that its model list is not changed under it).
 
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
+from ..fish_core.device import resolve_device
 from . import host
 
 if TYPE_CHECKING:  # fish_core.synth is imported when a model is loaded, not at ComfyUI start-up
@@ -36,6 +38,18 @@ if TYPE_CHECKING:  # fish_core.synth is imported when a model is loaded, not at 
 
 log = logging.getLogger("sailfish")
 BUSY_RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class ModelKey:
+    """What makes two handles share one loaded model."""
+
+    folder: str  # real path
+    precision: str
+    quantization: str
+    device: str
+    compile: bool
+    context_length: int
 
 
 @dataclass(frozen=True)
@@ -107,13 +121,6 @@ class ComfyMemory:
     def load(self, patcher) -> None:
         self.mm.load_models_gpu([patcher], force_full_load=True)
 
-    def unload(self, patcher) -> None:
-        """Take ``patcher`` out of ComfyUI's loaded models (this fires its detach callback)."""
-        for loaded in list(self.mm.current_loaded_models):
-            if loaded.model is patcher:
-                loaded.model_unload()
-                self.mm.current_loaded_models.remove(loaded)
-
     def busy(self) -> bool:
         server = host.module("server")
         instance = getattr(getattr(server, "PromptServer", None), "instance", None)
@@ -139,7 +146,7 @@ class ModelManager:
         self._load = load
         self._memory = memory
         self._lock = threading.RLock()
-        self._entries: dict[tuple, Entry] = {}
+        self._entries: dict[ModelKey, Entry] = {}
         # Emptied patchers ComfyUI was still unloading when their detach callback ran. Freeing
         # them there would fire ComfyUI's finalizer, which edits the list it is iterating.
         self._retired: list = []
@@ -155,17 +162,12 @@ class ModelManager:
             return torch.device(handle.device)
         if self.memory:
             return self.memory.default_device()
-        from ..fish_core.synth import resolve_device
-
         return resolve_device("auto")
 
-    def key(self, handle: ModelHandle) -> tuple:
-        return (os.path.realpath(handle.folder), handle.precision, handle.quantization,
-                str(self.device(handle)), bool(handle.compile), int(handle.context_length))
-
-    def loaded(self) -> list[tuple]:
-        with self._lock:
-            return list(self._entries)
+    def key(self, handle: ModelHandle) -> ModelKey:
+        return ModelKey(os.path.realpath(handle.folder), handle.precision, handle.quantization,
+                        str(self.device(handle)), bool(handle.compile),
+                        int(handle.context_length))
 
     def get(self, handle: ModelHandle) -> Synthesizer:
         """The loaded model of ``handle`` (loaded now if needed)."""
@@ -201,12 +203,12 @@ class ModelManager:
         self._collect()
 
     # ---------------------------------------------------------------- internals (lock held)
-    def _entry(self, handle: ModelHandle) -> tuple[tuple, Entry]:
+    def _entry(self, handle: ModelHandle) -> tuple[ModelKey, Entry]:
         key = self.key(handle)
         entry = self._entries.get(key)
         self._retired.clear()  # ComfyUI is done with them by the next run
         if entry is None:
-            device = torch.device(key[3])
+            device = torch.device(key.device)
             if self.memory is not None:
                 self.memory.make_room(weights_size(handle.folder), device)
             log.info("Sailfish: loading %s on %s (%s, quantization %s)", handle.name, device,
@@ -220,7 +222,7 @@ class ModelManager:
         entry.idle_seconds = max(0.0, float(handle.unload_after_minutes) * 60)
         return key, entry
 
-    def _schedule(self, key: tuple, entry: Entry, seconds: float | None = None) -> None:
+    def _schedule(self, key: ModelKey, entry: Entry, seconds: float | None = None) -> None:
         if entry.timer is not None:
             entry.timer.cancel()
             entry.timer = None
@@ -230,7 +232,7 @@ class ModelManager:
             entry.timer.daemon = True
             entry.timer.start()
 
-    def _expire(self, key: tuple) -> None:
+    def _expire(self, key: ModelKey) -> None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.timer is not threading.current_thread() or entry.users:
@@ -251,10 +253,17 @@ class ModelManager:
             self._retired.append(patcher)
             for key, entry in list(self._entries.items()):
                 if entry.patcher is patcher:
-                    self._drop(key, "freed by ComfyUI", detached=True)
+                    self._drop(key, "freed by ComfyUI")
         self._collect()
 
-    def _drop(self, key: tuple, reason: str, detached: bool = False) -> None:
+    def _drop(self, key: ModelKey, reason: str) -> None:
+        """Forget the model and let go of its weights. ComfyUI 0.3.64 has no call that unloads
+        one given model (``free_memory`` and ``unload_all_models`` unload every model on a
+        device, other packs' too), and its list of loaded models is internal. But that list
+        holds our ``ModelPatcher`` only weakly, with a finalizer on our module that runs
+        ``cleanup_models``: so letting go of the patcher (the strong reference is ours, in the
+        entry) and emptying the module is ComfyUI's own way out; ``_collect`` makes it happen
+        now. After a detach (``_on_detach``) ComfyUI has already taken it out."""
         entry = self._entries.pop(key, None)
         if entry is None:
             return
@@ -262,11 +271,9 @@ class ModelManager:
             entry.timer.cancel()
             entry.timer = None
         if entry.patcher is not None:
-            if not detached:
-                self.memory.unload(entry.patcher)  # its detach callback finds nothing to drop
             entry.patcher.model.empty()
         entry.synth.release_caches()
-        log.info("Sailfish: unloaded %s (%s)", Path(key[0]).name, reason)
+        log.info("Sailfish: unloaded %s (%s)", Path(key.folder).name, reason)
 
     def _collect(self) -> None:
         gc.collect()  # the engine holds reference cycles; free the weights now

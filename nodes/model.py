@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import torch
-
+from ..fish_core.device import PRECISIONS, available_devices
 from . import paths
 from .manager import MANAGER, ModelHandle
 from .schema import MODEL, Boolean, Combo, Int, Node, Output
-
-PRECISIONS = ["auto", "bf16", "fp16", "fp32"]
 
 
 def quantizations() -> list[str]:
     from .. import quant
 
     return list(quant.MODES)
-
-
-def devices() -> list[str]:
-    found = ["auto", "cpu"]
-    if torch.cuda.is_available():
-        found += ["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        found.append("mps")
-    return found
 
 
 def load_model(model, precision, quantization, device, compile, context_length,
@@ -48,7 +36,7 @@ MODEL_LOADER = Node(
         Combo("quantization", quantizations,
               "Smaller weights: fp8 (pure torch), int8/int4/fp8-dynamic/nvfp4 (torchao). A "
               "mode this device cannot run fails with the reason.", "none"),
-        Combo("device", devices,
+        Combo("device", available_devices,
               "Where the model runs. auto: ComfyUI's device (honours --cpu).", "auto"),
         Boolean("compile", False,
                 "torch.compile the per-frame decode step: faster generation after a slow "

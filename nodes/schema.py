@@ -72,29 +72,32 @@ class Node:
 
 
 # ---------------------------------------------------------------- input helpers
-def Int(id, default, min, max, tooltip, step=1, seed=False, advanced=False) -> Input:
-    return Input(id, "INT", tooltip, default, min=min, max=max, step=step, seed=seed,
+# Every helper takes the input's name first and its tooltip right after the values that define
+# it; the flags that few inputs set are keyword-only.
+def Int(name, default, lowest, highest, tooltip, *, step=1, seed=False, advanced=False) -> Input:
+    return Input(name, "INT", tooltip, default, min=lowest, max=highest, step=step, seed=seed,
                  advanced=advanced)
 
 
-def Float(id, default, min, max, step, tooltip, advanced=False) -> Input:
-    return Input(id, "FLOAT", tooltip, default, min=min, max=max, step=step, advanced=advanced)
+def Float(name, default, lowest, highest, tooltip, *, step=0.01, advanced=False) -> Input:
+    return Input(name, "FLOAT", tooltip, default, min=lowest, max=highest, step=step,
+                 advanced=advanced)
 
 
-def String(id, tooltip, default="", multiline=False) -> Input:
-    return Input(id, "STRING", tooltip, default, multiline=multiline)
+def String(name, tooltip, default="", *, multiline=False) -> Input:
+    return Input(name, "STRING", tooltip, default, multiline=multiline)
 
 
-def Boolean(id, default, tooltip, advanced=False) -> Input:
-    return Input(id, "BOOLEAN", tooltip, default, advanced=advanced)
+def Boolean(name, default, tooltip, *, advanced=False) -> Input:
+    return Input(name, "BOOLEAN", tooltip, default, advanced=advanced)
 
 
-def Combo(id, options, tooltip, default=None, advanced=False) -> Input:
-    return Input(id, "COMBO", tooltip, default, options=options, advanced=advanced)
+def Combo(name, choices, tooltip, default=None, *, advanced=False) -> Input:
+    return Input(name, "COMBO", tooltip, default, options=choices, advanced=advanced)
 
 
-def Socket(id, type, tooltip, optional=False) -> Input:
-    return Input(id, type, tooltip, optional=optional)
+def Socket(name, kind, tooltip, *, optional=False) -> Input:
+    return Input(name, kind, tooltip, optional=optional)
 
 
 # ---------------------------------------------------------------- V1 (classic) classes

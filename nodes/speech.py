@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from ..fish_core import text as textplan
+from ..fish_core.generate import MAX_SEED, SamplingParams
+from ..fish_core.script import check_script
 from .runtime import generate, require_text, sampling, to_audio
 from .schema import MODEL, VOICE, Float, Int, Node, Output, Socket, String
 
-MAX_SEED = 2**63 - 1
+DEFAULTS = SamplingParams()
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
 
 MODEL_IN = Socket("model", MODEL, "The model from Sailfish Model Loader.")
@@ -14,13 +16,14 @@ SAMPLING = [
     Int("seed", 0, 0, MAX_SEED,
         "Same seed + same inputs = the same audio. Each text batch uses seed + its index.",
         seed=True),
-    Float("temperature", 0.8, 0.1, 1.9, 0.05,
-          "Randomness of speech: lower is steadier, higher more varied."),
-    Float("top_p", 0.8, 0.1, 1.0, 0.01,
+    Float("temperature", DEFAULTS.temperature, 0.1, 1.9,
+          "Randomness of speech: lower is steadier, higher more varied.", step=0.05),
+    Float("top_p", DEFAULTS.top_p, 0.1, 1.0,
           "Nucleus sampling: only the most likely tokens covering this probability.",
-          advanced=True),
-    Int("top_k", 30, 1, 4096, "Only the k most likely tokens are sampled.", advanced=True),
-    Int("max_new_tokens", 1024, 1, 4096,
+          step=0.01, advanced=True),
+    Int("top_k", DEFAULTS.top_k, 1, 4096, "Only the k most likely tokens are sampled.",
+        advanced=True),
+    Int("max_new_tokens", DEFAULTS.max_new_tokens, 1, 4096,
         "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
         "batches, so this caps each batch, not the whole output.", advanced=True),
 ]
@@ -60,9 +63,9 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
 
 
 def connected_speakers(script: str, speakers: dict) -> list:
-    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on; names
-    that ``Name:`` lines use must be unique, and every speaker of the script needs a voice
-    (checked here, as ``Synthesizer.dialogue`` does, before the model is loaded)."""
+    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on, checked
+    against the script (``check_script``, as ``Synthesizer.dialogue`` does) before the model
+    is loaded."""
     given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
@@ -70,20 +73,12 @@ def connected_speakers(script: str, speakers: dict) -> list:
         raise ValueError(f"speaker_{gap} is not connected but a later speaker is: connect "
                          "voices to speaker_1, speaker_2, … in order")
     voices = given[:count]
-    names = [v.name for v in voices]
-    turns = textplan.parse_script(script, names)
-    folded = [n.casefold() for n in names]
-    used = {t.label.casefold() for t in turns}
-    for name in sorted({n for n in folded if folded.count(n) > 1 and n in used}):
-        wired = [f"speaker_{i + 1}" for i, n in enumerate(folded) if n == name]
-        raise ValueError(f"{' and '.join(wired)} are both named {name!r}, which the script "
-                         "uses: give each voice its own name (Voice Encode's name)")
     try:
-        textplan.assign_speakers(turns, names, bool(voices))
+        check_script(script, [v.name for v in voices], require_voices=bool(voices))
     except textplan.ScriptError as e:
         wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
-        raise ValueError(f"script: {e} (connected: {wired}). Connect a voice for every "
-                         "speaker the script names.") from None
+        raise ValueError(f"script: {e} (connected: {wired or 'none'}). Connect a voice for "
+                         "every speaker the script names, each with its own name.") from None
     return voices
 
 
@@ -134,8 +129,9 @@ MULTI_SPEAKER = Node(
     inputs=[MODEL_IN,
             String("script", "One turn per line: 'Name: text' (the voice's name), "
                    "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),
-            Float("pause", 0.0, 0.0, 10.0, 0.05,
-                  "Seconds of silence between turns (0: turns flow as one conversation)."),
+            Float("pause", 0.0, 0.0, 10.0,
+                  "Seconds of silence between turns (0: turns flow as one conversation).",
+                  step=0.05),
             *SAMPLING,
             *[Socket(f"speaker_{n}", VOICE, f"Voice of speaker {n} ([speaker_{n}]:, or "
                      "'Name:' lines with this voice's name).", optional=True)

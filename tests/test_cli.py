@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fish_core import hub
+from fish_core import cli, hub
+from fish_core.generate import GenerationError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +62,40 @@ def test_missing_model_offline_is_a_friendly_error(tmp_path):
     proc = run_cli("say", "hi", "-o", tmp_path / "x.wav", "--models-dir", tmp_path / "models")
     assert proc.returncode == 2
     assert "HF_HUB_OFFLINE" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_debug_shows_the_traceback_of_an_expected_error(tmp_path):
+    asked = ["hi", "-o", tmp_path / "x.wav", "--models-dir", tmp_path / "models"]
+    for args in (["--debug", "say", *asked], ["say", "--debug", *asked]):  # before or after
+        proc = run_cli(*args)
+        assert proc.returncode == 2
+        assert "Traceback" in proc.stderr and "ModelNotFound" in proc.stderr
+        last = proc.stderr.splitlines()[-1]
+        assert last.startswith("error: ") and "HF_HUB_OFFLINE" in last
+
+
+def fail_with(error: Exception):
+    def command(args):
+        raise error
+
+    return command
+
+
+def test_expected_errors_are_one_line_in_process(monkeypatch, capsys):
+    monkeypatch.setitem(cli.COMMANDS, "download", fail_with(GenerationError("top_k must be ...")))
+    assert cli.main(["download"]) == 2
+    assert capsys.readouterr().err == "error: top_k must be ...\n"
+    assert cli.main(["--debug", "download"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.endswith("error: top_k must be ...\n")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory"), KeyError("weights"),
+                                   AssertionError("a bug")])
+def test_unexpected_errors_keep_their_traceback(monkeypatch, error):
+    monkeypatch.setitem(cli.COMMANDS, "download", fail_with(error))
+    with pytest.raises(type(error)):  # out of main, so Python prints the whole traceback
+        cli.main(["download"])
 
 
 def test_bad_argument_is_named(ckpt_dir, tmp_path):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fish_core.checkpoint import load_model
-from fish_core.generate import Cancelled, Engine, GenerationError, SamplingParams, cache_length
+from fish_core.generate import (MAX_SEED, Cancelled, Engine, GenerationError, SamplingParams,
+                                cache_length, check_seed, random_seed)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +83,65 @@ def test_seeded_sampling_replays_the_reference(engine, golden):
     assert torch.equal(again.columns, raw)
     other = engine.generate(prompt, params, seed=meta["seed"] + 1)[0]
     assert not torch.equal(other.columns, raw)
+
+
+def sampled(golden):
+    meta = golden.json("generation")["sampled_b_seed42"]
+    return SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
+                          meta["max_new_tokens"])
+
+
+def test_per_row_seeds_replay_single_runs(engine, golden):
+    """Take k of a batch with ``seeds`` is exactly the one-prompt run with ``seed=seeds[k]``."""
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    params, base = sampled(golden), golden.json("generation")["sampled_b_seed42"]["seed"]
+    seeds = [base, base + 1, base + 2]
+    batch = engine.generate([prompt] * 3, params, seeds=seeds)
+    singles = [engine.generate(prompt, params, seed=s)[0] for s in seeds]
+    for row, single, s in zip(batch, singles, seeds):
+        assert torch.equal(row.columns, single.columns)
+        assert row.stopped_on_eos == single.stopped_on_eos
+        assert row.seed == single.seed == s
+    assert not torch.equal(singles[0].columns, singles[1].columns)  # the seeds differ
+
+
+def test_seed_arguments_are_checked(engine, golden):
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.raises(GenerationError, match="one seed per prompt"):
+        engine.generate([prompt] * 2, greedy(2), seeds=[1])
+    with pytest.raises(GenerationError, match="not both"):
+        engine.generate(prompt, greedy(2), seed=1, seeds=[1])
+    with pytest.raises(GenerationError, match=r"seeds\[1\]"):
+        engine.generate([prompt] * 2, greedy(2), seeds=[1, -1])
+    with pytest.raises(GenerationError, match="seed must be an integer in 0 .. "):
+        engine.generate(prompt, greedy(2), seed=2.0)
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, 3.0, "7", -1, MAX_SEED + 1, None])
+def test_check_seed_rejects_and_names_the_field(bad):
+    with pytest.raises(GenerationError, match=f"my_seed must be an integer in 0 .. {MAX_SEED}"):
+        check_seed(bad, "my_seed")
+
+
+def test_check_seed_accepts_int_likes():
+    np = pytest.importorskip("numpy")
+    assert check_seed(np.int64(5)) == 5 and type(check_seed(np.int64(5))) is int
+    assert check_seed(0) == 0 and check_seed(MAX_SEED) == MAX_SEED
+    assert all(0 <= random_seed() <= MAX_SEED for _ in range(100))
+
+
+def test_on_column_streams_exactly_the_final_columns(engine, golden):
+    prompts = golden.tensors("prompts")
+    keys = ["b_clone.batch0.prompt", "c_two_speakers.batch0.prompt"]
+    seen = []
+    results = engine.generate([prompts[k] for k in keys], [greedy(21), greedy(9)],
+                              on_column=seen.append)
+    assert all(c.device.type == "cpu" and c.shape == (2, 1 + engine.config.num_codebooks)
+               for c in seen)
+    streamed = torch.stack(seen, dim=-1)  # [B, 1 + K, n]
+    for b, result in enumerate(results):
+        n = result.columns.shape[1]
+        assert torch.equal(streamed[b, :, :n], result.columns)
 
 
 def test_batched_rows_equal_single_runs(engine, golden):

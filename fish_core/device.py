@@ -1,0 +1,57 @@
+"""Where a model runs and in which precision: the one place that detects devices and names
+precisions (the Synthesizer, the CLI and the ComfyUI nodes all read it)."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+PRECISIONS = ["auto", *DTYPES]  # what the CLI and the Model Loader node offer
+
+
+def mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def available_devices() -> list[str]:
+    """``auto``, then every device this machine has (``cuda`` is the first GPU)."""
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda"] + [f"cuda:{i}" for i in range(1, torch.cuda.device_count())]
+    if mps_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto``: the first GPU, else Apple's MPS, else the CPU."""
+    if str(device) != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(precision: str | torch.dtype = "auto", device: torch.device | None = None
+                  ) -> torch.dtype:
+    """A precision name (``PRECISIONS``, or torch's ``bfloat16``/``float16``/``float32``) as a
+    dtype. ``auto``: bf16, or fp16 on a GPU without bf16."""
+    if isinstance(precision, torch.dtype):
+        return precision
+    if precision == "auto":
+        if device is not None and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            return torch.float16
+        return torch.bfloat16
+    by_torch_name = {str(d).removeprefix("torch."): d for d in DTYPES.values()}
+    dtype = DTYPES.get(precision) or by_torch_name.get(precision)
+    if dtype is None:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return dtype
+
+
+def codec_dtype_for(device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+    """The codec runs in the model's dtype on a GPU and in float32 on the CPU (where
+    reduced-precision convolutions are slow)."""
+    return torch.float32 if device.type == "cpu" else model_dtype

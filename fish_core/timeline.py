@@ -1,0 +1,97 @@
+"""Placing generated batches on the output waveform: back to back (optionally with pauses and
+short fades between turns), or at subtitle cue times."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from . import text as textplan
+from .speech import BatchResult, Segment
+
+FADE_SECONDS = 0.01
+
+
+@dataclass
+class Timeline:
+    waveform: torch.Tensor  # float32 [T], CPU
+    segments: list[Segment]
+
+
+@dataclass
+class CueTimeline(Timeline):
+    cues: list[textplan.Cue] = field(default_factory=list)  # where each cue really sits
+    overruns: list[str] = field(default_factory=list)  # cues longer than their slot or late
+
+
+def join_batches(wave: torch.Tensor, results: Sequence[BatchResult], sample_rate: int,
+                 frame_length: int, pause: float) -> Timeline:
+    """Cut ``wave`` (every batch decoded in one pass, ``frame_length`` samples per frame) back
+    into its batches and lay them end to end, with ``pause`` seconds of silence between them and
+    a short fade at each side of a pause."""
+    gap = round(pause * sample_rate)
+    pieces, segments = [], []
+    frame, cursor = 0, 0  # frames consumed from ``wave``, samples written to the output
+    for i, result in enumerate(results):
+        n = result.frames
+        piece = wave[frame * frame_length:(frame + n) * frame_length]
+        frame += n
+        if gap and i > 0:
+            pieces.append(torch.zeros(gap))
+            cursor += gap
+            piece = fade_in(piece, sample_rate)
+        if gap and i + 1 < len(results):
+            piece = fade_out(piece, sample_rate)
+        pieces.append(piece)
+        end = cursor + piece.shape[0]
+        segments.append(segment(result, cursor / sample_rate, end / sample_rate))
+        cursor = end
+    waveform = torch.cat(pieces) if pieces else torch.zeros(0)
+    return Timeline(waveform, segments)
+
+
+def place_cues(cues: Sequence[textplan.Cue], waves: Sequence[torch.Tensor],
+               results: Sequence[BatchResult], sample_rate: int) -> CueTimeline:
+    """Put cue i's speech ``waves[i]`` at its start time, or right after the previous cue when
+    that one runs long (then the overrun is reported). The output lasts until the last cue's end
+    at least."""
+    pieces, placed, overruns, segments = [], [], [], []
+    cursor = 0  # samples written so far
+    for i, (cue, wave, result) in enumerate(zip(cues, waves, results)):
+        asked = round(cue.start * sample_rate)
+        start = max(asked, cursor)
+        pieces += [torch.zeros(start - cursor), wave]
+        cursor = start + wave.shape[0]
+        next_start = cues[i + 1].start if i + 1 < len(cues) else math.inf
+        if cursor / sample_rate > next_start + 1e-9:
+            overruns.append(f"cue {cue.index} ({cue.text[:40]!r}) runs "
+                            f"{cursor / sample_rate - next_start:.2f} s into cue {cue.index + 1}")
+        if start > asked:
+            overruns.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
+        placed.append(textplan.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
+        segments.append(segment(result, start / sample_rate, cursor / sample_rate))
+    tail = max(0, round(cues[-1].end * sample_rate) - cursor)
+    waveform = torch.cat(pieces + [torch.zeros(tail)])
+    return CueTimeline(waveform, segments, placed, overruns)
+
+
+def segment(result: BatchResult, start: float, end: float) -> Segment:
+    return Segment(result.batch.text, result.batch.speaker, start, end, result.frames,
+                   result.seconds, result.generated.stopped_on_eos)
+
+
+def fade_in(wave: torch.Tensor, sample_rate: int, seconds: float = FADE_SECONDS) -> torch.Tensor:
+    n = min(wave.shape[0], round(sample_rate * seconds))
+    out = wave.clone()
+    out[:n] *= torch.linspace(0, 1, n)
+    return out
+
+
+def fade_out(wave: torch.Tensor, sample_rate: int, seconds: float = FADE_SECONDS) -> torch.Tensor:
+    n = min(wave.shape[0], round(sample_rate * seconds))
+    out = wave.clone()
+    out[wave.shape[0] - n:] *= torch.linspace(1, 0, n)
+    return out
