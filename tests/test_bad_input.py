@@ -500,10 +500,12 @@ def test_cli_unknown_device_string(ckpt_dir, cli_dir):
     cli_refused(say(ckpt_dir, "Hi.", "--device", "gpu0", "-o", cli_dir / "x.wav"), "--device")
 
 
-def test_output_kept_when_the_write_fails(tmp_path):
-    """A write that still fails at the end keeps the result next to the asked path."""
+def test_output_kept_when_the_write_fails(tmp_path, monkeypatch):
+    """A write that still fails at the end keeps the result: next to the asked path, else in
+    the working folder (here: the folder of the asked path is gone)."""
     from fish_core.outputs import write_or_keep
 
+    monkeypatch.chdir(tmp_path)
     target = tmp_path / "gone" / "x.npy"
     calls = []
 
@@ -515,7 +517,7 @@ def test_output_kept_when_the_write_fails(tmp_path):
 
     note = write_or_keep(write, target, "codes")
     assert "Permission denied" in note and str(calls[-1]) in note
-    assert calls[-1].exists() and calls[-1].suffix == ".npy"
+    assert calls[-1].parent == tmp_path and calls[-1].exists() and calls[-1].suffix == ".npy"
 
 
 # ---------------------------------------------------------------- node inputs
