@@ -29,7 +29,10 @@ import torch
 
 from . import hub
 from .device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Cancelled, SamplingParams
+from .generate import Cancelled, SamplingParams, check_seed
+from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
+                      check_output, write_or_keep)
+from .text import check_text, read_text_file
 
 DEFAULT_MODEL = "s2-pro"
 DEFAULTS = SamplingParams()
@@ -194,8 +197,33 @@ def sampling(args) -> dict:
                 history_turns=args.history_turns)
 
 
-def save_codes(path: str, codes: torch.Tensor) -> None:
+# What each command writes to -o, checked (with the other options below) before a model loads.
+OUTPUTS = {"say": AUDIO_SUFFIXES, "codes": CODES_SUFFIXES, "voice": VOICE_SUFFIXES,
+           "srt": AUDIO_SUFFIXES, "encode": CODES_SUFFIXES, "decode": AUDIO_SUFFIXES}
+
+
+def check_request(args) -> None:
+    """Every option that can be checked before any work: outputs, device and seed."""
+    if args.command in OUTPUTS:
+        check_output(args.out, "--out", OUTPUTS[args.command])
+    if getattr(args, "srt_out", None):
+        check_output(args.srt_out, "--srt-out", (".srt",))
+    if getattr(args, "device", None) is not None:
+        resolve_device(args.device, "--device")
+    if getattr(args, "seed", None) is not None:
+        check_seed(args.seed, "--seed")
+
+
+def save(path: str, write, what: str) -> None:
+    """``write(path)``, keeping the result elsewhere (and saying where) if that fails."""
+    note = write_or_keep(write, Path(path), what)
+    if note:
+        raise OutputError(note)
+
+
+def save_codes(path: str | Path, codes: torch.Tensor) -> None:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".npy":
         np.save(path, codes.cpu().numpy().astype(np.int64))
     elif path.suffix == ".safetensors":
@@ -208,6 +236,8 @@ def save_codes(path: str, codes: torch.Tensor) -> None:
 
 def read_codes(path: str) -> torch.Tensor:
     path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"codes: {path} is not a file")
     if path.suffix == ".npy":
         return torch.from_numpy(np.load(path, allow_pickle=False))
     if path.suffix == ".safetensors":
@@ -222,7 +252,7 @@ def read_codes(path: str) -> torch.Tensor:
 
 def read_text(args) -> str:
     if args.text_file:
-        return Path(args.text_file).read_text(encoding="utf-8")
+        return read_text_file(args.text_file, "--text-file")
     if args.text is None:
         raise ValueError("say needs a text, --text-file or --script")
     return args.text
@@ -234,6 +264,8 @@ def cmd_say(args) -> str:
 
     if len(args.ref_audio) != len(args.ref_text):
         raise ValueError("give one --ref-text per --ref-audio")
+    script = read_text_file(args.script, "--script") if args.script else None
+    text = None if script is not None else read_text(args)
     synth = load_synth(args)
     voices = [Voice.load(v, synth.config.num_codebooks, synth.config.codebook_size)
               for v in args.voice]
@@ -241,16 +273,15 @@ def cmd_say(args) -> str:
         voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
     bar = Bar("generating")
     try:
-        if args.script:
-            speech = synth.dialogue(Path(args.script).read_text(encoding="utf-8"), voices,
-                                    pause=args.pause, max_bytes=args.max_bytes,
+        if script is not None:
+            speech = synth.dialogue(script, voices, pause=args.pause, max_bytes=args.max_bytes,
                                     on_progress=bar, **sampling(args))
         else:
-            speech = synth.tts(read_text(args), voices, max_bytes=args.max_bytes,
-                               on_progress=bar, **sampling(args))
+            speech = synth.tts(text, voices, max_bytes=args.max_bytes, on_progress=bar,
+                               **sampling(args))
     finally:
         bar.close()
-    save_audio(args.out, speech.waveform, speech.sample_rate)
+    save(args.out, lambda p: save_audio(p, speech.waveform, speech.sample_rate), "audio")
     return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
             f"seed {speech.seed}")
 
@@ -258,6 +289,8 @@ def cmd_say(args) -> str:
 def cmd_codes(args) -> str:
     from .prompt import conversation
 
+    if not check_text(args.text, "text").strip():
+        raise ValueError("text is empty: nothing to say")
     synth = load_synth(args)
     prompt = synth.encoder.encode(conversation(args.text))
     params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
@@ -266,7 +299,7 @@ def cmd_codes(args) -> str:
         gen = synth.engine.generate(prompt, params, seed=args.seed, on_frame=bar)[0]
     finally:
         bar.close()
-    save_codes(args.out, gen.codes)
+    save(args.out, lambda p: save_codes(p, gen.codes), "codes")
     return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
 
 
@@ -275,30 +308,36 @@ def cmd_voice(args) -> str:
 
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
     codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
-    name = args.name or Path(args.audio).stem
+    name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     voice = encode_voice(codec, args.audio, args.text, name=name)
-    voice.save(args.out)
+    save(args.out, voice.save, "voice")
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
 
 
 def cmd_srt(args) -> str:
     from .audio import save_audio
+    from .text import parse_srt
     from .voices import Voice
 
+    document = read_text_file(args.srt, "srt")
+    parse_srt(document)  # a bad SRT fails before the model loads
     synth = load_synth(args)
     voice = Voice.load(args.voice, synth.config.num_codebooks, synth.config.codebook_size) \
         if args.voice else None
     bar = Bar("generating")
     try:
-        result = synth.subtitles(Path(args.srt).read_text(encoding="utf-8"), voice,
-                                 on_progress=bar, **sampling(args))
+        result = synth.subtitles(document, voice, on_progress=bar, **sampling(args))
     finally:
         bar.close()
-    save_audio(args.out, result.waveform, result.sample_rate)
-    if args.srt_out:
-        Path(args.srt_out).write_text(result.srt(), encoding="utf-8")
     for line in result.overruns:
         print(f"warning: {line}", file=sys.stderr)
+    notes = [write_or_keep(lambda p: save_audio(p, result.waveform, result.sample_rate),
+                           Path(args.out), "audio")]
+    if args.srt_out:
+        notes.append(write_or_keep(lambda p: p.write_text(result.srt(), encoding="utf-8"),
+                                   Path(args.srt_out), "SRT"))
+    if any(notes):
+        raise OutputError("; ".join(n for n in notes if n))
     return f"wrote {args.out}: {result.duration:.2f} s, {len(result.cues)} cues"
 
 
@@ -306,17 +345,17 @@ def cmd_encode(args) -> str:
     from .codec_files import encode_file
 
     codes = encode_file(load_codec(args), args.audio)
-    save_codes(args.out, codes)
+    save(args.out, lambda p: save_codes(p, codes), "codes")
     return f"wrote {args.out}: codes {tuple(codes.shape)}"
 
 
 def cmd_decode(args) -> str:
     from .codec_files import decode_to_file
 
-    codec = load_codec(args)
     codes = read_codes(args.codes)
     codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools
-    decode_to_file(codec, codes, args.out)
+    codec = load_codec(args)
+    save(args.out, lambda p: decode_to_file(codec, codes, p), "audio")
     return f"wrote {args.out}: {codes.shape[-1] * codec.frame_length / codec.sample_rate:.2f} s"
 
 
@@ -332,6 +371,7 @@ COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_s
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_request(args)
         print(COMMANDS[args.command](args))
     except USER_ERRORS as e:
         if getattr(args, "debug", False):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,15 @@ HF_BOOKKEEPING_KEYS = frozenset({
     "sep_token_id", "decoder_start_token_id", "task_specific_params", "finetuning_task",
     "cross_attention_hidden_size", "tf_legacy_loss", "use_return_dict", "model_type",
 })
+
+# Upper bounds on the size fields of both sub-configs: far above S2-Pro (36 layers, dim 2560,
+# 32768 positions), low enough that a typo fails at load, not in an allocation of terabytes
+# (the RoPE table alone is 4 * head_dim bytes per position).
+SIZE_LIMITS = {
+    "vocab_size": 1 << 21, "num_codebooks": 64, "n_layer": 512, "n_head": 1024,
+    "n_local_heads": 1024, "head_dim": 1024, "dim": 1 << 16, "intermediate_size": 1 << 18,
+    "max_seq_len": 1 << 18, "audio_hidden_dim": 1 << 18, "text_dim": 1 << 16,
+}
 
 
 class ConfigError(ValueError):
@@ -132,8 +142,10 @@ class ModelConfig:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config.json not found: {path}") from None
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path} is not valid JSON: {e}") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +160,10 @@ class ModelConfig:
 
     def validate(self) -> None:
         t, f = self.text, self.fast
-        problems = []
+        problems = [*size_problems("text_config", t), *size_problems("audio_decoder_config", f),
+                    *number_problems(t, f)]
+        if problems:  # the checks below divide by these sizes
+            raise ConfigError("config.json is out of range:\n  - " + "\n  - ".join(problems))
         for where, c in (("text_config", t), ("audio_decoder_config", f)):
             if c.n_head % c.n_local_heads:
                 problems.append(f"{where}.n_head ({c.n_head}) must be a multiple of "
@@ -168,10 +183,34 @@ class ModelConfig:
         if self.num_semantic_tokens != f.vocab_size:
             problems.append(f"the semantic token range holds {self.num_semantic_tokens} ids but "
                             f"audio_decoder_config.vocab_size is {f.vocab_size}")
-        if not 0 <= self.eos_token_id < t.vocab_size:
-            problems.append(f"eos_token_id {self.eos_token_id} outside the vocabulary")
+        for name in ("eos_token_id", "pad_token_id", "audio_pad_token_id"):
+            if not 0 <= getattr(self, name) < t.vocab_size:
+                problems.append(f"{name} {getattr(self, name)} outside the vocabulary")
         if problems:
             raise ConfigError("config.json is inconsistent:\n  - " + "\n  - ".join(problems))
+
+
+def size_problems(where: str, c) -> list[str]:
+    """Every size field of ``c`` present in SIZE_LIMITS must lie in ``[1, limit]``."""
+    problems = []
+    for name, limit in SIZE_LIMITS.items():
+        value = getattr(c, name, None)
+        if value is not None and not 1 <= value <= limit:
+            problems.append(f"{where}.{name} must be between 1 and {limit}, got {value}")
+    return problems
+
+
+def number_problems(t: TextConfig, f: FastConfig) -> list[str]:
+    """The float fields: finite, RoPE base above 1, norm epsilon in (0, 1), dropout in [0, 1)."""
+    problems = []
+    for where, c in (("text_config", t), ("audio_decoder_config", f)):
+        if not (math.isfinite(c.rope_base) and c.rope_base > 1):
+            problems.append(f"{where}.rope_base must be a finite number > 1, got {c.rope_base}")
+        if not (math.isfinite(c.norm_eps) and 0 < c.norm_eps < 1):
+            problems.append(f"{where}.norm_eps must lie in (0, 1), got {c.norm_eps}")
+    if not (math.isfinite(t.dropout) and 0 <= t.dropout < 1):
+        problems.append(f"text_config.dropout must lie in [0, 1), got {t.dropout}")
+    return problems
 
 
 def _fields_of(cls, data: dict, where: str, ignored: list[str], skip=frozenset(),

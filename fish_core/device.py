@@ -23,15 +23,36 @@ def available_devices() -> list[str]:
     return found
 
 
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``auto``: the first GPU, else Apple's MPS, else the CPU."""
+def resolve_device(device: str | torch.device = "auto", field: str = "device") -> torch.device:
+    """``auto``: the first GPU, else Apple's MPS, else the CPU. A device this machine does not
+    have is an error naming ``field``."""
     if str(device) != "auto":
-        return torch.device(device)
+        return check_device(device, field)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if mps_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def check_device(device: str | torch.device, field: str = "device") -> torch.device:
+    """``device`` as a torch device this machine has, else a ValueError naming ``field`` and
+    what is available."""
+    have = ", ".join(available_devices())
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{field}: {device!r} is not a device; this machine has {have}") from None
+    if resolved.type == "cuda":
+        index = resolved.index or 0
+        missing = not torch.cuda.is_available() or index >= torch.cuda.device_count()
+    elif resolved.type == "mps":
+        missing = not mps_available()
+    else:
+        missing = resolved.type != "cpu"
+    if missing:
+        raise ValueError(f"{field}: {str(device)!r} is not available here; this machine has {have}")
+    return resolved
 
 
 def resolve_dtype(precision: str | torch.dtype = "auto", device: torch.device | None = None

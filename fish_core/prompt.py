@@ -30,6 +30,11 @@ MODALITY_TOKENS = {"voice": VOICE, None: ""}
 Part = Union[str, torch.Tensor]  # text, or codes [num_codebooks, T]
 
 
+class Marker(str):
+    """A prompt part the encoder writes itself (role line, end of turn): the only text whose
+    special tokens are matched. Every other text part is user text (``encode_text``)."""
+
+
 class PromptError(ValueError):
     """A prompt part (text or reference codes) is not usable."""
 
@@ -90,10 +95,10 @@ class PromptEncoder:
         """Flatten messages into their parts, adding the role and end markers."""
         out: list[Part] = []
         for m in messages:
-            out.append(f"{IM_START}{m.role}\n{MODALITY_TOKENS[m.modality]}")
+            out.append(Marker(f"{IM_START}{m.role}\n{MODALITY_TOKENS[m.modality]}"))
             out.extend(m.parts)
             if m.add_im_end:
-                out.append(IM_END + "\n")
+                out.append(Marker(IM_END + "\n"))
         return out
 
     def encode(self, messages: Sequence[Message]) -> torch.Tensor:
@@ -101,7 +106,9 @@ class PromptEncoder:
         columns = []
         for part in self.parts(messages):
             if isinstance(part, str):
-                ids = torch.tensor(self.tokenizer.encode(part), dtype=torch.long)
+                encode = self.tokenizer.encode if isinstance(part, Marker) \
+                    else self.tokenizer.encode_text
+                ids = torch.tensor(encode(part), dtype=torch.long)
                 block = torch.zeros(1 + self.num_codebooks, len(ids), dtype=torch.long)
                 block[0] = ids
             else:

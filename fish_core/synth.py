@@ -111,9 +111,9 @@ class Synthesizer:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
         ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
-        if not isinstance(text, str) or not text.strip():
+        if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
-        voices = [voice] if isinstance(voice, Voice) else list(voice or [])
+        voices = as_voices(voice)
         batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
@@ -136,13 +136,14 @@ class Synthesizer:
         every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
         may share a text batch and flow as one conversation. ``takes`` as for ``tts``."""
         if isinstance(voices, Mapping):
-            names, voice_list = list(voices), list(voices.values())
+            names, voice_list = list(voices), as_voices(list(voices.values()))
         else:
-            voice_list = list(voices)
+            voice_list = as_voices(list(voices))
             names = [v.name for v in voice_list]
         require = bool(voice_list) if require_voices is None else require_voices
         turns = check_script(script, names, require)
-        if not math.isfinite(pause) or pause < 0 or pause > 10:
+        if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
+                or not math.isfinite(pause) or pause < 0 or pause > 10:
             raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
         if pause > 0 or turn_by_turn:
             batches = [Batch(piece, t.speaker) for t in turns
@@ -165,7 +166,7 @@ class Synthesizer:
         the next cue is kept whole: the later cues move back, and the overrun is reported."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
-        voices = [voice] if voice is not None else []
+        voices = as_voices(voice)
         seed = pick_seed(seed)
         (results,) = self._generate([Batch(c.text) for c in cues], voices, params, [seed],
                                     history_turns, on_progress, cancel)
@@ -216,13 +217,14 @@ class Synthesizer:
                 or history_turns < 0:
             raise ValueError(f"history_turns must be an integer >= 0, got {history_turns!r}")
         references = self._references(voices)
-        total = len(batches) * params.max_new_tokens
+        frames = min(params.max_new_tokens, self.engine.max_context)  # at most, per batch
+        total = len(batches) * frames
         per_take: list[list[BatchResult]] = [[] for _ in seeds]
         for b, batch in enumerate(batches):
             prompts = [self._prompt(batch.text, references,
                                     recent(results, history_turns), params.max_new_tokens)
                        for results in per_take]
-            done = b * params.max_new_tokens
+            done = b * frames
 
             def on_frame(i, n, done=done):
                 if on_progress is not None:
@@ -236,7 +238,7 @@ class Synthesizer:
             for results, gen in zip(per_take, generated):
                 results.append(BatchResult(batch, gen, seconds))
             if on_progress is not None:
-                on_progress(done + params.max_new_tokens, total)
+                on_progress(done + frames, total)
         return per_take
 
     def _references(self, voices: Sequence[Voice]) -> list:
@@ -274,6 +276,19 @@ def count_takes(takes: int | None) -> int:
     if isinstance(takes, bool) or not isinstance(takes, int) or not 1 <= takes <= MAX_TAKES:
         raise ValueError(f"takes must be an integer in 1 .. {MAX_TAKES}, got {takes!r}")
     return takes
+
+
+def as_voices(voice) -> list[Voice]:
+    """None, one ``Voice`` or a list/tuple of them, as a list. Anything else (a file path: read
+    it with ``Voice.load`` first) is an error naming the voice field."""
+    if voice is None:
+        return []
+    voices = list(voice) if isinstance(voice, (list, tuple)) else [voice]
+    for v in voices:
+        if not isinstance(v, Voice):
+            raise ValueError(f"voice must be a Voice (read a file with Voice.load), got "
+                             f"{type(v).__name__} {str(v)[:60]!r}")
+    return voices
 
 
 def pick_seed(seed: int | None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 SPEAKER_TAG = re.compile(r"<\|speaker:(\d+)\|>")
 SENTENCE = re.compile(r""".+?(?:[.!?…]+["'”’)\]]*(?=\s|$)|[。！？]+["'”’」』）)]*|(?=\n\s*\n)|$)""",
@@ -27,6 +28,37 @@ DEFAULT_MAX_BYTES = 300
 
 def nbytes(text: str) -> int:
     return len(text.encode("utf-8"))
+
+
+def check_text(value, field: str) -> str:
+    """``value`` if it is a string that UTF-8 can carry, else an error naming ``field``. Empty
+    text is left to the caller (what is "nothing to say" differs)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{field} holds a character UTF-8 cannot carry "
+                         f"({value[e.start]!r} at position {e.start})") from None
+    return value
+
+
+def read_text_file(path: str | Path, field: str) -> str:
+    """The text of a UTF-8 file (a BOM is dropped); every error names ``field`` and the file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{field}: {path} is a folder, not a text file")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{field}: no such file: {path}") from None
+    except OSError as e:
+        raise ValueError(f"{field}: cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{field}: {path} is not UTF-8 text (bad byte at offset {e.start}); "
+                         "save it as UTF-8") from None
 
 
 # ---------------------------------------------------------------- sentences and batches
@@ -91,9 +123,9 @@ def split_turns(text: str) -> list[Turn]:
 
 def plan_batches(text: str, max_bytes: int = DEFAULT_MAX_BYTES, max_speakers: int = 5) -> list[str]:
     """Batches of text to generate one after another (see the module rules)."""
-    if max_bytes < 16:
-        raise ValueError(f"max_bytes must be at least 16, got {max_bytes}")
-    turns = split_turns(text)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 16:
+        raise ValueError(f"max_bytes must be an integer >= 16, got {max_bytes!r}")
+    turns = split_turns(check_text(text, "text"))
     if not turns:
         raise ValueError("text is empty: nothing to say")
     if len(turns) == 1 and turns[0].speaker is None:
@@ -127,6 +159,7 @@ def group_turns(turns: list[str], max_bytes: int, max_speakers: int) -> list[str
 BRACKET_LINE = re.compile(r"^\s*\[([^\]\n]{1,40})\]\s*:?\s*(.*)$")
 NAME_LINE = re.compile(r"^\s*([^\W\d][\w .'\-]{0,39}?)\s*:\s+(.*)$")
 NUMBERED = re.compile(r"^(?:speaker|spk|s)[ _\-]?(\d+)$", re.IGNORECASE)
+BARE_LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,40}\]\s*:?|[^\W\d][\w .'\-]{0,39}?\s*:)\s*$")
 
 
 class ScriptError(ValueError):
@@ -146,10 +179,13 @@ def parse_script(script: str, names: list[str] | None = None) -> list[ScriptTurn
     ``Name:`` lines count as speaker lines when ``Name`` is one of ``names``, or when the script
     starts with such a line and has at least two (so a lone "Note: …" in prose is left alone).
     Lines without a label continue the previous turn."""
-    if SPEAKER_TAG.search(script):
+    if SPEAKER_TAG.search(check_text(script, "script")):
         return [ScriptTurn(str(t.speaker) if t.speaker is not None else "", t.text)
                 for t in split_turns(script)]
     lines = [line for line in script.splitlines() if line.strip()]
+    if lines and all(BARE_LABEL.match(line) for line in lines):
+        raise ScriptError(f"the script holds only speaker labels ({', '.join(lines[:3])}) and no "
+                          "text to say: write each line as 'Name: what they say'")
     known = {n.casefold() for n in names or []}
     named = [bool(NAME_LINE.match(line)) for line in lines]
     dialogue = bool(lines) and named[0] and sum(named) >= 2
@@ -222,7 +258,11 @@ class Cue:
     text: str
 
 
-SRT_TIME = re.compile(r"(\d+):(\d{1,2}):(\d{1,2})[,.](\d{1,3})")
+SRT_TIME = re.compile(r"\s*(-?)(\d+):(\d{1,2}):(\d{1,2})[,.](\d{1,3})\b")
+# What one SRT may ask for, checked before anything is generated: the waveform is held whole
+# (float32: 4 h at 44.1 kHz is 2.5 GB) and every cue is one generation.
+MAX_SRT_SECONDS = 4 * 3600
+MAX_SRT_CUES = 5000
 
 
 class SubtitleError(ValueError):
@@ -231,8 +271,9 @@ class SubtitleError(ValueError):
 
 def parse_srt(text: str) -> list[Cue]:
     """Cues of an SRT document (tolerates a BOM, CRLF, missing indices and ``.`` decimals)."""
+    text = check_text(text, "srt").replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
     cues = []
-    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff"))
+    blocks = re.split(r"\n\s*\n", text)
     for block in blocks:
         lines = [line for line in block.strip().split("\n")]
         if not lines or not lines[0].strip():
@@ -240,11 +281,7 @@ def parse_srt(text: str) -> list[Cue]:
         timing = next((i for i, line in enumerate(lines[:2]) if "-->" in line), None)
         if timing is None:
             raise SubtitleError(f"SRT block without a 'start --> end' line: {block.strip()[:60]!r}")
-        parts = lines[timing].split("-->")
-        times = [SRT_TIME.search(p) for p in parts]
-        if len(parts) != 2 or not all(times):
-            raise SubtitleError(f"bad SRT timing line: {lines[timing]!r}")
-        start, end = (_seconds(m) for m in times)
+        start, end = parse_timing(lines[timing])
         if end < start:
             raise SubtitleError(f"SRT cue ends before it starts: {lines[timing]!r}")
         body = " ".join(re.sub(r"<[^>]+>", "", line).strip() for line in lines[timing + 1:])
@@ -252,12 +289,40 @@ def parse_srt(text: str) -> list[Cue]:
             cues.append(Cue(len(cues) + 1, start, end, body.strip()))
     if not cues:
         raise SubtitleError("the SRT text holds no cues")
+    check_srt_size(cues)
     return cues
 
 
+def parse_timing(line: str) -> tuple[float, float]:
+    """``00:00:01,000 --> 00:00:02,500`` (anything after the end time, e.g. SRT positions, is
+    ignored) → seconds. Negative times and minutes or seconds past 59 are refused."""
+    parts = line.split("-->")
+    times = [SRT_TIME.match(p) for p in parts]
+    if len(parts) != 2 or not all(times) or parts[0][times[0].end():].strip():
+        raise SubtitleError(f"bad SRT timing line: {line!r}")
+    for m in times:
+        sign, h, mi, s, frac = m.groups()
+        if sign:
+            raise SubtitleError(f"SRT times cannot be negative: {line!r}")
+        if int(mi) > 59 or int(s) > 59:
+            raise SubtitleError(f"SRT minutes and seconds must be 00..59: {line!r}")
+    return tuple(_seconds(m) for m in times)
+
+
 def _seconds(m: re.Match) -> float:
-    h, mi, s, frac = m.groups()
+    _, h, mi, s, frac = m.groups()
     return int(h) * 3600 + int(mi) * 60 + int(s) + int(frac.ljust(3, "0")) / 1000
+
+
+def check_srt_size(cues: list[Cue]) -> None:
+    """Refuse an SRT longer than MAX_SRT_SECONDS or with more than MAX_SRT_CUES cues."""
+    if len(cues) > MAX_SRT_CUES:
+        raise SubtitleError(f"the SRT has {len(cues)} cues; at most {MAX_SRT_CUES} are spoken "
+                            "in one run (split the file)")
+    last = max(c.end for c in cues)
+    if last > MAX_SRT_SECONDS:
+        raise SubtitleError(f"the SRT runs to {format_time(last)}; at most "
+                            f"{format_time(MAX_SRT_SECONDS)} is spoken in one run (split the file)")
 
 
 def format_time(seconds: float) -> str:

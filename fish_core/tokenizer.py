@@ -6,6 +6,7 @@ code serves the real tokenizer (``<|im_end|>`` = 151645) and the tiny test one.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -14,6 +15,7 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 VOICE = "<|voice|>"
 SEMANTIC = "<|semantic:{}|>"
+SPEAKER = re.compile(r"<\|speaker:\d+\|>")
 
 
 class TokenizerError(ValueError):
@@ -21,8 +23,13 @@ class TokenizerError(ValueError):
 
 
 class FishTokenizer:
+    """Two encoders over one BPE: ``encode`` for the markers the prompt builder writes (special
+    tokens matched), ``encode_text`` for user text (special tokens never matched)."""
+
     def __init__(self, tokenizer: Tokenizer):
         self._tok = tokenizer
+        self._plain = plain_tokenizer(tokenizer)
+        self._added_ids = set(tokenizer.get_added_tokens_decoder())
         self.im_start_id = self._require(IM_START)
         self.im_end_id = self._require(IM_END)
         self.voice_id = self._require(VOICE)
@@ -33,6 +40,10 @@ class FishTokenizer:
             n += 1
         self.num_semantic_tokens = n
         self.semantic_end_id = self.semantic_begin_id + n - 1
+        self._speaker_ids = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()
+                             if SPEAKER.fullmatch(t.content)}
+        self._speaker_split = re.compile(
+            "(" + "|".join(map(re.escape, self._speaker_ids)) + ")") if self._speaker_ids else None
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "FishTokenizer":
@@ -54,8 +65,26 @@ class FishTokenizer:
         return token_id
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of one prompt part. Special tokens written in the text are matched."""
+        """Token ids of a marker part we wrote (``<|im_start|>user\\n``): special tokens matched.
+        Never for user text: see ``encode_text``."""
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of user text: only text ids. ``<|im_end|>`` or ``<|semantic:5|>`` typed in
+        the text become the byte tokens of those characters (and decode back to them), so text
+        cannot close a turn or inject audio codes. A ``<|speaker:N|>`` tag keeps its own id where
+        the tokenizer registers one (S2's does not: there it is plain text like the rest)."""
+        pieces = self._speaker_split.split(text) if self._speaker_split else [text]
+        ids = []
+        for piece in pieces:  # registered speaker tags at odd positions
+            if piece in self._speaker_ids:
+                ids.append(self._speaker_ids[piece])
+            elif piece:
+                ids += self._plain.encode(piece, add_special_tokens=False).ids
+        leaked = sorted({i for i in ids if i in self._added_ids} - set(self._speaker_ids.values()))
+        if leaked:  # only a tokenizer whose BPE vocabulary holds its own special tokens
+            raise TokenizerError(f"text {text[:40]!r} encodes to special token ids {leaked}")
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
@@ -68,3 +97,13 @@ class FishTokenizer:
         bad = [f"{name}={cfg} but tokenizer.json says {tok}" for name, cfg, tok in pairs if cfg != tok]
         if bad:
             raise TokenizerError("config.json and tokenizer.json disagree: " + "; ".join(bad))
+
+
+def plain_tokenizer(tokenizer: Tokenizer) -> Tokenizer:
+    """The same BPE, normalizer and pre-tokenizer without the added vocabulary: it matches no
+    special token in its input, so every id it gives is a text id."""
+    plain = Tokenizer(tokenizer.model)
+    plain.normalizer = tokenizer.normalizer
+    plain.pre_tokenizer = tokenizer.pre_tokenizer
+    plain.decoder = tokenizer.decoder
+    return plain

@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .prompt import Reference
-from .text import Turn
+from .text import Turn, check_text
 
 FORMAT = "sailfish-voice"
 VERSION = 1
@@ -121,7 +121,7 @@ def encode_voice(codec, audio, text: str, name: str = "voice", sample_rate: int 
     dict) and its transcript into a reusable voice with ``codec`` (a ``fish_core.codec.Codec``)."""
     from .audio import load_audio, prepare_audio
 
-    if not isinstance(text, str) or not text.strip():
+    if not check_text(text, "reference transcript").strip():
         raise ValueError("reference transcript must be the words spoken in the reference "
                          "audio, got an empty text")
     if isinstance(audio, (str, Path)):

@@ -23,6 +23,7 @@ MODELS = "fish_speech"
 VOICES = "fish_speech_voices"
 SHARED_MODELS = ("tts", "TTS")  # folder names other TTS packs register
 DOWNLOAD = " (download)"  # combo suffix of a variant that is fetched when the loader runs
+MAX_NAME = 100  # characters of a voice name or a file name part typed into a node
 STANDALONE = {MODELS: hub.DEFAULT_MODELS_DIR, VOICES: hub.DEFAULT_MODELS_DIR.parent / "voices"}
 
 
@@ -36,8 +37,8 @@ def register_folders() -> None:
 
 def roots(name: str) -> list[Path]:
     folder_paths = host.module("folder_paths")
-    if folder_paths is None:
-        return [STANDALONE[name]]
+    if folder_paths is None:  # a plain script: our own folders only, no other pack's
+        return [STANDALONE[name]] if name in STANDALONE else []
     try:
         return [Path(p) for p in folder_paths.get_folder_paths(name)]
     except KeyError:  # a folder name nobody registered
@@ -125,10 +126,24 @@ def voice_name(path: Path) -> str:
     return path.relative_to(roots(VOICES)[0].resolve()).as_posix()
 
 
+def check_name(value: str, field: str, limit: int = MAX_NAME) -> str:
+    """A name typed into a node: a string without control characters (NUL …), each ``/`` part
+    at most ``limit`` characters (file systems stop at 255 bytes)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be text, got {type(value).__name__}")
+    bad = sorted({repr(ch) for ch in value if ord(ch) < 32 or ord(ch) == 127})
+    if bad:
+        raise ValueError(f"{field} holds control characters ({', '.join(bad)})")
+    longest = max((len(part) for part in value.split("/")), default=0)
+    if longest > limit:
+        raise ValueError(f"{field} is too long ({longest} characters; at most {limit})")
+    return value
+
+
 def new_voice_path(prefix: str) -> Path:
     """``<voices>/<prefix>_00001.safetensors`` with the next free number; ``prefix`` may hold
     sub-folders but must stay inside the voices folder."""
-    prefix = prefix.strip()
+    prefix = check_name(prefix, "filename_prefix").strip()
     root = roots(VOICES)[0].resolve()
     target = (root / prefix).resolve()
     if not prefix or root not in target.parents:

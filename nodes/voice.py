@@ -12,6 +12,7 @@ from .schema import MODEL, VOICE, Combo, Node, Output, Socket, String
 def voice_encode(model, audio, transcript, name):
     require_text("transcript", transcript, "type the words spoken in the audio")
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
+    paths.check_name(name, "name")
     with MANAGER.use(model) as synth:
         return (synth.encode_voice(audio, transcript, name=name.strip()),)
 

@@ -1,0 +1,62 @@
+"""Output files: checked before any work starts (a typo in ``-o`` must not cost a whole run),
+and a result that still cannot be written where asked is kept next to it, never lost."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+AUDIO_SUFFIXES = (".wav", ".flac")  # what audio.save_audio writes
+CODES_SUFFIXES = (".npy", ".safetensors")
+VOICE_SUFFIXES = (".safetensors",)
+
+
+class OutputError(ValueError):
+    """A result could not be written where asked (the message says where it went, if anywhere)."""
+
+
+def check_output(path, field: str, suffixes: tuple[str, ...]) -> Path:
+    """``path`` if a file with a supported suffix can be created there (missing folders are
+    created on writing); else a ValueError naming ``field``."""
+    if "\x00" in str(path):
+        raise ValueError(f"{field}: the path holds a NUL byte")
+    path = Path(path).expanduser()
+    if path.suffix.lower() not in suffixes:
+        raise ValueError(f"{field}: {path.name!r} must end in {' or '.join(suffixes)}")
+    if path.is_dir():
+        raise ValueError(f"{field}: {path} is a folder; name the file to write in it")
+    folder = existing_ancestor(path.parent)
+    if not folder.is_dir():
+        raise ValueError(f"{field}: cannot create {path}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{field}: cannot write into {folder}: permission denied")
+    return path
+
+
+def existing_ancestor(folder: Path) -> Path:
+    """The nearest of ``folder`` and its parents that exists (as a file or a folder)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def write_or_keep(write: Callable[[Path], object], path: Path, what: str) -> str | None:
+    """``write(path)``. If the file system refuses, write to a spare name next to ``path``, else
+    in the working folder, else in the temp folder; returns a note saying where ``what`` went
+    (None when ``path`` was written)."""
+    try:
+        write(path)
+        return None
+    except (OSError, RuntimeError) as e:  # soundfile's write errors are RuntimeErrors
+        reason = getattr(e, "strerror", None) or str(e)
+    spare_name = f"{path.stem}.unsaved-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}"
+    for folder in (path.parent, Path.cwd(), Path(tempfile.gettempdir())):
+        try:
+            write(folder / spare_name)
+        except (OSError, RuntimeError):
+            continue
+        return f"could not write {path} ({reason}); the {what} is kept in {folder / spare_name}"
+    raise OutputError(f"could not write {path} ({reason}) nor a spare copy of the {what}")
