@@ -30,6 +30,7 @@ from .config import ModelConfig
 from .generate import Engine, GenerationError, SamplingParams
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
+from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
 from .tokenizer import FishTokenizer
 from .voices import Voice, encode_voice
 
@@ -168,6 +169,21 @@ class Synthesizer:
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         return self._speak(batches, voices, params, seed, history_turns, 0.0, on_progress, cancel)
 
+    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+               temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=1024,
+               seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES
+               ) -> AudioStream:
+        """``tts`` as an iterator of float32 waveform chunks, the first after ``first_frames``
+        frames; with the default chunking the chunks concatenate to ``tts``'s waveform."""
+        voices = [voice] if isinstance(voice, Voice) else list(voice or [])
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens)
+        job = SpeechJob(self, text, voices, params=params, seed=seed, max_bytes=max_bytes,
+                        history_turns=history_turns, first_frames=first_frames,
+                        chunk_frames=chunk_frames)
+        return AudioStream(self, job)
+
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
                  pause: float = 0.0, require_voices: bool | None = None, temperature=0.8,
                  top_p=0.8, top_k=30, max_new_tokens=1024, seed: int | None = None,
@@ -245,7 +261,8 @@ class Synthesizer:
         if all_codes.shape[1] == 0:
             raise GenerationError("the model ended the speech before producing any audio; "
                                   "try another seed or rephrase the text")
-        wave = self.decode(all_codes)
+        # Cut into chunks as a stream of these batches would be, so streams match exactly.
+        wave = decode_batches(codec, [gen.codes for _, gen, _ in results])
         gap = round(pause * sr)
         pieces, segments, frame, cursor = [], [], 0, 0
         for i, ((batch_text, gen, seconds), (_, speaker)) in enumerate(zip(results, batches)):
