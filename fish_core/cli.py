@@ -9,6 +9,7 @@
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
+    serve --port 8080 [--api-key KEY] [--voices DIR]      HTTP API (OpenAI and fish-speech)
 
 ``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
 downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and
@@ -116,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
     add_model_args(p, precision=False, engine=False)
+
+    p = sub.add_parser("serve", help="HTTP API: OpenAI /v1/audio/speech, fish-speech /v1/tts")
+    add_model_args(p)
+    from .serve.main import add_serve_args
+
+    add_serve_args(p)
 
     p = sub.add_parser("download", help="download a model variant")
     p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
@@ -292,13 +299,20 @@ def cmd_decode(args) -> str:
     return f"wrote {args.out}: {codes.shape[-1] * codec.frame_length / codec.sample_rate:.2f} s"
 
 
+def cmd_serve(args) -> str:
+    from .serve.main import serve
+
+    return serve(args)
+
+
 def cmd_download(args) -> str:
     path = hub.resolve(args.variant, models_dir=args.models_dir, download=True)
     return f"model ready in {path}"
 
 
 COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_srt,
-            "encode": cmd_encode, "decode": cmd_decode, "download": cmd_download}
+            "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
+            "download": cmd_download}
 
 
 def main(argv=None) -> int:

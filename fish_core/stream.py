@@ -120,6 +120,7 @@ class SpeechJob:
         self.deadline = deadline
         self._cancelled = threading.Event()
         self.batch = 0  # index of the text batch generated next
+        self.error: Exception | None = None  # why it failed, when it did
         self.history: list[tuple[str, torch.Tensor]] = []
 
     # ---------------------------------------------------------------- state
@@ -163,15 +164,19 @@ class SpeechJob:
         if self.ended or self.stopped:
             return
         self.columns += 1
+        chunks = []
         if int(column[0]) == self.synth.config.eos_token_id:
             self.ended = True
-            return
-        self.ended = self.columns >= self.limit
-        for chunk in self.decoder.push(column[1:, None]):
+        else:
+            self.ended = self.columns >= self.limit
+            chunks = self.decoder.push(column[1:, None])
+        if self.ended:  # the batch's last audio now, not when the other rows are done
+            chunks += self.decoder.flush()
+        for chunk in chunks:
             self.emit(chunk)
 
     def finish_batch(self, gen: Generated) -> None:
-        """The text batch is generated: decode its last frames and keep it as history."""
+        """The text batch is generated: decode any frames left and keep it as history."""
         for chunk in self.decoder.flush():
             self.emit(chunk)
         self.history.append((self.batches[self.batch], gen.codes))
@@ -183,7 +188,8 @@ class SpeechJob:
 
 def run_round(synth, jobs: Sequence[SpeechJob]) -> None:
     """Generate the next text batch of every job, together (one engine batch, one seed per
-    row). Stops with ``Cancelled`` within a frame once every job is cancelled or timed out."""
+    row). Stops with ``Cancelled`` within a frame once every job is cancelled or timed out; a
+    job that fails at the end of its batch keeps the exception in ``job.error``."""
     prompts = [job.prompt() for job in jobs]
 
     def on_column(column: torch.Tensor) -> None:  # [B, 1 + K]
@@ -202,7 +208,10 @@ def run_round(synth, jobs: Sequence[SpeechJob]) -> None:
                                      on_column=on_column, cancel=cancel)
     for job, gen in zip(jobs, gens):
         if not job.stopped:
-            job.finish_batch(gen)
+            try:
+                job.finish_batch(gen)
+            except GenerationError as e:
+                job.error = e
 
 
 class AudioStream:
@@ -228,6 +237,8 @@ class AudioStream:
         try:
             while not self.job.done and not self.job.stopped:
                 run_round(self.synth, [self.job])
+                if self.job.error is not None:
+                    raise self.job.error
             if self.job.timed_out:
                 raise TimeoutError("the stream ran past its deadline")
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
