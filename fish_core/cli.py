@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import hub
+from .stream import FIRST_FRAMES
 
 DEFAULT_MODEL = "s2-pro"
 
@@ -82,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref-text", action="append", default=[], help="its transcript")
     p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p.add_argument("--stream", action="store_true",
+                   help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
+    p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],
+                   help="what --stream writes to stdout")
+    p.add_argument("--first-frames", type=int, default=FIRST_FRAMES,
+                   help="--stream: first audio after this many frames")
     add_model_args(p)
     add_sampling_args(p)
 
@@ -216,6 +223,8 @@ def cmd_say(args) -> str:
               for v in args.voice]
     for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
         voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
+    if args.stream:
+        return stream_say(args, synth, voices)
     bar = Bar("generating")
     try:
         if args.script:
@@ -230,6 +239,35 @@ def cmd_say(args) -> str:
     save_audio(args.out, speech.waveform, speech.sample_rate)
     return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
             f"seed {speech.seed}")
+
+
+def stream_say(args, synth, voices) -> str:
+    """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
+    from .serve.formats import StreamEncoder, wav_header
+
+    if args.script:
+        raise ValueError("--stream speaks a text (or --text-file), not a --script")
+    to_stdout = args.out == "-"
+    fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
+    if fmt not in ("wav", "pcm"):
+        raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
+    stream = synth.stream(read_text(args), voices, max_bytes=args.max_bytes,
+                          first_frames=args.first_frames, **sampling(args))
+    encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
+    out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
+    try:
+        with stream:
+            for chunk in stream:
+                out.write(encode(chunk))
+                out.flush()
+                samples += chunk.shape[0]
+        if fmt == "wav" and not to_stdout:  # a file: put the real length in the header
+            out.seek(0)
+            out.write(wav_header(synth.sample_rate, samples))
+    finally:
+        if not to_stdout:
+            out.close()
+    return (f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}")
 
 
 def cmd_codes(args) -> str:
@@ -318,7 +356,9 @@ COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_s
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        print(COMMANDS[args.command](args))
+        message = COMMANDS[args.command](args)
+        # With audio on stdout (say --stream -o -), the report goes to stderr.
+        print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -101,3 +101,39 @@ def test_bad_stream_settings_name_the_field(synth):
         synth.stream("Hi.", first_frames=0)
     with pytest.raises(ValueError, match="text"):
         synth.stream("  ")
+
+
+def test_cli_say_stream_to_stdout_and_file(ckpt_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    import soundfile as sf
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    def say(*extra):
+        return subprocess.run([sys.executable, "-m", "fish_core", "say", "Streamed to a pipe.",
+                               "--model", str(ckpt_dir), "--precision", "fp32", "--seed", "5",
+                               "--max-new-tokens", "16", *extra], cwd=root, env=env,
+                              capture_output=True, timeout=300)
+
+    whole = tmp_path / "whole.wav"
+    assert say("-o", str(whole)).returncode == 0
+    piped = say("--stream", "-o", "-")
+    assert piped.returncode == 0, piped.stderr.decode()
+    assert piped.stdout[:4] == b"RIFF" and b"streamed" in piped.stderr
+    to_file = tmp_path / "streamed.wav"
+    assert say("--stream", "-o", str(to_file)).returncode == 0
+    expected = sf.read(whole, dtype="int16")[0]
+    from_file, sr = sf.read(to_file, dtype="int16")  # the header was given the real length
+    assert sr == 44100 and np.array_equal(from_file, expected)
+    assert to_file.read_bytes() == whole.read_bytes()
+    from_pipe = np.frombuffer(piped.stdout[44:], dtype="<i2")
+    assert np.array_equal(from_pipe, from_file)
+    raw = say("--stream", "-o", str(tmp_path / "x.flac"))
+    assert raw.returncode == 2 and b"--stream writes" in raw.stderr

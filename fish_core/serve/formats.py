@@ -26,9 +26,13 @@ def writable() -> list[str]:
 
 
 def pcm16(wave: torch.Tensor) -> bytes:
-    """float32 ``[T]`` in [-1, 1] → little-endian signed 16-bit samples (clipped, rounded)."""
+    """float32 ``[T]`` → little-endian signed 16-bit samples, converted by libsndfile as
+    ``fish_core.audio.save_audio`` converts them (sample by sample, so chunks concatenate to
+    the whole)."""
     x = np.clip(wave.detach().cpu().numpy().astype(np.float32), -1.0, 1.0)
-    return np.round(x * 32767.0).astype("<i2").tobytes()
+    out = io.BytesIO()
+    sf.write(out, x, 44100, format="RAW", subtype="PCM_16", endian="LITTLE")
+    return out.getvalue()
 
 
 def wav_header(sample_rate: int, samples: int | None = None) -> bytes:
