@@ -190,7 +190,16 @@ def run_round(synth, jobs: Sequence[SpeechJob]) -> None:
     """Generate the next text batch of every job, together (one engine batch, one seed per
     row). Stops with ``Cancelled`` within a frame once every job is cancelled or timed out; a
     job that fails at the end of its batch keeps the exception in ``job.error``."""
-    prompts = [job.prompt() for job in jobs]
+    ready, prompts = [], []
+    for job in jobs:  # a prompt that cannot fit fails its own job only
+        try:
+            prompts.append(job.prompt())
+            ready.append(job)
+        except GenerationError as e:
+            job.error = e
+    if not ready:
+        return
+    jobs = ready
 
     def on_column(column: torch.Tensor) -> None:  # [B, 1 + K]
         for job, row in zip(jobs, column):

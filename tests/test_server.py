@@ -26,7 +26,6 @@ from fish_core.serve import formats  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from fish_core.synth import Synthesizer  # noqa: E402
 
 KEY = "test-key-123"
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
@@ -35,8 +34,8 @@ LIMITS = Limits(max_body_bytes=2 * 2**20, max_text_chars=500, max_references=2,
 
 
 @pytest.fixture(scope="module")
-def synth(ckpt_dir):
-    return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+def synth(tiny_synth):
+    return tiny_synth
 
 
 def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:

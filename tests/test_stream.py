@@ -8,14 +8,13 @@ import pytest
 import torch
 
 from fish_core.stream import ChunkDecoder, decode_batches
-from fish_core.synth import Synthesizer
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 
 
 @pytest.fixture(scope="module")
-def synth(ckpt_dir):
-    return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+def synth(tiny_synth):
+    return tiny_synth
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
     g.add_argument("--lazy", action="store_true", help="load the model on the first request")
-    g.add_argument("--max-batch", type=int, default=None,
-                   help="requests decoded together (default 4 on a GPU, 1 on the CPU)")
+    g.add_argument("--max-batch", type=int, default=4,
+                   help="requests that arrive together are decoded as one batch of up to this "
+                        "many (1: one at a time)")
     g.add_argument("--context-length", type=int, default=None,
                    help="cap prompt + generated tokens (bounds the KV cache)")
     limits = Limits()
@@ -35,7 +36,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_service(args):
-    from ..synth import Synthesizer, resolve_device
+    from ..synth import Synthesizer
     from .service import Service
 
     def load():
@@ -45,14 +46,13 @@ def build_service(args):
             models_dir=args.models_dir, download=not args.no_download,
             context_length=args.context_length)
 
-    max_batch = args.max_batch or (4 if resolve_device(args.device).type == "cuda" else 1)
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,
                     max_reference_seconds=args.max_reference_seconds,
                     timeout_seconds=args.timeout)
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=args.api_key,
-                              limits=limits, max_batch=max_batch,
+                              limits=limits, max_batch=args.max_batch,
                               default_voice=args.default_voice)
 
 

@@ -165,6 +165,8 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
         if speech.stream is None:
             return await whole(items, request, speech, info)
         return await streamed(items, request, speech, info)
+    except ClientGone:  # nobody to answer; 499 is what the access log shows
+        return web.Response(status=499)
     finally:
         task.cancel()  # a no-op once it is done; stops it when the client left
 
@@ -212,6 +214,17 @@ async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.Str
     if sse:
         response.headers["Cache-Control"] = "no-cache"
     await response.prepare(request)
+    try:
+        await stream_body(items, request, response, encode, sse, kind, value, info)
+    except (ClientGone, ConnectionResetError):  # the client left mid-stream
+        return response
+    await response.write_eof()
+    return response
+
+
+async def stream_body(items, request, response, encode, sse: bool, kind: str, value,
+                      info: dict) -> None:
+    """Write the chunks as they come (``kind, value``: the first report, already read)."""
     samples = 0
     while True:
         if kind == "error":  # too late for a status: say it in the stream, or just end it
@@ -221,8 +234,9 @@ async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.Str
             break
         if kind == "done":
             if sse:
-                await response.write(sse_event({"type": "speech.audio.done", "usage": {
-                    "input_tokens": 0, "output_tokens": samples, "total_tokens": samples}}))
+                frames = samples // info["frame_length"]
+                await response.write(sse_event({"type": "speech.audio.done",
+                                                "usage": {"output_tokens": frames}}))
             break
         samples += value.shape[0]
         data = encode(value)
@@ -231,8 +245,6 @@ async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.Str
                               "audio": base64.b64encode(data).decode("ascii")})
         await response.write(data)
         kind, value = await next_item(items, request)
-    await response.write_eof()
-    return response
 
 
 def sse_event(payload: dict) -> bytes:

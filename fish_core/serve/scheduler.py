@@ -7,7 +7,7 @@ with more text batches goes to the back of the queue, so a long text cannot hold
 short requests wait (round robin by text batch).
 
 A task reports to its ``emit(kind, value)``, on the worker thread: ``("start", {"sample_rate",
-"seed"})``, then ``("chunk", waveform)`` for each chunk, then ``("done", None)`` or
+"seed", "frame_length"})``, then ``("chunk", waveform)`` for each chunk, then ``("done", None)`` or
 ``("error", ApiError)``. ``cancel()`` (client gone) stops its generation within a frame once no
 other row of the batch needs the model; a task past its deadline ends with a 504 error.
 """
@@ -179,7 +179,8 @@ class Scheduler:
                              deadline=task.deadline)
         if task.cancelled.is_set():
             task.job.cancel()
-        task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed})
+        task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed,
+                            "frame_length": synth.codec.frame_length})
 
 
 def fail(task: Task, error: Exception) -> None:
