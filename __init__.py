@@ -7,11 +7,12 @@ two is exported, because ComfyUI ignores ``comfy_entrypoint`` when ``NODE_CLASS_
 exists.
 """
 
-from .nodes import host, paths
+from .nodes import host, paths, routes
 
 WEB_DIRECTORY = "./web"
 
 paths.register_folders()
+routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
 
 if host.v3_api() is not None:
     from .nodes import comfy_entrypoint

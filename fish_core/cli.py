@@ -9,6 +9,7 @@
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
+    serve --port 8080 [--api-key KEY] [--voices DIR]      HTTP API (OpenAI and fish-speech)
 
 ``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
 downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and
@@ -33,6 +34,7 @@ from .generate import Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_output, write_or_keep)
 from .text import check_text, read_text_file
+from .stream import FIRST_FRAMES
 
 DEFAULT_MODEL = "s2-pro"
 DEFAULTS = SamplingParams()
@@ -114,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref-text", action="append", default=[], help="its transcript")
     p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p.add_argument("--stream", action="store_true",
+                   help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
+    p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],
+                   help="what --stream writes to stdout")
+    p.add_argument("--first-frames", type=int, default=FIRST_FRAMES,
+                   help="--stream: first audio after this many frames")
     add_model_args(p)
     add_sampling_args(p)
 
@@ -150,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
     add_model_args(p, precision=False, engine=False)
+
+    p = add_command("serve", help="HTTP API: OpenAI /v1/audio/speech, fish-speech /v1/tts")
+    add_model_args(p)
+    from .serve.main import add_serve_args
+
+    add_serve_args(p)
 
     p = add_command("download", help="download a model variant")
     p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
@@ -204,7 +218,10 @@ OUTPUTS = {"say": AUDIO_SUFFIXES, "codes": CODES_SUFFIXES, "voice": VOICE_SUFFIX
 
 def check_request(args) -> None:
     """Every option that can be checked before any work: outputs, device and seed."""
-    if args.command in OUTPUTS:
+    if getattr(args, "stream", False):  # say --stream: a .wav/.pcm file, or - for stdout
+        if args.out != "-":
+            check_output(args.out, "--out", (".wav", ".pcm"))
+    elif args.command in OUTPUTS:
         check_output(args.out, "--out", OUTPUTS[args.command])
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
@@ -271,6 +288,8 @@ def cmd_say(args) -> str:
               for v in args.voice]
     for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
         voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
+    if args.stream:
+        return stream_say(args, synth, voices)
     bar = Bar("generating")
     try:
         if script is not None:
@@ -284,6 +303,35 @@ def cmd_say(args) -> str:
     save(args.out, lambda p: save_audio(p, speech.waveform, speech.sample_rate), "audio")
     return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
             f"seed {speech.seed}")
+
+
+def stream_say(args, synth, voices) -> str:
+    """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
+    from .serve.formats import StreamEncoder, wav_header
+
+    if args.script:
+        raise ValueError("--stream speaks a text (or --text-file), not a --script")
+    to_stdout = args.out == "-"
+    fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
+    if fmt not in ("wav", "pcm"):
+        raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
+    stream = synth.stream(read_text(args), voices, max_bytes=args.max_bytes,
+                          first_frames=args.first_frames, **sampling(args))
+    encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
+    out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
+    try:
+        with stream:
+            for chunk in stream:
+                out.write(encode(chunk))
+                out.flush()
+                samples += chunk.shape[0]
+        if fmt == "wav" and not to_stdout:  # a file: put the real length in the header
+            out.seek(0)
+            out.write(wav_header(synth.sample_rate, samples))
+    finally:
+        if not to_stdout:
+            out.close()
+    return (f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}")
 
 
 def cmd_codes(args) -> str:
@@ -359,20 +407,29 @@ def cmd_decode(args) -> str:
     return f"wrote {args.out}: {codes.shape[-1] * codec.frame_length / codec.sample_rate:.2f} s"
 
 
+def cmd_serve(args) -> str:
+    from .serve.main import serve
+
+    return serve(args)
+
+
 def cmd_download(args) -> str:
     path = hub.resolve(args.variant, models_dir=args.models_dir, download=True)
     return f"model ready in {path}"
 
 
 COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_srt,
-            "encode": cmd_encode, "decode": cmd_decode, "download": cmd_download}
+            "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
+            "download": cmd_download}
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_request(args)
-        print(COMMANDS[args.command](args))
+        message = COMMANDS[args.command](args)
+        # With audio on stdout (say --stream -o -), the report goes to stderr.
+        print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)
     except USER_ERRORS as e:
         if getattr(args, "debug", False):
             traceback.print_exc()

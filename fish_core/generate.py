@@ -81,6 +81,12 @@ def random_seed() -> int:
     return secrets.randbits(63)
 
 
+def batch_seed(seed: int, index: int) -> int:
+    """Text batch (or take) ``index`` of a request seeded ``seed`` draws with ``seed + index``,
+    wrapping within the seed range."""
+    return (seed + index) % (MAX_SEED + 1)
+
+
 def check_seed(seed, field: str = "seed") -> int:
     """``seed`` as an int in 0 .. MAX_SEED; any int-like (``operator.index``: int, numpy ints)
     is accepted. A bool, a float, a string or an out-of-range value raises GenerationError

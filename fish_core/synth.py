@@ -13,8 +13,9 @@ s is exactly a single run with seed ``s + k``.
 
 Long text is planned into sentence-bounded batches (``text.plan_batches``); every batch sees the
 references plus the last ``history_turns`` generated turns, trimmed further if the prompt would
-not leave room for ``max_new_tokens``. All batches' codes are decoded in one causal codec pass,
-so the joins have no clicks.
+not leave room for ``max_new_tokens``. All batches' codes go through one causal codec state, cut
+into chunks exactly as ``stream`` cuts them, so the joins have no clicks and a stream equals the
+whole.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from .checkpoint import CheckpointError, load_model
 from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
 from .device import codec_dtype_for, resolve_device, resolve_dtype
-from .generate import MAX_SEED, Engine, GenerationError, SamplingParams, check_seed, \
+from .generate import Engine, GenerationError, SamplingParams, batch_seed, check_seed, \
     random_seed
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
 from .script import check_script
+from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
 from .speech import MAX_TAKES, Batch, BatchResult, Speech, SubtitleSpeech
 from .timeline import join_batches, place_cues
 from .tokenizer import FishTokenizer
@@ -120,6 +122,22 @@ class Synthesizer:
                                0.0, on_progress, cancel)
         return speeches if takes is not None else speeches[0]
 
+    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+               temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+               top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+               seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES) -> AudioStream:
+        """``tts`` as an iterator of float32 waveform chunks, the first after ``first_frames``
+        frames; with the default chunking the chunks concatenate to ``tts``'s waveform."""
+        if not textplan.check_text(text, "text").strip():
+            raise ValueError("text is empty: nothing to say")
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        job = SpeechJob(self, text, as_voices(voice), params=params, seed=pick_seed(seed),
+                        max_bytes=max_bytes, history_turns=history_turns,
+                        first_frames=first_frames, chunk_frames=chunk_frames)
+        return AudioStream(self, job)
+
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
                  pause: float = 0.0, turn_by_turn: bool = False,
                  require_voices: bool | None = None,
@@ -201,7 +219,8 @@ class Synthesizer:
                 raise GenerationError(f"the model ended the speech (seed {take_seed}) before "
                                       "producing any audio; try another seed or rephrase the "
                                       "text")
-            wave = self.decode(codes)
+            # Cut into chunks as a stream of these batches would be, so streams match exactly.
+            wave = decode_batches(codec, [r.generated.codes for r in results])
             timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
             speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
                                    timeline.segments, take_seed))
@@ -294,9 +313,3 @@ def as_voices(voice) -> list[Voice]:
 def pick_seed(seed: int | None) -> int:
     """The request's base seed: ``seed`` (checked), or a fresh random one."""
     return random_seed() if seed is None else check_seed(seed)
-
-
-def batch_seed(seed: int, index: int) -> int:
-    """Batch ``index`` of a request draws with ``seed + index`` (wrapping within the seed
-    range)."""
-    return (seed + index) % (MAX_SEED + 1)

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -138,6 +138,8 @@ class Entry:
     idle_seconds: float
     users: int = 0
     timer: threading.Timer | None = None
+    # One generation at a time per model: nodes and the HTTP API (nodes/routes.py) share it.
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class ModelManager:
@@ -186,9 +188,10 @@ class ModelManager:
             if entry.timer is not None:
                 entry.timer.cancel()
         try:
-            if entry.patcher is not None:
-                self.memory.load(entry.patcher)
-            yield entry.synth
+            with entry.lock:
+                if entry.patcher is not None:
+                    self.memory.load(entry.patcher)
+                yield entry.synth
         finally:
             with self._lock:
                 entry.users -= 1

@@ -114,6 +114,15 @@ def golden(golden_dir) -> Golden:
     return Golden(golden_dir)
 
 
+@pytest.fixture(scope="session")
+def tiny_synth(ckpt_dir):
+    """The fixture checkpoint as a float32 CPU Synthesizer, shared by the streaming and server
+    tests."""
+    from fish_core.synth import Synthesizer
+
+    return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     # The goldens were recorded with one thread; keep reductions comparable and tests quiet.

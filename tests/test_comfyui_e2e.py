@@ -418,6 +418,25 @@ def test_takes_save_one_file_per_take(server):
     assert len(lengths) == 1 and lengths.pop() % FRAME == 0
 
 
+def test_http_api_on_comfyui_port(server):
+    """The pack's HTTP API answers on ComfyUI's own port under /sailfish, loads the model through
+    the shared manager on first use, and ComfyUI's Free memory frees it."""
+    assert server.get("/sailfish/v1/health")["status"] == "ok"
+    body = {"text": "Over HTTP.", "seed": 1, "max_new_tokens": 8, "format": "wav"}
+    request = urllib.request.Request(server.url + "/sailfish/v1/tts",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=PROMPT_SECONDS) as r:
+        info = sf.info(io.BytesIO(r.read()))
+    assert info.samplerate == RATE and info.frames % FRAME == 0 and info.frames > 0
+    assert server.get("/sailfish/v1/health")["model_loaded"] is True
+    server.post("/free", {"unload_models": True, "free_memory": True})
+    deadline = time.monotonic() + 60
+    while server.get("/sailfish/v1/health")["model_loaded"]:
+        assert time.monotonic() < deadline, server.log_text()[-3000:]
+        time.sleep(0.3)
+
+
 def test_errors_reach_the_user(server):
     entry = server.wait(server.queue(tts_prompt("   ", 1, 8)))
     assert entry["status"]["status_str"] == "error"

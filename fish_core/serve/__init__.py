@@ -1,0 +1,14 @@
+"""Speech as a service: one set of aiohttp routes (OpenAI ``/v1/audio/speech``, fish-speech
+``/v1/tts``, a voice library) over a fair, batching queue in front of one model.
+
+    requests.py   request bodies of both dialects → SpeechRequest (every field checked)
+    scheduler.py  the queue: fair, batching, cancellable, with timeouts
+    routes.py     the aiohttp handlers (one set for both hosts)
+    service.py    model + queue + voices + limits + API key
+    voicelib.py   voice files by name, confined to the voices folder
+    formats.py    wav / pcm / flac / mp3 / opus bytes
+    main.py       ``python -m fish_core serve``; background.py runs a server on a thread
+
+Inside ComfyUI the same routes are mounted under ``/sailfish`` (``nodes/routes.py``). Nothing
+here is imported by the CLI's other commands, so aiohttp is needed only to serve.
+"""

@@ -1,0 +1,285 @@
+"""Speech request bodies of both dialects → one ``SpeechRequest``, every field checked.
+
+A bad field raises ``ApiError`` (status 4xx) whose message and ``param`` name the field; the
+handlers turn it into OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import math
+import re
+from dataclasses import dataclass, field
+
+import soundfile as sf
+
+from ..generate import MAX_SEED
+from . import formats
+
+OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
+                 "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
+                 "top_p", "top_k", "max_new_tokens"}
+FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
+               "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
+               "repetition_penalty", "temperature", "top_k"}
+VOICE_NAME = re.compile(r"[A-Za-z0-9_\- ]+")  # fish-speech's reference id rule, per path segment
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param,
+                          "code": self.code}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 20 * 2**20
+    max_text_chars: int = 4096
+    max_references: int = 4
+    max_reference_seconds: float = 60.0
+    max_new_tokens: int = 4096
+    timeout_seconds: float = 600.0
+
+
+@dataclass
+class Reference:
+    audio: bytes  # an encoded audio file (wav, flac, ogg …)
+    text: str
+
+
+@dataclass
+class SpeechRequest:
+    text: str
+    voice: str | None = None  # a saved voice's name
+    voice_param: str = "voice"  # the field that named it
+    references: list[Reference] = field(default_factory=list)
+    format: str = "wav"
+    stream: str | None = None  # None, "audio" or "sse"
+    seed: int | None = None
+    temperature: float = 0.8
+    top_p: float = 0.8
+    top_k: int = 30
+    max_new_tokens: int = 1024
+    max_bytes: int = 300  # text batch size
+
+
+# ---------------------------------------------------------------- field checks
+def bad(param: str, message: str, status: int = 400, code: str | None = None) -> ApiError:
+    return ApiError(status, f"{param}: {message}", param, code)
+
+
+def require_object(body) -> dict:
+    if not isinstance(body, dict):
+        raise bad("body", f"must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def reject_unknown(body: dict, known: set) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise bad(unknown[0], "unrecognized request argument")
+
+
+def text_field(body: dict, name: str, limits: Limits, required: bool = True,
+               param: str | None = None) -> str | None:
+    """A non-empty string within the text limit; errors name ``param`` (default ``name``)."""
+    value, param = body.get(name), param or name
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise bad(param, f"must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise bad(param, "must not be empty")
+    if len(value) > limits.max_text_chars:
+        raise bad(param, f"is {len(value)} characters; the limit is {limits.max_text_chars}")
+    return value
+
+
+def number(body: dict, name: str, default: float, low: float, high: float,
+           low_open: bool = False, high_open: bool = False) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise bad(name, f"must be a number, got {value!r}")
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if too_low or too_high:
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        raise bad(name, f"must lie in {left}{low:g}, {high:g}{right}, got {value!r}")
+    return float(value)
+
+
+def integer(body: dict, name: str, default: int | None, low: int, high: int) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(name, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise bad(name, f"must lie in {low} .. {high}, got {value}")
+    return value
+
+
+def choice(body: dict, name: str, default: str | None, allowed) -> str | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if value not in allowed:
+        raise bad(name, f"must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def audio_format(body: dict, name: str, default: str) -> str:
+    value = body.get(name, default)
+    if value not in formats.CONTENT_TYPES:
+        raise bad(name, f"must be one of {', '.join(formats.CONTENT_TYPES)}, got {value!r}")
+    if value not in formats.writable():
+        raise bad(name, f"{value} cannot be written by this installation's libsndfile; "
+                        f"use one of {', '.join(formats.writable())}")
+    return value
+
+
+def voice_name(value, param: str = "voice") -> str:
+    """A voice name: path segments of ``[A-Za-z0-9_\\- ]``, at most 255 characters."""
+    if not isinstance(value, str):
+        raise bad(param, f"must be a string, got {type(value).__name__}")
+    parts = value.split("/")
+    if not value or len(value) > 255 or not all(VOICE_NAME.fullmatch(p) for p in parts) \
+            or any(p.strip() != p or not p.strip() for p in parts):
+        raise bad(param, "must be 1-255 characters of letters, digits, '_', '-', ' ' "
+                         f"(and '/' between folders), got {value!r}")
+    return value
+
+
+def audio_bytes(value, param: str) -> bytes:
+    """Audio given as raw bytes (msgpack), base64 or a ``data:`` URL."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if not isinstance(value, str) or not value:
+        raise bad(param, "must be base64 audio or a data: URL")
+    if value.startswith("data:"):
+        head, _, value = value.partition(",")
+        if not head.endswith(";base64"):
+            raise bad(param, "a data: URL must be base64-encoded")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad(param, "is not valid base64") from None
+
+
+def references(body: dict, name: str, limits: Limits) -> list[Reference]:
+    items = body.get(name)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise bad(name, f"must be a list of {{audio, text}}, got {type(items).__name__}")
+    if len(items) > limits.max_references:
+        raise bad(name, f"has {len(items)} items; the limit is {limits.max_references}")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise bad(where, "must be an object {audio, text}")
+        audio = audio_bytes(item.get("audio"), f"{where}.audio")
+        out.append(Reference(audio, text_field(item, "text", limits, param=f"{where}.text")))
+    return out
+
+
+def decode_reference(audio: bytes, param: str, limits: Limits):
+    """Encoded audio bytes → mono float32 ``[T]`` at 44.1 kHz, length-checked before decoding."""
+    from ..audio import AudioError, prepare_audio
+
+    try:
+        info = sf.info(io.BytesIO(audio))
+        if info.samplerate > 0 and info.frames / info.samplerate > limits.max_reference_seconds:
+            raise bad(param, f"is {info.frames / info.samplerate:.1f} s long; the limit is "
+                             f"{limits.max_reference_seconds:g} s")
+        data, sr = sf.read(io.BytesIO(audio), dtype="float32", always_2d=True)
+        return prepare_audio(data.T, sr, max_seconds=limits.max_reference_seconds, name=param)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+        raise bad(param, f"is not readable audio ({e})") from None
+    except AudioError as e:
+        raise bad(param, str(e).removeprefix(f"{param}: ")) from None
+
+
+# ---------------------------------------------------------------- the two dialects
+def sampling(body: dict, request: SpeechRequest, limits: Limits) -> None:
+    request.seed = integer(body, "seed", None, 0, MAX_SEED)
+    request.temperature = number(body, "temperature", 0.8, 0, 2, low_open=True, high_open=True)
+    request.top_p = number(body, "top_p", 0.8, 0, 1, low_open=True)
+    request.top_k = integer(body, "top_k", 30, 1, 1 << 20)
+    request.max_new_tokens = integer(body, "max_new_tokens", min(1024, limits.max_new_tokens), 1,
+                                     limits.max_new_tokens)
+
+
+def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
+    """OpenAI ``POST /v1/audio/speech`` plus the S2 extensions of SGLang-Omni / vLLM-Omni."""
+    body = require_object(body)
+    reject_unknown(body, OPENAI_FIELDS)
+    model = body.get("model")
+    if model is not None and model not in models:
+        raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
+                  404, "model_not_found")
+    text = text_field(body, "input", limits)
+    instructions = text_field(body, "instructions", limits, required=False)
+    if instructions is not None:
+        if any(c in instructions for c in "[]<>") or len(instructions) > 200:
+            raise bad("instructions", "must be a short style cue (at most 200 characters, no "
+                                      "brackets), e.g. 'whispering'")
+        text = f"[{instructions.strip()}] {text}"
+    voice = body.get("voice")
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    request = SpeechRequest(text, None if voice is None else voice_name(voice))
+    request.format = audio_format(body, "response_format", "wav")
+    speed = number(body, "speed", 1.0, 0.25, 4.0)
+    if speed != 1.0:
+        raise bad("speed", f"only 1.0 is supported (S2 has no speed control), got {speed:g}")
+    request.stream = choice(body, "stream_format", None, ("audio", "sse"))
+    if request.stream and request.format not in formats.STREAMABLE:
+        raise bad("response_format", f"{request.format} cannot be streamed; stream wav or pcm")
+    request.references = references(body, "references", limits)
+    if body.get("ref_audio") is not None:
+        ref_text = text_field(body, "ref_text", limits)
+        request.references.append(Reference(audio_bytes(body["ref_audio"], "ref_audio"),
+                                            ref_text))
+        if len(request.references) > limits.max_references:
+            raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
+                                   f"{limits.max_references}")
+    sampling(body, request, limits)
+    return request
+
+
+def parse_fish(body, limits: Limits) -> SpeechRequest:
+    """fish-speech ``POST /v1/tts`` (``ServeTTSRequest``)."""
+    body = require_object(body)
+    reject_unknown(body, FISH_FIELDS)
+    request = SpeechRequest(text_field(body, "text", limits))
+    reference_id = body.get("reference_id")
+    request.voice = None if reference_id is None else voice_name(reference_id, "reference_id")
+    request.voice_param = "reference_id"
+    request.references = references(body, "references", limits)
+    request.format = audio_format(body, "format", "wav")
+    streaming = body.get("streaming", False)
+    if not isinstance(streaming, bool):
+        raise bad("streaming", f"must be true or false, got {streaming!r}")
+    if streaming and request.format not in formats.STREAMABLE:
+        raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
+    request.stream = "audio" if streaming else None
+    request.max_bytes = integer(body, "chunk_length", 300, 100, 1000)
+    choice(body, "latency", "normal", ("normal", "balanced"))
+    choice(body, "use_memory_cache", "off", ("on", "off"))
+    if not isinstance(body.get("normalize", True), bool):
+        raise bad("normalize", "must be true or false")
+    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
+    sampling(body, request, limits)
+    return request

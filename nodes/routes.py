@@ -1,0 +1,77 @@
+"""The HTTP API on ComfyUI's own server, under ``/sailfish`` (``/sailfish/v1/audio/speech``,
+``/sailfish/v1/tts`` … and, as ComfyUI mirrors every route, ``/api/sailfish/v1/…``).
+
+The model is the one the nodes share: loaded lazily through the model manager on the first
+request (so ComfyUI counts it, and "Free memory" frees it; the next request loads it again).
+Voices are the ``fish_speech_voices`` folder Voice Save writes. Settings, by environment:
+
+* ``SAILFISH_SERVE_MODEL``: a checkpoint as the Model Loader lists it (or a folder); default
+  the first local checkpoint.
+* ``SAILFISH_SERVE_PRECISION`` (auto), ``SAILFISH_SERVE_QUANTIZATION`` (none).
+* ``SAILFISH_SERVE_API_KEY``: require ``Authorization: Bearer <key>``.
+* ``SAILFISH_SERVE=0``: do not mount the routes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import host, paths
+from .manager import MANAGER, ModelHandle
+
+PREFIX = "/sailfish"
+log = logging.getLogger("sailfish")
+
+
+def model_handle() -> ModelHandle:
+    """The served model, from the environment (read at each load, so it can change)."""
+    from ..fish_core.serve.requests import ApiError
+
+    choice = os.environ.get("SAILFISH_SERVE_MODEL", "")
+    if choice and Path(choice).is_dir():
+        folder = Path(choice)
+    else:
+        local = paths.local_models()
+        if not choice and not local:
+            raise ApiError(503, "no model: put a checkpoint folder into models/fish_speech or "
+                                "set SAILFISH_SERVE_MODEL", code="model_not_found")
+        try:
+            folder = paths.resolve_model(choice or next(iter(local)))
+        except (ValueError, FileNotFoundError) as e:
+            raise ApiError(503, f"SAILFISH_SERVE_MODEL: {e}", code="model_not_found") from None
+    return ModelHandle(str(folder), precision=os.environ.get("SAILFISH_SERVE_PRECISION", "auto"),
+                       quantization=os.environ.get("SAILFISH_SERVE_QUANTIZATION", "none"))
+
+
+def build_service(manager=MANAGER):
+    from ..fish_core.serve.service import Service
+
+    @contextmanager
+    def model():
+        with manager.use(model_handle()) as synth:
+            yield synth
+
+    return Service(model, paths.roots(paths.VOICES), model_name="s2-pro",
+                   api_key=os.environ.get("SAILFISH_SERVE_API_KEY") or None,
+                   loaded=lambda: bool(manager.loaded()))
+
+
+def mount() -> bool:
+    """Add the routes to ComfyUI's PromptServer (before its app starts); False when there is
+    no ComfyUI server or serving is switched off."""
+    server = host.module("server")
+    instance = getattr(getattr(server, "PromptServer", None), "instance", None)
+    if instance is None or os.environ.get("SAILFISH_SERVE", "1") == "0":
+        return False
+    try:
+        from ..fish_core.serve.routes import routes
+    except ImportError as e:  # aiohttp comes with ComfyUI; say so rather than fail the pack
+        log.warning("Sailfish: HTTP API not mounted (%s)", e)
+        return False
+    for route in routes(build_service(), PREFIX):
+        instance.routes.route(route.method, route.path)(route.handler)
+    log.info("Sailfish: HTTP API at %s/v1 (OpenAI speech, fish-speech tts, voices)", PREFIX)
+    return True
