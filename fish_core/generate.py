@@ -293,8 +293,8 @@ class Engine:
         per prompt) gives each row its own generator, so row b draws exactly what a one-prompt
         run with ``seed=seeds[b]`` draws. With none of them a random seed is used.
         ``on_frame(done, total)`` reports progress; ``on_column(column)`` receives each new
-        column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill) for streaming —
-        a row's columns past its own end are dropped from its result. ``cancel()`` returning
+        column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill; one host sync per
+        frame) for streaming — a row's columns past its own end are dropped from its result. ``cancel()`` returning
         True raises Cancelled. ``stop_on_eos=False`` runs every row to its ``max_new_tokens``
         (for benchmarks)."""
         self.follow_model()
