@@ -48,7 +48,8 @@ def make_config(name: str) -> ModelConfig:
     data["audio_decoder_config"].update(dim=dim, text_dim=dim, n_layer=fast_layers, n_head=heads,
                                         n_local_heads=kv, head_dim=hd, intermediate_size=ffn,
                                         vocab_size=cb)
-    data.update(eos_token_id=vocab - cb - 40, semantic_start_token_id=vocab - cb - 2,
+    data.update(eos_token_id=vocab - cb - 40, pad_token_id=vocab - cb - 20,
+                audio_pad_token_id=vocab - cb - 3, semantic_start_token_id=vocab - cb - 2,
                 semantic_end_token_id=vocab - 3)
     return ModelConfig.from_dict(data)
 
@@ -68,14 +69,14 @@ def random_model(config: ModelConfig, device, dtype) -> DualAR:
 
 def frame_bytes(model: DualAR, engine: Engine, cache_len: int) -> int:
     """Bytes read from memory for one frame at batch 1: slow layers + sampled head rows, then the
-    fast layers and head nine times, plus the KV cache."""
+    fast layers and head once per residual codebook, plus the KV cache."""
     from quant import tensor_bytes, weight_bytes
 
     slow = sum(weight_bytes(layer) for layer in model.layers) + tensor_bytes(engine.head)
     fast = sum(weight_bytes(layer) for layer in model.fast_layers) + weight_bytes(model.fast_output)
     t = model.config.text
     kv = cache_len * t.n_layer * 2 * t.n_local_heads * t.head_dim * engine.head.element_size()
-    return slow + 9 * fast + kv
+    return slow + (model.config.num_codebooks - 1) * fast + kv
 
 
 def sync(device):

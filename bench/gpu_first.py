@@ -196,7 +196,7 @@ def decode(args, stage: Stage) -> dict:
     runs = [bench_decode.measure(engine, prompt, SimpleNamespace(frames=stage.frames), device)
             for _ in range(stage.repeats)]
     fps = statistics.median(r["decode_fps"] for r in runs)
-    frame_bytes = bench_decode.frame_bytes(model, engine, model.cache_shape()[1])
+    frame_bytes = bench_decode.frame_bytes(model, engine, engine.caches.shape[1])
     out.update(frames=stage.frames, repeats=stage.repeats, first_call_s=round(first_s, 2),
                frames_per_s=round(fps, 2), fps_all=[round(r["decode_fps"], 2) for r in runs],
                prefill_tokens_per_s=round(args.prompt_len / statistics.median(

@@ -216,11 +216,16 @@ OUTPUTS = {"say": AUDIO_SUFFIXES, "codes": CODES_SUFFIXES, "voice": VOICE_SUFFIX
            "srt": AUDIO_SUFFIXES, "encode": CODES_SUFFIXES, "decode": AUDIO_SUFFIXES}
 
 
+STREAM_SUFFIXES = (".wav", ".pcm")
+
+
 def check_request(args) -> None:
     """Every option that can be checked before any work: outputs, device and seed."""
     if getattr(args, "stream", False):  # say --stream: a .wav/.pcm file, or - for stdout
+        if args.out != "-" and Path(args.out).suffix.lower() not in STREAM_SUFFIXES:
+            raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
         if args.out != "-":
-            check_output(args.out, "--out", (".wav", ".pcm"))
+            check_output(args.out, "--out", STREAM_SUFFIXES)
     elif args.command in OUTPUTS:
         check_output(args.out, "--out", OUTPUTS[args.command])
     if getattr(args, "srt_out", None):

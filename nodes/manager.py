@@ -171,6 +171,11 @@ class ModelManager:
                         str(self.device(handle)), bool(handle.compile),
                         int(handle.context_length))
 
+    def loaded(self) -> list[ModelKey]:
+        """The configurations held loaded now (the HTTP API's health route reports it)."""
+        with self._lock:
+            return list(self._entries)
+
     def get(self, handle: ModelHandle) -> Synthesizer:
         """The loaded model of ``handle`` (loaded now if needed)."""
         with self._lock:

@@ -87,9 +87,8 @@ def voice(env, model, reference):
 
 
 def loaded(manager) -> list:
-    """The configurations ``manager`` holds loaded (its cache, read directly: nothing in the
-    pack needs to list them)."""
-    return list(manager._entries)
+    """The configurations ``manager`` holds loaded."""
+    return manager.loaded()
 
 
 def check_audio(audio, frames=True):

@@ -102,7 +102,7 @@ def test_bad_stream_settings_name_the_field(synth):
         synth.stream("  ")
 
 
-def test_cli_say_stream_to_stdout_and_file(ckpt_dir, tmp_path):
+def test_cli_say_stream_to_stdout_and_file(ckpt_dir, sizes, tmp_path):
     import os
     import subprocess
     import sys
@@ -130,7 +130,7 @@ def test_cli_say_stream_to_stdout_and_file(ckpt_dir, tmp_path):
     assert say("--stream", "-o", str(to_file)).returncode == 0
     expected = sf.read(whole, dtype="int16")[0]
     from_file, sr = sf.read(to_file, dtype="int16")  # the header was given the real length
-    assert sr == 44100 and np.array_equal(from_file, expected)
+    assert sr == sizes.sample_rate and np.array_equal(from_file, expected)
     assert to_file.read_bytes() == whole.read_bytes()
     from_pipe = np.frombuffer(piped.stdout[44:], dtype="<i2")
     assert np.array_equal(from_pipe, from_file)
