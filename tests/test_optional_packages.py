@@ -25,11 +25,13 @@ SCRIPT = textwrap.dedent("""
     assert speech.codes.shape[0] == synth.model.config.num_codebooks, speech.codes.shape
     assert speech.waveform.numel() > 0
     wave = 0.1 * torch.randn(synth.sample_rate)
-    assert prepare_audio(wave, synth.sample_rate).shape == wave.shape  # no resampling needed
+    same_rate = prepare_audio(wave, synth.sample_rate, target_sr=synth.sample_rate)
+    assert same_rate.shape == wave.shape  # no resampling needed
 
     for call, package in ((lambda: load_audio(sys.argv[1] + "/config.json"), "soundfile"),
                           (lambda: save_audio(sys.argv[2], wave, synth.sample_rate), "soundfile"),
-                          (lambda: prepare_audio(wave, 16000), "soxr")):
+                          (lambda: prepare_audio(wave, 16000, target_sr=synth.sample_rate),
+                           "soxr")):
         try:
             call()
         except AudioError as e:
