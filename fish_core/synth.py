@@ -85,6 +85,15 @@ class Synthesizer:
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache)
 
+    @staticmethod
+    def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
+        """The same API on a remote engine (``fish_core.remote.RemoteSynthesizer``): ``url``
+        one endpoint or several (a list, or separated by spaces/commas); ``dialect`` auto,
+        sailfish, sglang-omni, vllm-omni or fish-speech."""
+        from .remote import RemoteSynthesizer
+
+        return RemoteSynthesizer(url, dialect, api_key, **options)
+
     @property
     def sample_rate(self) -> int:
         return self.require_codec().sample_rate

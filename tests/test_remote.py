@@ -1,0 +1,186 @@
+"""The remote backend against our own ``serve`` on the tiny checkpoint, over real loopback
+sockets: tts, dialogue and subtitles through ``RemoteSynthesizer`` sound exactly as the local
+engine does for the same seed (after the wire's 16-bit rounding), in every dialect that
+carries the seed; voices as references, registered once, or named from the server's library."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("aiohttp")
+
+from fish_core.generate import batch_seed  # noqa: E402
+from fish_core.remote.client import Reply  # noqa: E402
+from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
+from fish_core.serve import formats  # noqa: E402
+from fish_core.serve.background import BackgroundServer  # noqa: E402
+from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.service import Service  # noqa: E402
+from fish_core.speech import Batch  # noqa: E402
+from fish_core.synth import Synthesizer  # noqa: E402
+from fish_core.timeline import join_pieces  # noqa: E402
+
+KEY = "remote-key-42"
+FAST = dict(max_new_tokens=12, temperature=0.8, top_p=0.8, top_k=30)
+LIMITS = Limits(max_new_tokens=64, max_reference_seconds=5.0, timeout_seconds=120.0)
+
+
+def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:
+    t = torch.arange(int(sr * seconds)) / sr
+    return 0.3 * torch.sin(2 * math.pi * hz * t)
+
+
+def wire(wave: torch.Tensor) -> torch.Tensor:
+    """``wave`` as our server sends it: 16-bit PCM, read back as float."""
+    return torch.from_numpy(np.frombuffer(formats.pcm16(wave), dtype="<i2") / 32768.0).float()
+
+
+@pytest.fixture(scope="module")
+def synth(tiny_synth):
+    return tiny_synth
+
+
+@pytest.fixture(scope="module")
+def voices_dir(tmp_path_factory, synth):
+    root = tmp_path_factory.mktemp("voices")
+    voice = synth.encode_voice(tone(synth.sample_rate), "A short reference.", name="alice",
+                               sample_rate=synth.sample_rate)
+    voice.save(root / "alice.safetensors")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(synth, voices_dir):
+    service = Service.standalone(lambda: synth, voices=[voices_dir], api_key=KEY, limits=LIMITS)
+    with BackgroundServer(service) as running:
+        yield running
+    service.close()
+
+
+def remote(server, synth, dialect="sailfish", **options) -> RemoteSynthesizer:
+    return Synthesizer.remote(server.url, dialect=dialect, api_key=KEY,
+                              sample_rate=synth.sample_rate, read_timeout=120, **options)
+
+
+def test_detects_our_server(server, synth):
+    assert remote(server, synth, "auto").dialect.name == "sailfish"
+
+
+@pytest.mark.parametrize("dialect", ["sailfish", "fish-speech"])
+def test_tts_equals_local(server, synth, dialect):
+    text = "Hello from far away."
+    local = synth.tts(text, seed=5, **FAST)
+    got = remote(server, synth, dialect).tts(text, seed=5, **FAST)
+    assert got.sample_rate == local.sample_rate and got.seed == 5
+    assert torch.equal(got.waveform, wire(local.waveform))
+
+
+def test_takes_equal_local_takes(server, synth):
+    local = synth.tts("Two takes.", seed=9, takes=2, **FAST)
+    got = remote(server, synth).tts("Two takes.", seed=9, takes=2, **FAST)
+    assert [s.seed for s in got] == [s.seed for s in local]
+    for g, l in zip(got, local):
+        assert torch.equal(g.waveform, wire(l.waveform))
+
+
+def test_voice_clone_equals_local(server, synth):
+    ref = tone(synth.sample_rate, 0.6, 330.0)
+    local = synth.tts("In my voice.", synth.encode_voice(ref, "Reference words.",
+                                                         sample_rate=synth.sample_rate),
+                      seed=3, **FAST)
+    client = remote(server, synth)
+    voice = client.encode_voice(ref, "Reference words.", sample_rate=synth.sample_rate)
+    assert torch.equal(client.tts("In my voice.", voice, seed=3, **FAST).waveform,
+                       wire(local.waveform))
+
+
+def test_registered_voice_is_reused_by_id(server, synth):
+    ref = tone(synth.sample_rate, 0.6, 440.0)
+    local = synth.tts("Registered.", synth.encode_voice(ref, "Words.",
+                                                        sample_rate=synth.sample_rate),
+                      seed=4, **FAST)
+    client = remote(server, synth, register_voices=True)
+    voice = client.encode_voice(ref, "Words.", sample_rate=synth.sample_rate)
+    first = client.tts("Registered.", voice, seed=4, **FAST)
+    again = client.tts("Registered.", voice, seed=4, **FAST)
+    names = client.dialect.voice_names(client.transport)
+    assert sum(n.startswith("sailfish-") for n in names) == 1, names
+    assert torch.equal(first.waveform, wire(local.waveform))
+    assert torch.equal(again.waveform, first.waveform)
+
+
+def test_saved_voice_is_named_from_the_library(server, synth, voices_dir):
+    from fish_core.voices import Voice
+
+    saved = Voice.load(voices_dir / "alice.safetensors")
+    local = synth.tts("Alice speaks.", saved, seed=6, **FAST)
+    got = remote(server, synth).tts("Alice speaks.", saved, seed=6, **FAST)
+    assert torch.equal(got.waveform, wire(local.waveform))
+    with pytest.raises(ValueError, match="'nobody'.*alice"):
+        remote(server, synth).tts("Hi.", Voice("nobody", saved.clips), seed=1, **FAST)
+
+
+def test_dialogue_is_one_local_tts_per_turn(server, synth):
+    script = "Ann: Good morning.\nBen: Hello there.\nAnn: Bye."
+    a = synth.encode_voice(tone(synth.sample_rate, 0.5, 200.0), "Ann talks.", name="Ann",
+                           sample_rate=synth.sample_rate)
+    client = remote(server, synth)
+    ra = client.encode_voice(tone(synth.sample_rate, 0.5, 200.0), "Ann talks.", name="Ann",
+                             sample_rate=synth.sample_rate)
+    rb = client.encode_voice(tone(synth.sample_rate, 0.5, 300.0), "Ben talks.", name="Ben",
+                             sample_rate=synth.sample_rate)
+    b = synth.encode_voice(tone(synth.sample_rate, 0.5, 300.0), "Ben talks.", name="Ben",
+                           sample_rate=synth.sample_rate)
+    got = client.dialogue(script, [ra, rb], pause=0.1, seed=11, **FAST)
+    turns = [("Good morning.", a), ("Hello there.", b), ("Bye.", a)]
+    locals_ = [synth.tts(text, v, seed=batch_seed(11, i), **FAST) for i, (text, v) in
+               enumerate(turns)]
+    results = [client._result(Reply(wire(s.waveform), 0.0), Batch(f"<|speaker:{k}|>{t}", k))
+               for s, (t, _), k in zip(locals_, turns, [0, 1, 0])]
+    expected = join_pieces([wire(s.waveform) for s in locals_], results, synth.sample_rate, 0.1)
+    assert torch.equal(got.waveform, expected.waveform)
+    assert [s.speaker for s in got.segments] == [0, 1, 0]
+    tracks = got.tracks(2)
+    assert torch.equal(tracks.sum(0), got.waveform)
+
+
+def test_subtitles_are_one_local_tts_per_cue(server, synth):
+    srt = "1\n00:00:00,000 --> 00:00:01,000\nFirst cue.\n\n2\n00:00:02,000 --> 00:00:03,000\n" \
+          "Second cue.\n"
+    got = remote(server, synth).subtitles(srt, seed=21, **FAST)
+    rate = synth.sample_rate
+    for i, (cue, text) in enumerate(zip(got.cues, ["First cue.", "Second cue."])):
+        local = wire(synth.tts(text, seed=batch_seed(21, i), **FAST).waveform)
+        start = round(cue.start * rate)
+        assert torch.equal(got.waveform[start:start + local.shape[0]], local)
+    assert got.waveform.shape[0] >= round(3.0 * rate)
+
+
+def test_stream_concatenates_to_tts(server, synth):
+    client = remote(server, synth)
+    whole = client.tts("A streamed sentence.", seed=8, **FAST).waveform
+    with client.stream("A streamed sentence.", seed=8, **FAST) as stream:
+        chunks = list(stream)
+    assert len(chunks) >= 1 and torch.equal(torch.cat(chunks), whole)
+
+
+def test_progress_and_cancel(server, synth):
+    seen = []
+    remote(server, synth).tts("Progress please.", seed=2, on_progress=lambda d, t:
+                              seen.append((d, t)), **FAST)
+    assert seen and seen[-1][0] == seen[-1][1] and all(d <= t for d, t in seen)
+    from fish_core.generate import Cancelled
+
+    with pytest.raises(Cancelled):
+        remote(server, synth).tts("Never mind.", seed=2, cancel=lambda: True, **FAST)
+
+
+def test_errors_name_the_endpoint_and_field(server, synth):
+    with pytest.raises(RemoteUserError, match=rf"{server.url}/v1/audio/speech: HTTP 400: "
+                                              r"max_new_tokens"):
+        remote(server, synth).tts("Too long.", seed=1, max_new_tokens=LIMITS.max_new_tokens + 1)
+    with pytest.raises(RemoteError, match="401"):
+        Synthesizer.remote(server.url, dialect="sailfish", api_key="wrong",
+                           sample_rate=synth.sample_rate).tts("Hi.", seed=1, **FAST)
