@@ -184,3 +184,29 @@ def test_errors_name_the_endpoint_and_field(server, synth):
     with pytest.raises(RemoteError, match="401"):
         Synthesizer.remote(server.url, dialect="sailfish", api_key="wrong",
                            sample_rate=synth.sample_rate).tts("Hi.", seed=1, **FAST)
+
+
+def test_cli_say_and_srt_through_remote(server, synth, tmp_path, monkeypatch):
+    import soundfile as sf
+
+    from fish_core import cli
+    from fish_core.audio import save_audio
+
+    monkeypatch.setenv("TEST_ENGINE_KEY", KEY)
+    engine = ["--remote", server.url, "--dialect", "auto", "--api-key-env", "TEST_ENGINE_KEY",
+              "--max-new-tokens", str(FAST["max_new_tokens"]), "--seed", "13"]
+    assert cli.main(["say", "Hello over the wire.", "-o", str(tmp_path / "say.wav"),
+                     *engine]) == 0
+    api = remote(server, synth).tts("Hello over the wire.", seed=13, **FAST)
+    save_audio(tmp_path / "api.wav", api.waveform, api.sample_rate)
+    assert np.array_equal(sf.read(tmp_path / "say.wav")[0], sf.read(tmp_path / "api.wav")[0])
+    (tmp_path / "key").write_text(KEY + "\n")
+    srt = tmp_path / "s.srt"
+    srt.write_text("1\n00:00:00,000 --> 00:00:01,000\nHi.\n\n2\n00:00:01,500 --> "
+                   "00:00:02,000\nBye.\n")
+    key_file = ["--api-key-file", str(tmp_path / "key")]
+    assert cli.main(["srt", str(srt), "-o", str(tmp_path / "s.wav"), "--remote", server.url,
+                     *key_file, "--max-new-tokens", "8", "--seed", "2"]) == 0
+    assert sf.info(tmp_path / "s.wav").duration >= 2.0
+    assert cli.main(["say", "No key.", "-o", str(tmp_path / "x.wav"), "--remote", server.url,
+                     "--dialect", "sailfish"]) == 2  # the server's 401, one line
