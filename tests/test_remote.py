@@ -210,3 +210,66 @@ def test_cli_say_and_srt_through_remote(server, synth, tmp_path, monkeypatch):
     assert sf.info(tmp_path / "s.wav").duration >= 2.0
     assert cli.main(["say", "No key.", "-o", str(tmp_path / "x.wav"), "--remote", server.url,
                      "--dialect", "sailfish"]) == 2  # the server's 401, one line
+
+
+# ---------------------------------------------------------------- ComfyUI nodes, remote loader
+@pytest.fixture(scope="module")
+def nodes_env(tmp_path_factory):
+    import comfy_stubs
+
+    stubs = comfy_stubs.install(tmp_path_factory.mktemp("comfy"))
+    pack = comfy_stubs.load_pack("sailfish_remote")
+    yield pack, stubs
+    pack.nodes.remote.forget()
+    comfy_stubs.unload_pack("sailfish_remote")
+    comfy_stubs.uninstall()
+
+
+def run_node(pack, node_id, **inputs):
+    node = next(n for n in pack.nodes.NODES if n.id == node_id)
+    return node.execute(**inputs)
+
+
+def test_nodes_through_the_remote_loader(nodes_env, server, synth, monkeypatch):
+    pack, stubs = nodes_env
+    monkeypatch.setenv("NODE_ENGINE_KEY", KEY)
+    loader = dict(model="unused", precision="auto", quantization="none", device="auto",
+                  compile=False, context_length=0, unload_after_minutes=0)
+    (handle,) = run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
+                         dialect="auto", api_key_env="NODE_ENGINE_KEY", api_key_file="")
+    assert KEY not in repr(handle)  # what the workflow and the queue history hold
+    sampling = dict(seed=7, **FAST)
+    audio, timeline = run_node(pack, "SailfishTTS", model=handle, text="Node on a remote.",
+                               **sampling)
+    local = synth.tts("Node on a remote.", **sampling)
+    assert audio["sample_rate"] == synth.sample_rate
+    assert torch.equal(audio["waveform"][0, 0], wire(local.waveform))
+    reference = {"waveform": tone(synth.sample_rate, 0.6)[None, None], "sample_rate":
+                 synth.sample_rate}
+    cloned = run_node(pack, "SailfishVoiceClone", model=handle, reference_audio=reference,
+                      reference_text="Reference words.", text="Cloned.", **sampling)[0]
+    local = synth.tts("Cloned.", synth.encode_voice(reference, "Reference words."), **sampling)
+    assert torch.equal(cloned["waveform"][0, 0], wire(local.waveform))
+    (voice,) = run_node(pack, "SailfishVoiceEncode", model=handle, audio=reference,
+                        transcript="Reference words.", name="Ann")
+    with pytest.raises(ValueError, match="cannot be saved"):
+        run_node(pack, "SailfishVoiceSave", voice=voice, filename_prefix="x/ann")
+    outputs = run_node(pack, "SailfishMultiSpeaker", model=handle, script="Ann: One.\nAnn: Two.",
+                       pause=0.0, speaker_1=voice, **sampling)
+    assert outputs[0]["waveform"].shape[2] == outputs[1]["waveform"].shape[2] > 0
+    srt = "1\n00:00:00,000 --> 00:00:01,000\nCue.\n"
+    sub = run_node(pack, "SailfishSubtitles", model=handle, srt=srt, voice=voice, **sampling)
+    assert sub[0]["waveform"].shape[2] >= synth.sample_rate and "-->" in sub[1]
+
+
+def test_remote_loader_errors_name_the_field(nodes_env, server, monkeypatch):
+    pack, _ = nodes_env
+    loader = dict(model="unused", precision="auto", quantization="none", device="auto",
+                  compile=False, context_length=0, unload_after_minutes=0)
+    monkeypatch.delenv("NOT_SET_KEY_VAR", raising=False)
+    with pytest.raises(ValueError, match="NOT_SET_KEY_VAR"):
+        run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
+                 api_key_env="NOT_SET_KEY_VAR")
+    with pytest.raises(ValueError, match="401: missing or wrong API key"):  # the pack's own class
+        run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
+                 dialect="auto", api_key_env="", api_key_file="")
