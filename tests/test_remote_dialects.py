@@ -328,3 +328,7 @@ def test_bad_options_name_the_field(sizes):
         RemoteSynthesizer("http://127.0.0.1:1", "grpc")
     with pytest.raises(ValueError, match="remote url"):
         RemoteSynthesizer("ftp://x", "sailfish")
+    with pytest.raises(ValueError, match="no credentials"):
+        RemoteSynthesizer("http://user:secret@127.0.0.1:1", "sailfish")
+    with pytest.raises(ValueError, match="retries"):
+        RemoteSynthesizer("http://127.0.0.1:1", "sailfish", retries=-1)

@@ -54,6 +54,9 @@ class Endpoint:
         parts = urlsplit(url.strip().rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"remote url must look like http://host:port, got {url!r}")
+        if parts.username or parts.password:
+            raise ValueError("remote url: put no credentials in the URL (it is stored in "
+                             "workflows and logs); give the API key by file or environment")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return cls(url.strip().rstrip("/"), parts.scheme, parts.hostname, port, parts.path)
 
