@@ -3,7 +3,6 @@ sockets: tts, dialogue and subtitles through ``RemoteSynthesizer`` sound exactly
 engine does for the same seed (after the wire's 16-bit rounding), in every dialect that
 carries the seed; voices as references, registered once, or named from the server's library."""
 
-import math
 
 import numpy as np
 import pytest
@@ -11,13 +10,12 @@ import torch
 
 pytest.importorskip("aiohttp")
 
+from conftest import served, tone  # noqa: E402
 from fish_core.generate import batch_seed  # noqa: E402
 from fish_core.remote.client import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.serve import formats  # noqa: E402
-from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
-from fish_core.serve.service import Service  # noqa: E402
 from fish_core.speech import Batch  # noqa: E402
 from fish_core.synth import Synthesizer  # noqa: E402
 from fish_core.timeline import join_pieces  # noqa: E402
@@ -25,11 +23,6 @@ from fish_core.timeline import join_pieces  # noqa: E402
 KEY = "remote-key-42"
 FAST = dict(max_new_tokens=12, temperature=0.8, top_p=0.8, top_k=30)
 LIMITS = Limits(max_new_tokens=64, max_reference_seconds=5.0, timeout_seconds=120.0)
-
-
-def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:
-    t = torch.arange(int(sr * seconds)) / sr
-    return 0.3 * torch.sin(2 * math.pi * hz * t)
 
 
 def wire(wave: torch.Tensor) -> torch.Tensor:
@@ -43,20 +36,9 @@ def synth(tiny_synth):
 
 
 @pytest.fixture(scope="module")
-def voices_dir(tmp_path_factory, synth):
-    root = tmp_path_factory.mktemp("voices")
-    voice = synth.encode_voice(tone(synth.sample_rate), "A short reference.", name="alice",
-                               sample_rate=synth.sample_rate)
-    voice.save(root / "alice.safetensors")
-    return root
-
-
-@pytest.fixture(scope="module")
 def server(synth, voices_dir):
-    service = Service.standalone(lambda: synth, voices=[voices_dir], api_key=KEY, limits=LIMITS)
-    with BackgroundServer(service) as running:
+    with served(synth, voices_dir, api_key=KEY, limits=LIMITS) as running:
         yield running
-    service.close()
 
 
 def remote(server, synth, dialect="sailfish", **options) -> RemoteSynthesizer:

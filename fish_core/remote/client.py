@@ -37,9 +37,8 @@ import torch
 from .. import text as textplan
 from ..audio import SAMPLE_RATE, load_audio, prepare_audio
 from ..generate import Cancelled, Generated, SamplingParams, batch_seed
-from ..script import check_script
 from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
-from ..synth import DEFAULTS, as_voices, count_takes, pick_seed
+from ..synth import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
@@ -226,16 +225,7 @@ class RemoteSynthesizer:
                  ) -> Speech | list[Speech]:
         """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (always turn
         by turn: an engine request speaks one voice)."""
-        if isinstance(voices, Mapping):
-            names, voice_list = list(voices), as_voices(list(voices.values()))
-        else:
-            voice_list = as_voices(list(voices))
-            names = [v.name for v in voice_list]
-        require = bool(voice_list) if require_voices is None else require_voices
-        turns = check_script(script, names, require)
-        if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
-                or not math.isfinite(pause) or pause < 0 or pause > 10:
-            raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
+        turns, voice_list = script_turns(script, voices, require_voices, pause)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         seed = pick_seed(seed)
         batches = [Batch(t.tagged, t.speaker) for t in turns]
