@@ -332,3 +332,29 @@ def test_bad_options_name_the_field(sizes):
         RemoteSynthesizer("http://user:secret@127.0.0.1:1", "sailfish")
     with pytest.raises(ValueError, match="retries"):
         RemoteSynthesizer("http://127.0.0.1:1", "sailfish", retries=-1)
+
+
+def test_stream_yields_chunks_as_they_arrive_and_is_not_replayed(sizes):
+    rate = sizes.sample_rate
+    segments = [tone(rate, 2048), tone(rate, 1024, 500.0)]
+    with StandIn(fish_app(rate, segments)) as server:
+        synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate)
+        with synth.stream("Streamed.", **FAST) as stream:
+            chunks = list(stream)
+        assert stream.seed == FAST["seed"] and len(chunks) >= 2
+        expected = np.concatenate([pcm_read(s) for s in segments])
+        np.testing.assert_array_equal(torch.cat(chunks).numpy(), expected)
+    app = web.Application()
+
+    async def breaks(request):  # half a stream, then the connection drops
+        response = web.StreamResponse(headers={"Content-Type": "audio/wav"})
+        await response.prepare(request)
+        await response.write(streaming_header(rate) + pcm(tone(rate, 4096)))
+        request.transport.close()
+        return response
+
+    app.router.add_post("/v1/tts", breaks)
+    with StandIn(app) as server:
+        synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate, backoff=0.01)
+        with pytest.raises(RemoteError, match="not repeated"):
+            list(synth.stream("Broken.", **FAST))

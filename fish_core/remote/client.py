@@ -42,7 +42,7 @@ from ..synth import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
-from .http import Timeouts, Transport
+from .http import RemoteError, Timeouts, Transport
 from .wire import AudioFormatError, check_audio
 
 Progress = Callable[[int, int], None]
@@ -307,11 +307,18 @@ class RemoteStream:
             clips, voice_id = synth._voice_request(voice, self._closed.is_set)
             body = synth.dialect.body(text, clips, voice_id, params)
 
+            sent = [0]  # chunks handed to the consumer: a retry would repeat them
+
             def read(response):
+                if sent[0]:
+                    raise RemoteError(f"{response.where}: the stream broke after {sent[0]} "
+                                      "chunks; not repeated (the consumer has them)")
+
                 def on_chunk(samples, rate):
                     if rate != self.sample_rate:
                         raise AudioFormatError(f"{response.where}: audio at {rate} Hz; "
                                                f"expected {self.sample_rate} Hz")
+                    sent[0] += 1
                     self._queue.put(samples)
 
                 synth.dialect.read(response, on_chunk)
