@@ -105,7 +105,7 @@ class RemoteSynthesizer:
         clip = Clip(wave.float().cpu(), self.sample_rate, text.strip())
         return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip])
 
-    def _voice_request(self, voice: Voice | None, cancel) -> tuple[list[Clip], str | None]:
+    def _voice_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
         """What a request sends for ``voice``: reference clips, or a server voice id."""
         if voice is None:
             return [], None
@@ -149,7 +149,7 @@ class RemoteSynthesizer:
     # ------------------------------------------------------------------ one request
     def _request(self, text: str, voice: Voice | None, params: Params, cancel,
                  on_samples: Callable[[int], None]) -> Reply:
-        clips, voice_id = self._voice_request(voice, cancel)
+        clips, voice_id = self._voice_request(voice)
         body = self.dialect.body(text, clips, voice_id, params)
         where = self.dialect.speech_path
 
@@ -304,7 +304,7 @@ class RemoteStream:
     def _read(self, text, voice, params) -> None:
         synth = self.synth
         try:
-            clips, voice_id = synth._voice_request(voice, self._closed.is_set)
+            clips, voice_id = synth._voice_request(voice)
             body = synth.dialect.body(text, clips, voice_id, params)
 
             sent = [0]  # chunks handed to the consumer: a retry would repeat them

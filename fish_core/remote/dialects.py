@@ -27,7 +27,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-import soundfile as sf
 import torch
 
 from .http import Response, Transport
@@ -46,8 +45,11 @@ class Clip:
 
     def wav(self) -> bytes:
         """A float WAV (no 16-bit rounding: the engine encodes exactly our samples)."""
+        from ..audio import import_soundfile
+
         out = io.BytesIO()
-        sf.write(out, self.audio.numpy(), self.sample_rate, format="WAV", subtype="FLOAT")
+        import_soundfile().write(out, self.audio.numpy(), self.sample_rate, format="WAV",
+                                 subtype="FLOAT")
         return out.getvalue()
 
     def base64(self) -> str:
