@@ -3,7 +3,8 @@
 Modules, in the order data flows: ``config`` → ``tokenizer`` → ``prompt`` → ``model`` /
 ``checkpoint`` → ``sampling`` → ``generate`` → ``codec`` → ``audio``; ``text`` plans long
 text and scripts, ``voices`` stores reusable voices, ``synth.Synthesizer`` is the public API,
-``cli`` the command line (``python -m fish_core``).
+``cli`` the command line (``python -m fish_core``); ``serve`` is the HTTP service and
+``remote`` the same API on remote engines (``Synthesizer.remote``).
 """
 
 __version__ = "0.1.0"

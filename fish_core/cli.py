@@ -33,6 +33,7 @@ from .device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
 from .generate import Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_output, write_or_keep)
+from .remote.http import RemoteError
 from .text import check_text, read_text_file
 from .stream import FIRST_FRAMES
 
@@ -40,8 +41,9 @@ DEFAULT_MODEL = "s2-pro"
 DEFAULTS = SamplingParams()
 # What a user's mistake raises: every error class of ours is a ValueError (GenerationError,
 # CheckpointError, ScriptError …) or a FileNotFoundError (ModelNotFound), and Ctrl-C in the
-# progress bar is Cancelled. Anything else is unexpected and keeps its traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, Cancelled)
+# progress bar is Cancelled; a remote engine's failure is a RemoteError. Anything else is
+# unexpected and keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, Cancelled, RemoteError)
 
 
 def quantization_modes() -> list[str]:
@@ -69,6 +71,21 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
+
+
+def add_remote_args(p: argparse.ArgumentParser) -> None:
+    """Run on a remote S2 engine instead of a local model (``Synthesizer.remote``)."""
+    from .remote.dialects import DIALECTS
+
+    g = p.add_argument_group("remote engine")
+    g.add_argument("--remote", default=None, metavar="URL",
+                   help="speak through this engine (several: space/comma separated) instead "
+                        "of loading a model; --model etc. are then ignored")
+    g.add_argument("--dialect", default="auto", choices=["auto", *DIALECTS],
+                   help="the engine's API (auto: ask /v1/models, /v1/health)")
+    g.add_argument("--api-key-file", default=None, help="read the engine's API key from here")
+    g.add_argument("--api-key-env", default=None,
+                   help="read the API key from this variable (default SAILFISH_REMOTE_API_KEY)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history: bool = True
@@ -123,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-frames", type=int, default=FIRST_FRAMES,
                    help="--stream: first audio after this many frames")
     add_model_args(p)
+    add_remote_args(p)
     add_sampling_args(p)
 
     p = add_command("codes", help="generate semantic codes only")
@@ -147,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
     p.add_argument("--srt-out", default=None, help="write the SRT of what was generated")
     add_model_args(p)
+    add_remote_args(p)
     add_sampling_args(p, batches=False)
 
     p = add_command("encode", help="codec: audio file to codes")
@@ -191,6 +210,11 @@ class Bar:
 def load_synth(args):
     from .synth import Synthesizer
 
+    if getattr(args, "remote", None):
+        from .remote.keys import read_api_key
+
+        return Synthesizer.remote(args.remote, args.dialect,
+                                  read_api_key(args.api_key_file, args.api_key_env))
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
@@ -272,6 +296,16 @@ def read_codes(path: str) -> torch.Tensor:
     raise ValueError(f"codes are read from .npy or .safetensors, got {path.name!r}")
 
 
+def load_voice(path: str, synth):
+    """A voice file, checked against the local model's sizes (a remote engine checks its own)."""
+    from .voices import Voice
+
+    config = getattr(synth, "config", None)
+    if config is None:
+        return Voice.load(path)
+    return Voice.load(path, config.num_codebooks, config.codebook_size)
+
+
 def read_text(args) -> str:
     if args.text_file:
         return read_text_file(args.text_file, "--text-file")
@@ -282,15 +316,13 @@ def read_text(args) -> str:
 
 def cmd_say(args) -> str:
     from .audio import save_audio
-    from .voices import Voice
 
     if len(args.ref_audio) != len(args.ref_text):
         raise ValueError("give one --ref-text per --ref-audio")
     script = read_text_file(args.script, "--script") if args.script else None
     text = None if script is not None else read_text(args)
     synth = load_synth(args)
-    voices = [Voice.load(v, synth.config.num_codebooks, synth.config.codebook_size)
-              for v in args.voice]
+    voices = [load_voice(v, synth) for v in args.voice]
     for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
         voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
     if args.stream:
@@ -370,13 +402,11 @@ def cmd_voice(args) -> str:
 def cmd_srt(args) -> str:
     from .audio import save_audio
     from .text import parse_srt
-    from .voices import Voice
 
     document = read_text_file(args.srt, "srt")
     parse_srt(document)  # a bad SRT fails before the model loads
     synth = load_synth(args)
-    voice = Voice.load(args.voice, synth.config.num_codebooks, synth.config.codebook_size) \
-        if args.voice else None
+    voice = load_voice(args.voice, synth) if args.voice else None
     bar = Bar("generating")
     try:
         result = synth.subtitles(document, voice, on_progress=bar, **sampling(args))

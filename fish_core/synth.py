@@ -85,6 +85,15 @@ class Synthesizer:
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache)
 
+    @staticmethod
+    def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
+        """The same API on a remote engine (``fish_core.remote.RemoteSynthesizer``): ``url``
+        one endpoint or several (a list, or separated by spaces/commas); ``dialect`` auto,
+        sailfish, sglang-omni, vllm-omni or fish-speech."""
+        from .remote import RemoteSynthesizer
+
+        return RemoteSynthesizer(url, dialect, api_key, **options)
+
     @property
     def sample_rate(self) -> int:
         return self.require_codec().sample_rate
@@ -153,16 +162,7 @@ class Synthesizer:
         turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
         every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
         may share a text batch and flow as one conversation. ``takes`` as for ``tts``."""
-        if isinstance(voices, Mapping):
-            names, voice_list = list(voices), as_voices(list(voices.values()))
-        else:
-            voice_list = as_voices(list(voices))
-            names = [v.name for v in voice_list]
-        require = bool(voice_list) if require_voices is None else require_voices
-        turns = check_script(script, names, require)
-        if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
-                or not math.isfinite(pause) or pause < 0 or pause > 10:
-            raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
+        turns, voice_list = script_turns(script, voices, require_voices, pause)
         if pause > 0 or turn_by_turn:
             batches = [Batch(piece, t.speaker) for t in turns
                        for piece in textplan.plan_batches(t.tagged, max_bytes)]
@@ -287,6 +287,24 @@ def recent(results: list[BatchResult], turns: int) -> list[tuple[str, torch.Tens
     """The last ``turns`` generated batches, as prompt history ``[(text, codes [K, n])]``."""
     kept = results[-turns:] if turns else []
     return [(r.batch.text, r.generated.codes) for r in kept]
+
+
+def script_turns(script: str, voices: Mapping[str, Voice] | Sequence[Voice],
+                 require_voices: bool | None, pause: float) -> tuple[list, list[Voice]]:
+    """A dialogue's checked turns and its voices in speaker order (``voices`` by name or in
+    order; with voices given every speaker must map to one, unless ``require_voices`` is
+    False); ``pause`` checked."""
+    if isinstance(voices, Mapping):
+        names, voice_list = list(voices), as_voices(list(voices.values()))
+    else:
+        voice_list = as_voices(list(voices))
+        names = [v.name for v in voice_list]
+    require = bool(voice_list) if require_voices is None else require_voices
+    turns = check_script(script, names, require)
+    if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
+            or not math.isfinite(pause) or pause < 0 or pause > 10:
+        raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
+    return turns, voice_list
 
 
 def count_takes(takes: int | None) -> int:

@@ -30,26 +30,33 @@ class CueTimeline(Timeline):
 def join_batches(wave: torch.Tensor, results: Sequence[BatchResult], sample_rate: int,
                  frame_length: int, pause: float) -> Timeline:
     """Cut ``wave`` (every batch decoded in one pass, ``frame_length`` samples per frame) back
-    into its batches and lay them end to end, with ``pause`` seconds of silence between them and
-    a short fade at each side of a pause."""
+    into its batches and lay them end to end (``join_pieces``)."""
+    pieces, frame = [], 0  # frames consumed from ``wave``
+    for result in results:
+        pieces.append(wave[frame * frame_length:(frame + result.frames) * frame_length])
+        frame += result.frames
+    return join_pieces(pieces, results, sample_rate, pause)
+
+
+def join_pieces(pieces: Sequence[torch.Tensor], results: Sequence[BatchResult],
+                sample_rate: int, pause: float) -> Timeline:
+    """Lay batch i's waveform ``pieces[i]`` end to end, with ``pause`` seconds of silence
+    between them and a short fade at each side of a pause."""
     gap = round(pause * sample_rate)
-    pieces, segments = [], []
-    frame, cursor = 0, 0  # frames consumed from ``wave``, samples written to the output
-    for i, result in enumerate(results):
-        n = result.frames
-        piece = wave[frame * frame_length:(frame + n) * frame_length]
-        frame += n
+    out, segments = [], []
+    cursor = 0  # samples written to the output
+    for i, (piece, result) in enumerate(zip(pieces, results)):
         if gap and i > 0:
-            pieces.append(torch.zeros(gap))
+            out.append(torch.zeros(gap))
             cursor += gap
             piece = fade_in(piece, sample_rate)
         if gap and i + 1 < len(results):
             piece = fade_out(piece, sample_rate)
-        pieces.append(piece)
+        out.append(piece)
         end = cursor + piece.shape[0]
         segments.append(segment(result, cursor, end, sample_rate))
         cursor = end
-    waveform = torch.cat(pieces) if pieces else torch.zeros(0)
+    waveform = torch.cat(out) if out else torch.zeros(0)
     return Timeline(waveform, segments)
 
 

@@ -32,6 +32,7 @@ import torch
 
 from ..fish_core.device import resolve_device
 from . import host
+from .remote import RemoteHandle, remote_synthesizer
 
 if TYPE_CHECKING:  # fish_core.synth is imported when a model is loaded, not at ComfyUI start-up
     from ..fish_core.synth import Synthesizer
@@ -176,8 +177,10 @@ class ModelManager:
         with self._lock:
             return list(self._entries)
 
-    def get(self, handle: ModelHandle) -> Synthesizer:
-        """The loaded model of ``handle`` (loaded now if needed)."""
+    def get(self, handle: ModelHandle | RemoteHandle) -> Synthesizer:
+        """The loaded model of ``handle`` (loaded now if needed); a remote engine's client."""
+        if isinstance(handle, RemoteHandle):
+            return remote_synthesizer(handle)
         with self._lock:
             key, entry = self._entry(handle)
             self._schedule(key, entry)
@@ -186,7 +189,11 @@ class ModelManager:
     @contextmanager
     def use(self, handle: ModelHandle) -> Iterator[Synthesizer]:
         """The model of ``handle``, loaded on its device (ComfyUI may first evict others) and
-        kept from idle unload until the block ends."""
+        kept from idle unload until the block ends. A remote engine's client has nothing to
+        load or keep."""
+        if isinstance(handle, RemoteHandle):
+            yield remote_synthesizer(handle)
+            return
         with self._lock:
             key, entry = self._entry(handle)
             entry.users += 1

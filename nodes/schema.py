@@ -86,16 +86,19 @@ def Float(name, default, lowest, highest, tooltip, *, step=0.01, advanced=False)
                  advanced=advanced)
 
 
-def String(name, tooltip, default="", *, multiline=False) -> Input:
-    return Input(name, "STRING", tooltip, default, multiline=multiline)
+def String(name, tooltip, default="", *, multiline=False, optional=False,
+           advanced=False) -> Input:
+    return Input(name, "STRING", tooltip, default, multiline=multiline, optional=optional,
+                 advanced=advanced)
 
 
 def Boolean(name, default, tooltip, *, optional=False, advanced=False) -> Input:
     return Input(name, "BOOLEAN", tooltip, default, optional=optional, advanced=advanced)
 
 
-def Combo(name, choices, tooltip, default=None, *, advanced=False) -> Input:
-    return Input(name, "COMBO", tooltip, default, options=choices, advanced=advanced)
+def Combo(name, choices, tooltip, default=None, *, optional=False, advanced=False) -> Input:
+    return Input(name, "COMBO", tooltip, default, options=choices, optional=optional,
+                 advanced=advanced)
 
 
 def Socket(name, kind, tooltip, *, optional=False) -> Input:

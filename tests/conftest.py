@@ -10,6 +10,7 @@ parity tests skip on a set without goldens (``tests/make_fixture.py`` writes suc
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -121,6 +122,35 @@ def tiny_synth(ckpt_dir):
     from fish_core.synth import Synthesizer
 
     return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+
+
+def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:
+    """A sine "voice" clip, float32 ``[sr * seconds]``."""
+    t = torch.arange(int(sr * seconds)) / sr
+    return 0.3 * torch.sin(2 * math.pi * hz * t)
+
+
+@pytest.fixture(scope="module")
+def voices_dir(tmp_path_factory, tiny_synth) -> Path:
+    """A voice library folder (one per test module) holding one voice, ``alice`` (a tone)."""
+    root = tmp_path_factory.mktemp("voices")
+    voice = tiny_synth.encode_voice(tone(tiny_synth.sample_rate), "A short reference.",
+                                    name="alice", sample_rate=tiny_synth.sample_rate)
+    voice.save(root / "alice.safetensors")
+    return root
+
+
+@contextmanager
+def served(synth, voices: Path, **options):
+    """Our HTTP server on ``synth`` over loopback (``options``: the Service's, e.g. api_key,
+    limits), closed at the end."""
+    from fish_core.serve.background import BackgroundServer
+    from fish_core.serve.service import Service
+
+    service = Service.standalone(lambda: synth, voices=[voices], **options)
+    with BackgroundServer(service) as running:
+        yield running
+    service.close()
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ import pytest
 import soundfile as sf
 
 import comfy_stubs
-from conftest import fixtures_dir, read_sizes
+from conftest import fixtures_dir, read_sizes, served
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
@@ -42,6 +42,7 @@ IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMult
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
+REMOTE_KEY = "e2e-remote-key-" + uuid.uuid4().hex  # the remote engine's; must leak nowhere
 FRAME, RATE = read_sizes().frame_length, read_sizes().sample_rate  # the fixture codec's
 # A second custom node that registers the pack's V1 classes (what ComfyUI without
 # comfy_api.latest gets) as "V1<NodeId>", so that both APIs run in the real executor.
@@ -117,7 +118,8 @@ class Server:
 
     def start(self) -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS="1")  # one thread: steady timings on a shared CPU
+                   OMP_NUM_THREADS="1",  # one thread: steady timings on a shared CPU
+                   SAILFISH_REMOTE_API_KEY=REMOTE_KEY)  # for the remote-mode example
         command = [comfy_python(self.comfy_dir), str(self.comfy_dir / "main.py"), "--cpu",
                    "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
                    "--base-directory", str(self.base),
@@ -216,6 +218,13 @@ def server(tmp_path_factory):
     assert snapshot(comfy_dir) == before, "the test left files in COMFYUI_DIR"
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_synth, voices_dir):
+    """Our own serve on the tiny checkpoint: the remote engine of the remote-mode example."""
+    with served(tiny_synth, voices_dir, api_key=REMOTE_KEY) as running:
+        yield running
+
+
 def to_api(workflow: dict, object_info: dict) -> dict:
     """UI-format workflow → API prompt: widget values are mapped by each node's input order
     from /object_info (a control_after_generate widget stores one extra value)."""
@@ -240,10 +249,12 @@ def to_api(workflow: dict, object_info: dict) -> dict:
     return prompt
 
 
-def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
+def for_the_tiny_model(prompt: dict, frames: int = 16, engine_url: str | None = None) -> dict:
     for node in prompt.values():
         if node["class_type"] == "SailfishModelLoader":
             node["inputs"]["model"] = "tiny-s2"
+            if node["inputs"].get("remote_url"):  # remote mode: the engine the test started
+                node["inputs"]["remote_url"] = engine_url
         if "max_new_tokens" in node["inputs"]:
             node["inputs"]["max_new_tokens"] = frames
     return prompt
@@ -323,9 +334,9 @@ def sources(prompt: dict, node_type: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_example_workflow_runs(server, path):
+def test_example_workflow_runs(server, engine, path):
     workflow = json.loads(path.read_text())
-    prompt = for_the_tiny_model(to_api(workflow, server.object_info))
+    prompt = for_the_tiny_model(to_api(workflow, server.object_info), engine_url=engine.url)
     entry = server.run(prompt)
     by_node = server.audio_by_node(entry)
     files = [found for node_files in by_node.values() for found in node_files]
@@ -347,6 +358,26 @@ def test_example_workflow_runs(server, path):
         assert samples % FRAME == 0
     if "SailfishVoiceSave" in kinds:
         assert list(server.voices.rglob("*.safetensors"))
+
+
+def test_remote_mode_runs_and_the_key_leaks_nowhere(server, engine, tiny_synth):
+    """The remote-mode example against a serve started here: audio as the local model makes
+    it, and the API key (ComfyUI's environment) is in neither the workflow nor the history."""
+    path = comfy_stubs.ROOT / "example_workflows" / "Sailfish TTS - remote engine.json"
+    prompt = for_the_tiny_model(to_api(json.loads(path.read_text()), server.object_info),
+                                engine_url=engine.url)
+    (loader,) = [n for n in prompt.values() if n["class_type"] == "SailfishModelLoader"]
+    assert loader["inputs"]["remote_url"] == engine.url
+    entry = server.run(prompt)
+    (rate, samples), = server.audio(entry)
+    tts = next(n["inputs"] for n in prompt.values() if n["class_type"] == "SailfishTTS")
+    local = tiny_synth.tts(tts["text"], seed=tts["seed"], temperature=tts["temperature"],
+                           top_p=tts["top_p"], top_k=tts["top_k"],
+                           max_new_tokens=tts["max_new_tokens"])
+    assert rate == RATE and samples == local.waveform.shape[0]
+    history = json.dumps(server.get("/history"))
+    assert REMOTE_KEY not in history and REMOTE_KEY not in path.read_text()
+    assert REMOTE_KEY not in json.dumps(prompt)
 
 
 def test_saved_voice_loads_and_speaks(server):

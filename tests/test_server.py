@@ -6,7 +6,6 @@ serving."""
 import base64
 import io
 import json
-import math
 import threading
 import time
 
@@ -22,6 +21,7 @@ try:  # the HTTP client the openai SDK itself depends on (httpx2 in newer releas
 except ImportError:
     httpx = pytest.importorskip("httpx")
 
+from conftest import served, tone  # noqa: E402
 from fish_core.serve import formats  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
@@ -38,11 +38,6 @@ def synth(tiny_synth):
     return tiny_synth
 
 
-def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:
-    t = torch.arange(int(sr * seconds)) / sr
-    return 0.3 * torch.sin(2 * math.pi * hz * t)
-
-
 def wav_bytes(wave: torch.Tensor, sr: int) -> bytes:
     out = io.BytesIO()
     sf.write(out, wave.numpy(), sr, format="WAV", subtype="PCM_16")
@@ -50,20 +45,9 @@ def wav_bytes(wave: torch.Tensor, sr: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def voices_dir(tmp_path_factory, synth):
-    root = tmp_path_factory.mktemp("voices")
-    voice = synth.encode_voice(tone(synth.sample_rate), "A short reference.", name="alice",
-                               sample_rate=synth.sample_rate)
-    voice.save(root / "alice.safetensors")
-    return root
-
-
-@pytest.fixture(scope="module")
 def server(synth, voices_dir):
-    service = Service.standalone(lambda: synth, voices=[voices_dir], api_key=KEY, limits=LIMITS)
-    with BackgroundServer(service) as running:
+    with served(synth, voices_dir, api_key=KEY, limits=LIMITS) as running:
         yield running
-    service.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,369 @@
+"""``RemoteSynthesizer``: the ``Synthesizer`` API (tts, dialogue, subtitles, stream,
+encode_voice, sample_rate) on a remote S2 engine, so nodes, CLI and scripts run unchanged.
+
+    synth = Synthesizer.remote("http://gpu-1:8000 http://gpu-2:8000", dialect="sglang-omni")
+    voice = synth.encode_voice("me.wav", "What I say in me.wav.", name="me")
+    speech = synth.tts("Now in my voice.", voice=voice, seed=1)
+
+What differs from the local engine:
+
+* A voice made here (``RemoteVoice``) holds the reference audio and transcript, sent with every
+  request (or, with ``register_voices``, registered once in the server's voice library and then
+  named by id). A saved voice file holds codes only: it is named by its ``name`` in the
+  server's voice library, which must have it (checked: an unknown id is an error, never a
+  silent default voice).
+* A dialogue is one request per turn (turn ``b`` of take ``k`` seeded ``seed + k + b``), and
+  subtitles one request per cue (cue ``i`` seeded ``seed + i``); the shared timeline code lays
+  them out. Requests carry no history of earlier turns: ``history_turns`` applies inside one
+  request, on the server.
+* Seeds are sent where the dialect carries them; the engine's sampler decides what a seed
+  means. Against our own ``serve``, a tts equals the local one sample for sample after 16-bit
+  rounding.
+* ``Speech.codes`` is empty (``[0, frames]``): engines send audio, not codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from .. import text as textplan
+from ..audio import SAMPLE_RATE, load_audio, prepare_audio
+from ..generate import Cancelled, Generated, SamplingParams, batch_seed
+from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
+from ..synth import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..timeline import join_pieces, place_cues
+from ..voices import Voice
+from .dialects import Clip, Dialect, Params, dialect as pick_dialect
+from .http import RemoteError, Timeouts, Transport
+from .wire import AudioFormatError, check_audio
+
+Progress = Callable[[int, int], None]
+FRAME_LENGTH = 2048  # samples per S2 codec frame: progress is counted in frames
+
+
+@dataclass
+class RemoteVoice(Voice):
+    """A voice for a remote engine: its reference clips as audio + transcript (no codes)."""
+
+    references: list[Clip] = field(default_factory=list)
+
+    def save(self, path):
+        raise ValueError(f"voice {self.name!r} was made by a remote model and holds reference "
+                         "audio, not codes: it cannot be saved as a Sailfish voice file. Encode "
+                         "it with a local model to save it, or register it on the server.")
+
+
+@dataclass
+class Reply:
+    """One request's audio."""
+
+    wave: torch.Tensor  # float32 [T]
+    seconds: float
+
+
+class RemoteSynthesizer:
+    def __init__(self, url: str | Sequence[str], dialect: str = "auto",
+                 api_key: str | None = None, *, sample_rate: int = SAMPLE_RATE,
+                 connect_timeout: float = 10.0, read_timeout: float = 600.0, retries: int = 2,
+                 backoff: float = 0.5, register_voices: bool = False):
+        self.transport = Transport(url if isinstance(url, str) else list(url), api_key,
+                                   Timeouts(connect_timeout, read_timeout), retries, backoff)
+        self.dialect: Dialect = pick_dialect(dialect, self.transport)
+        self.sample_rate = int(sample_rate)
+        self.register_voices = bool(register_voices)
+        self._server_voices: dict[str, str] = {}  # our key → the id the server knows it by
+
+    @property
+    def url(self) -> str:
+        return " ".join(e.url for e in self.transport.endpoints)
+
+    def release_caches(self) -> None:
+        """Nothing is held here (the engine owns its caches)."""
+
+    # ------------------------------------------------------------------ voices
+    def encode_voice(self, audio, text: str, name: str = "voice",
+                     sample_rate: int | None = None) -> RemoteVoice:
+        """A voice from a reference clip (file path, tensor/array with ``sample_rate``, or a
+        ComfyUI AUDIO dict) and its transcript, checked and resampled here; the engine encodes
+        it when a request uses it."""
+        if not textplan.check_text(text, "reference transcript").strip():
+            raise ValueError("reference transcript must be the words spoken in the reference "
+                             "audio, got an empty text")
+        if isinstance(audio, str) or hasattr(audio, "__fspath__"):
+            wave = load_audio(audio, target_sr=self.sample_rate)
+        else:
+            wave = prepare_audio(audio, sample_rate, target_sr=self.sample_rate,
+                                 name="reference audio")
+        clip = Clip(wave.float().cpu(), self.sample_rate, text.strip())
+        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip])
+
+    def _voice_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
+        """What a request sends for ``voice``: reference clips, or a server voice id."""
+        if voice is None:
+            return [], None
+        if isinstance(voice, RemoteVoice) and voice.references:
+            if not self.register_voices or self.dialect.voices_path is None:
+                if len(voice.references) > self.dialect.max_clips:
+                    raise ValueError(f"voice {voice.name!r} has {len(voice.references)} clips; "
+                                     f"the {self.dialect.name} dialect takes "
+                                     f"{self.dialect.max_clips}")
+                return voice.references, None
+            return [], self._registered(voice)
+        return [], self._library_voice(voice.name)
+
+    def _registered(self, voice: RemoteVoice) -> str:
+        """Register ``voice`` in the server's library once (by a hash of its audio) and reuse
+        that id."""
+        digest = hashlib.sha1()
+        for clip in voice.references:
+            digest.update(clip.audio.numpy().tobytes())  # samples: WAV bytes hold a timestamp
+            digest.update(f"{clip.sample_rate}|{clip.text}".encode())
+        key = f"sailfish-{digest.hexdigest()[:16]}"
+        if key not in self._server_voices:
+            if key not in self.dialect.voice_names(self.transport):
+                self.dialect.add_voice(self.transport, key, voice.references[0])
+            self._server_voices[key] = key
+        return self._server_voices[key]
+
+    def _library_voice(self, name: str) -> str:
+        if name not in self._server_voices:
+            known = self.dialect.voice_names(self.transport)
+            if name not in known:
+                raise ValueError(
+                    f"voice {name!r} holds codes only (a saved voice file), so the server must "
+                    f"have a voice of that name, but {self.transport.endpoints[0].url} has "
+                    f"{', '.join(map(repr, known)) or 'none'}: add it to the server's voice "
+                    "library, or make the voice with encode_voice / Voice Encode on this "
+                    "remote model")
+            self._server_voices[name] = name
+        return self._server_voices[name]
+
+    # ------------------------------------------------------------------ one request
+    def _request(self, text: str, voice: Voice | None, params: Params, cancel,
+                 on_samples: Callable[[int], None]) -> Reply:
+        clips, voice_id = self._voice_request(voice)
+        body = self.dialect.body(text, clips, voice_id, params)
+        where = self.dialect.speech_path
+
+        def read(response) -> list[torch.Tensor]:
+            chunks = []
+
+            def on_chunk(samples: torch.Tensor, rate: int) -> None:
+                if rate != self.sample_rate:
+                    raise AudioFormatError(f"{response.where}: audio at {rate} Hz; this remote "
+                                           f"model expects {self.sample_rate} Hz")
+                chunks.append(samples)
+                on_samples(samples.shape[0])
+
+            self.dialect.read(response, on_chunk)
+            return chunks
+
+        t0 = time.perf_counter()
+        chunks = self.transport.request("POST", where, read, json_body=body, cancel=cancel)
+        wave = torch.cat(chunks) if chunks else torch.zeros(0)
+        check_audio(wave, self.sample_rate, f"{self.url}{where}")
+        return Reply(wave, time.perf_counter() - t0)
+
+    def _run(self, jobs: list[tuple[str, Voice | None, int]], p: SamplingParams, max_bytes: int,
+             on_progress: Progress | None, cancel) -> list[Reply]:
+        """The requests ``(text, voice, seed)`` in order, with progress per received chunk in
+        frames (each request counted as ``max_new_tokens`` frames at most)."""
+        total = len(jobs) * p.max_new_tokens
+        replies = []
+        for i, (text, voice, seed) in enumerate(jobs):
+            received = [0]
+
+            def on_samples(n: int, i=i, received=received) -> None:
+                received[0] += n
+                if on_progress is not None:
+                    done = min(received[0] // FRAME_LENGTH, p.max_new_tokens - 1)
+                    on_progress(i * p.max_new_tokens + done, total)
+
+            params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes)
+            replies.append(self._request(text, voice, params, cancel, on_samples))
+            if on_progress is not None:
+                on_progress((i + 1) * p.max_new_tokens, total)
+        return replies
+
+    # ------------------------------------------------------------------ the Synthesizer API
+    def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+            top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+            seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+            history_turns: int = 3, takes: int | None = None,
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
+            ) -> Speech | list[Speech]:
+        """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k)."""
+        if not textplan.check_text(text, "text").strip():
+            raise ValueError("text is empty: nothing to say")
+        one = single_voice(voice, "tts")
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        seed = pick_seed(seed)
+        seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
+        replies = self._run([(text, one, s) for s in seeds], params, max_bytes, on_progress,
+                            cancel)
+        speeches = [self._speech([reply], [Batch(text)], s, 0.0)
+                    for reply, s in zip(replies, seeds)]
+        return speeches if takes is not None else speeches[0]
+
+    def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
+                 pause: float = 0.0, turn_by_turn: bool = True,
+                 require_voices: bool | None = None,
+                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+                 top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                 seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+                 history_turns: int = 3, takes: int | None = None,
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
+                 ) -> Speech | list[Speech]:
+        """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (always turn
+        by turn: an engine request speaks one voice)."""
+        turns, voice_list = script_turns(script, voices, require_voices, pause)
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        seed = pick_seed(seed)
+        batches = [Batch(t.tagged, t.speaker) for t in turns]
+        speeches = []
+        for k in range(count_takes(takes)):
+            take_seed = batch_seed(seed, k)
+            jobs = [(t.text, speaker_voice(voice_list, t.speaker), batch_seed(take_seed, b))
+                    for b, t in enumerate(turns)]
+            replies = self._run(jobs, params, max_bytes, on_progress, cancel)
+            speeches.append(self._speech(replies, batches, take_seed, pause))
+        return speeches if takes is not None else speeches[0]
+
+    def subtitles(self, srt: str, voice: Voice | None = None, *,
+                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                  seed: int | None = None, history_turns: int = 3,
+                  on_progress: Progress | None = None,
+                  cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
+        """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i), placed at
+        the cue times by the shared timeline code."""
+        cues = textplan.parse_srt(srt)
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        one = single_voice(voice, "subtitles")
+        seed = pick_seed(seed)
+        jobs = [(c.text, one, batch_seed(seed, i)) for i, c in enumerate(cues)]
+        replies = self._run(jobs, params, textplan.DEFAULT_MAX_BYTES, on_progress, cancel)
+        results = [self._result(r, Batch(c.text)) for r, c in zip(replies, cues)]
+        timeline = place_cues(cues, [r.wave for r in replies], results, self.sample_rate)
+        return SubtitleSpeech(timeline.waveform, self.sample_rate, empty_codes(results),
+                              timeline.segments, seed, timeline.cues, timeline.overruns)
+
+    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+               temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
+               top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
+               seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
+               history_turns: int = 3, **_chunking) -> "RemoteStream":
+        """``tts`` as an iterator of float32 chunks as the engine sends them (its own
+        chunking: ``first_frames``/``chunk_frames`` do not apply)."""
+        if not textplan.check_text(text, "text").strip():
+            raise ValueError("text is empty: nothing to say")
+        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        return RemoteStream(self, text, single_voice(voice, "stream"),
+                            Params(pick_seed(seed), params.temperature, params.top_p,
+                                   params.top_k, params.max_new_tokens, max_bytes))
+
+    # ------------------------------------------------------------------ results
+    def _result(self, reply: Reply, batch: Batch) -> BatchResult:
+        frames = math.ceil(reply.wave.shape[0] / FRAME_LENGTH)
+        generated = Generated(torch.zeros(0, frames, dtype=torch.long),
+                              torch.zeros(0, 0, dtype=torch.long), True, 0)
+        return BatchResult(batch, generated, reply.seconds)
+
+    def _speech(self, replies: list[Reply], batches: list[Batch], seed: int,
+                pause: float) -> Speech:
+        results = [self._result(r, b) for r, b in zip(replies, batches)]
+        timeline = join_pieces([r.wave for r in replies], results, self.sample_rate, pause)
+        return Speech(timeline.waveform, self.sample_rate, empty_codes(results),
+                      timeline.segments, seed)
+
+
+class RemoteStream:
+    """Iterator of float32 chunks of one remote request, read on a worker thread; closing it
+    (or leaving a ``with`` block) closes the connection."""
+
+    _END = object()
+
+    def __init__(self, synth: RemoteSynthesizer, text: str, voice: Voice | None,
+                 params: Params):
+        self.synth, self.seed, self.sample_rate = synth, params.seed, synth.sample_rate
+        self._closed = threading.Event()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._read, args=(text, voice, params),
+                                        name="sailfish-remote-stream", daemon=True)
+        self._thread.start()
+
+    def _read(self, text, voice, params) -> None:
+        synth = self.synth
+        try:
+            clips, voice_id = synth._voice_request(voice)
+            body = synth.dialect.body(text, clips, voice_id, params)
+
+            sent = [0]  # chunks handed to the consumer: a retry would repeat them
+
+            def read(response):
+                if sent[0]:
+                    raise RemoteError(f"{response.where}: the stream broke after {sent[0]} "
+                                      "chunks; not repeated (the consumer has them)")
+
+                def on_chunk(samples, rate):
+                    if rate != self.sample_rate:
+                        raise AudioFormatError(f"{response.where}: audio at {rate} Hz; "
+                                               f"expected {self.sample_rate} Hz")
+                    sent[0] += 1
+                    self._queue.put(samples)
+
+                synth.dialect.read(response, on_chunk)
+
+            synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
+                                    cancel=self._closed.is_set)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            self._queue.put(e)
+        self._queue.put(self._END)
+
+    def __iter__(self):
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                if isinstance(item, Cancelled) and self._closed.is_set():
+                    return
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def __enter__(self) -> "RemoteStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def single_voice(voice, what: str) -> Voice | None:
+    voices = as_voices(voice)
+    if len(voices) > 1:
+        raise ValueError(f"voice: a remote {what} request speaks one voice, got {len(voices)}; "
+                         "use dialogue for several speakers")
+    return voices[0] if voices else None
+
+
+def speaker_voice(voices: list[Voice], speaker: int | None) -> Voice | None:
+    if not voices:
+        return None
+    return voices[speaker or 0]
+
+
+def empty_codes(results: list[BatchResult]) -> torch.Tensor:
+    """``[0, frames]``: the frame count, without codes (engines send audio only)."""
+    return torch.zeros(0, sum(r.frames for r in results), dtype=torch.long)
