@@ -20,7 +20,6 @@ whole.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -28,23 +27,21 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from . import text as textplan
+from .arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
 from .checkpoint import CheckpointError, load_model
 from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
 from .device import codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Engine, GenerationError, SamplingParams, batch_seed, check_seed, \
-    random_seed
+from .generate import Engine, GenerationError, SamplingParams, batch_seed
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
-from .script import check_script
 from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
-from .speech import MAX_TAKES, Batch, BatchResult, Speech, SubtitleSpeech
+from .speech import Batch, BatchResult, Speech, SubtitleSpeech
 from .timeline import join_batches, place_cues
 from .tokenizer import FishTokenizer
 from .voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
-DEFAULTS = SamplingParams()  # the one source of the sampling defaults
 
 
 class Synthesizer:
@@ -287,47 +284,3 @@ def recent(results: list[BatchResult], turns: int) -> list[tuple[str, torch.Tens
     """The last ``turns`` generated batches, as prompt history ``[(text, codes [K, n])]``."""
     kept = results[-turns:] if turns else []
     return [(r.batch.text, r.generated.codes) for r in kept]
-
-
-def script_turns(script: str, voices: Mapping[str, Voice] | Sequence[Voice],
-                 require_voices: bool | None, pause: float) -> tuple[list, list[Voice]]:
-    """A dialogue's checked turns and its voices in speaker order (``voices`` by name or in
-    order; with voices given every speaker must map to one, unless ``require_voices`` is
-    False); ``pause`` checked."""
-    if isinstance(voices, Mapping):
-        names, voice_list = list(voices), as_voices(list(voices.values()))
-    else:
-        voice_list = as_voices(list(voices))
-        names = [v.name for v in voice_list]
-    require = bool(voice_list) if require_voices is None else require_voices
-    turns = check_script(script, names, require)
-    if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
-            or not math.isfinite(pause) or pause < 0 or pause > 10:
-        raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
-    return turns, voice_list
-
-
-def count_takes(takes: int | None) -> int:
-    if takes is None:
-        return 1
-    if isinstance(takes, bool) or not isinstance(takes, int) or not 1 <= takes <= MAX_TAKES:
-        raise ValueError(f"takes must be an integer in 1 .. {MAX_TAKES}, got {takes!r}")
-    return takes
-
-
-def as_voices(voice) -> list[Voice]:
-    """None, one ``Voice`` or a list/tuple of them, as a list. Anything else (a file path: read
-    it with ``Voice.load`` first) is an error naming the voice field."""
-    if voice is None:
-        return []
-    voices = list(voice) if isinstance(voice, (list, tuple)) else [voice]
-    for v in voices:
-        if not isinstance(v, Voice):
-            raise ValueError(f"voice must be a Voice (read a file with Voice.load), got "
-                             f"{type(v).__name__} {str(v)[:60]!r}")
-    return voices
-
-
-def pick_seed(seed: int | None) -> int:
-    """The request's base seed: ``seed`` (checked), or a fresh random one."""
-    return random_seed() if seed is None else check_seed(seed)

@@ -38,7 +38,7 @@ from .. import text as textplan
 from ..audio import SAMPLE_RATE, load_audio, prepare_audio
 from ..generate import Cancelled, Generated, SamplingParams, batch_seed
 from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
-from ..synth import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
