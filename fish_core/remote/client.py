@@ -71,13 +71,15 @@ class Reply:
 
 class RemoteSynthesizer:
     def __init__(self, url: str | Sequence[str], dialect: str = "auto",
-                 api_key: str | None = None, *, sample_rate: int = SAMPLE_RATE,
+                 api_key: str | None = None, *, sample_rate: int | None = None,
                  connect_timeout: float = 10.0, read_timeout: float = 600.0, retries: int = 2,
                  backoff: float = 0.5, register_voices: bool = False):
         self.transport = Transport(url if isinstance(url, str) else list(url), api_key,
                                    Timeouts(connect_timeout, read_timeout), retries, backoff)
         self.dialect: Dialect = pick_dialect(dialect, self.transport)
-        self.sample_rate = int(sample_rate)
+        # The engine's output rate: as given, else S2-Pro's until the first reply says otherwise.
+        self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
+        self._rate_known = bool(sample_rate)
         self.register_voices = bool(register_voices)
         self._server_voices: dict[str, str] = {}  # our key → the id the server knows it by
 
@@ -147,6 +149,15 @@ class RemoteSynthesizer:
         return self._server_voices[name]
 
     # ------------------------------------------------------------------ one request
+    def check_rate(self, rate: int, where: str) -> None:
+        """Audio from the engine must come at one rate: the one given, or else the first one
+        the engine sends (adopted then)."""
+        if not self._rate_known:
+            self.sample_rate, self._rate_known = int(rate), True
+        if rate != self.sample_rate:
+            raise AudioFormatError(f"{where}: audio at {rate} Hz; this remote model expects "
+                                   f"{self.sample_rate} Hz")
+
     def _request(self, text: str, voice: Voice | None, params: Params, cancel,
                  on_samples: Callable[[int], None]) -> Reply:
         clips, voice_id = self._voice_request(voice)
@@ -157,9 +168,7 @@ class RemoteSynthesizer:
             chunks = []
 
             def on_chunk(samples: torch.Tensor, rate: int) -> None:
-                if rate != self.sample_rate:
-                    raise AudioFormatError(f"{response.where}: audio at {rate} Hz; this remote "
-                                           f"model expects {self.sample_rate} Hz")
+                self.check_rate(rate, response.where)
                 chunks.append(samples)
                 on_samples(samples.shape[0])
 
@@ -292,9 +301,13 @@ class RemoteStream:
 
     _END = object()
 
+    @property
+    def sample_rate(self) -> int:
+        return self.synth.sample_rate  # known for sure once the first chunk arrived
+
     def __init__(self, synth: RemoteSynthesizer, text: str, voice: Voice | None,
                  params: Params):
-        self.synth, self.seed, self.sample_rate = synth, params.seed, synth.sample_rate
+        self.synth, self.seed = synth, params.seed
         self._closed = threading.Event()
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._read, args=(text, voice, params),
@@ -315,9 +328,7 @@ class RemoteStream:
                                       "chunks; not repeated (the consumer has them)")
 
                 def on_chunk(samples, rate):
-                    if rate != self.sample_rate:
-                        raise AudioFormatError(f"{response.where}: audio at {rate} Hz; "
-                                               f"expected {self.sample_rate} Hz")
+                    synth.check_rate(rate, response.where)
                     sent[0] += 1
                     self._queue.put(samples)
 

@@ -194,8 +194,9 @@ def references(body: dict, name: str, limits: Limits) -> list[Reference]:
     return out
 
 
-def decode_reference(audio: bytes, param: str, limits: Limits):
-    """Encoded audio bytes → mono float32 ``[T]`` at 44.1 kHz, length-checked before decoding."""
+def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
+    """Encoded audio bytes → (mono float32 ``[T]``, its sample rate), length-checked before
+    decoding; ``encode_voice`` resamples it to the codec's rate."""
     from ..audio import AudioError, prepare_audio
 
     try:
@@ -204,7 +205,9 @@ def decode_reference(audio: bytes, param: str, limits: Limits):
             raise bad(param, f"is {info.frames / info.samplerate:.1f} s long; the limit is "
                              f"{limits.max_reference_seconds:g} s")
         data, sr = sf.read(io.BytesIO(audio), dtype="float32", always_2d=True)
-        return prepare_audio(data.T, sr, max_seconds=limits.max_reference_seconds, name=param)
+        wave = prepare_audio(data.T, sr, target_sr=sr, max_seconds=limits.max_reference_seconds,
+                             name=param)
+        return wave, sr
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
         raise bad(param, f"is not readable audio ({e})") from None
     except AudioError as e:

@@ -299,9 +299,9 @@ def encode_and_save(service: Service, name: str, audio: bytes, text: str) -> Non
     from .requests import decode_reference
 
     service.voices.check_free(name)
-    wave = decode_reference(audio, "audio", service.limits)
+    wave, sample_rate = decode_reference(audio, "audio", service.limits)
     with service.scheduler.model() as synth:
-        voice = synth.encode_voice(wave, text, name=name, sample_rate=synth.sample_rate)
+        voice = synth.encode_voice(wave, text, name=name, sample_rate=sample_rate)
     service.voices.add(name, voice)
 
 

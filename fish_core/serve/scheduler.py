@@ -168,8 +168,8 @@ class Scheduler:
             param = request.voice_param if request.voice else "default_voice"
             clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
         for i, ref in enumerate(request.references):
-            wave = decode_reference(ref.audio, f"references[{i}].audio", self.limits)
-            clips += synth.encode_voice(wave, ref.text, sample_rate=synth.sample_rate).clips
+            wave, sample_rate = decode_reference(ref.audio, f"references[{i}].audio", self.limits)
+            clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
         voices = [Voice("speaker", clips, synth.sample_rate)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
