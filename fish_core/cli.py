@@ -9,7 +9,7 @@
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
-    serve --port 8080 [--api-key KEY] [--voices DIR]      HTTP API (OpenAI and fish-speech)
+    serve --port 8080 [--api-key-file F] [--voices DIR]   HTTP API (OpenAI and fish-speech)
 
 ``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
 downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and

@@ -56,7 +56,7 @@ def client(server):
 
 
 def http(server, method: str, path: str, key: str | None = KEY, **kwargs) -> httpx.Response:
-    headers = kwargs.pop("headers", {})
+    headers = dict(kwargs.pop("headers", {}))
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
     return httpx.request(method, server.url + path, headers=headers, timeout=120, **kwargs)
@@ -213,9 +213,11 @@ def test_voice_library_both_dialects(server, voices_dir):
 GOOD = {"model": "s2-pro", "input": "Fine.", "voice": "alice", "max_new_tokens": 8}
 AUDIO = base64.b64encode(wav_bytes(tone(44100, 0.3), 44100)).decode()
 LONG_AUDIO = base64.b64encode(wav_bytes(tone(8000, 6.0), 8000)).decode()  # over the 5 s limit
+JSON = {"Content-Type": "application/json"}  # raw bodies say what they are (else 415)
 BAD = [
     # (id, method, path, how to send, expected status, param named)
-    ("not json", "POST", "/v1/audio/speech", {"content": b"{nope"}, 400, "body"),
+    ("not json", "POST", "/v1/audio/speech", {"content": b"{nope", "headers": JSON}, 400,
+     "body"),
     ("json array", "POST", "/v1/audio/speech", {"json": [1, 2]}, 400, "body"),
     ("missing input", "POST", "/v1/audio/speech", {"json": {"model": "s2-pro"}}, 400, "input"),
     ("input not str", "POST", "/v1/audio/speech", {"json": {**GOOD, "input": 5}}, 400, "input"),
@@ -263,7 +265,8 @@ BAD = [
      {"json": {**GOOD, "references": [{"audio": AUDIO}]}}, 400, "references[0].text"),
     ("too many references", "POST", "/v1/audio/speech",
      {"json": {**GOOD, "references": [{"audio": AUDIO, "text": "x"}] * 3}}, 400, "references"),
-    ("huge body", "POST", "/v1/audio/speech", {"content": b"x" * (2 * 2**20 + 10)}, 413, "body"),
+    ("huge body", "POST", "/v1/audio/speech",
+     {"content": b"x" * (2 * 2**20 + 10), "headers": JSON}, 413, "body"),
     ("wrong content type", "POST", "/v1/audio/speech",
      {"content": b"input=hi", "headers": {"Content-Type": "application/x-www-form-urlencoded"}},
      415, "content-type"),

@@ -2,9 +2,12 @@
 ``/v1/tts``, a voice library) over a fair, batching queue in front of one model.
 
     requests.py   request bodies of both dialects → SpeechRequest (every field checked)
+    bodies.py     reading bodies within bounds (size, time, content type, JSON depth, parts)
+    guard.py      who may call: Host and Origin checks, loopback peers for voice changes
+    logs.py       log lines with a client's control characters escaped
     scheduler.py  the queue: fair, batching, cancellable, with timeouts
     routes.py     the aiohttp handlers (one set for both hosts)
-    service.py    model + queue + voices + limits + API key
+    service.py    model + queue (bounded) + voices + limits + API key + guard
     voicelib.py   voice files by name, confined to the voices folder
     formats.py    wav / pcm / flac / mp3 / opus bytes
     main.py       ``python -m fish_core serve``; background.py runs a server on a thread

@@ -11,6 +11,7 @@ import threading
 
 from aiohttp import web
 
+from .logs import ACCESS_LOG
 from .routes import create_app
 from .service import Service
 
@@ -34,7 +35,7 @@ class BackgroundServer:
         return self
 
     async def _start(self) -> None:
-        self._runner = web.AppRunner(create_app(self.service))
+        self._runner = web.AppRunner(create_app(self.service), access_log=ACCESS_LOG)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()

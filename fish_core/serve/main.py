@@ -1,22 +1,49 @@
-"""``python -m fish_core serve``: the standalone HTTP server (binds 127.0.0.1 unless told)."""
+"""``python -m fish_core serve``: the standalone HTTP server (binds 127.0.0.1 unless told).
+
+Safe by default: a non-loopback address needs an API key (or ``--allow-no-key``), the key comes
+from ``SAILFISH_SERVE_API_KEY`` or ``--api-key-file`` (``--api-key`` works but shows in ``ps``),
+the Host header must be one the server answers to (``--allowed-hosts``), and ``--max-queue``
+bounds the requests in progress. Everything is checked before the model loads.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 from .. import hub
+from .guard import Guard, is_loopback
 from .requests import Limits
 
 DEFAULT_VOICES = hub.DEFAULT_MODELS_DIR.parent / "voices"  # where the nodes save outside ComfyUI
+KEY_ENV = "SAILFISH_SERVE_API_KEY"
+MAX_KEY_FILE_BYTES = 4096
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default loopback only); any other address needs an "
+                        "API key or --allow-no-key")
     g.add_argument("--port", type=int, default=8080)
-    g.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY")
+    keys = g.add_mutually_exclusive_group()
+    keys.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="require Authorization: Bearer KEY, KEY read from this file (first "
+                           f"line); default: the environment variable {KEY_ENV}, if set")
+    keys.add_argument("--api-key", default=None, metavar="KEY",
+                      help=f"the key on the command line: avoid it, any local user sees it in "
+                           f"`ps` and it stays in shell history; prefer {KEY_ENV} or "
+                           "--api-key-file")
+    g.add_argument("--allow-no-key", action="store_true",
+                   help="serve a non-loopback --host without an API key: anyone who can reach "
+                        "the port may generate speech (voice changes still only from this "
+                        "machine)")
+    g.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME]",
+                   help="Host header names the server answers to besides localhost, "
+                        "127.0.0.1, [::1] and the bound address (e.g. the name clients or a "
+                        "load balancer use); '*' turns the DNS-rebinding check off")
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
@@ -24,6 +51,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
                         "many (1: one at a time)")
+    g.add_argument("--max-queue", type=int, default=None,
+                   help="requests in progress or waiting at once; more get 429 with "
+                        "Retry-After (default 4 x --max-batch, at least 16)")
     g.add_argument("--context-length", type=int, default=None,
                    help="cap prompt + generated tokens (bounds the KV cache)")
     limits = Limits()
@@ -33,9 +63,52 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-reference-seconds", type=float, default=limits.max_reference_seconds)
     g.add_argument("--timeout", type=float, default=limits.timeout_seconds,
                    help="seconds a request may take, queueing included")
+    g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
+                   help="seconds to receive a request body")
 
 
-def build_service(args):
+def read_key_file(path: str) -> str:
+    """The first line of a key file (at most a few KiB), stripped."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"--api-key-file: {path} is not a file")
+    with open(file, "rb") as f:
+        data = f.read(MAX_KEY_FILE_BYTES + 1)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ValueError(f"--api-key-file: {path} is larger than a key ({MAX_KEY_FILE_BYTES} "
+                         "bytes at most)")
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    if not lines or not lines[0].strip():
+        raise ValueError(f"--api-key-file: {path} is empty")
+    return lines[0].strip()
+
+
+def api_key(args) -> str | None:
+    """The key: --api-key-file, else --api-key, else $SAILFISH_SERVE_API_KEY, else none."""
+    if args.api_key_file:
+        return read_key_file(args.api_key_file)
+    if args.api_key:
+        return args.api_key
+    return os.environ.get(KEY_ENV, "").strip() or None
+
+
+def check_bind(host: str, key: str | None, allow_no_key: bool) -> None:
+    """A non-loopback address is reachable by the network: it needs a key, or the explicit
+    --allow-no-key."""
+    if key is None and not allow_no_key and not is_loopback(host):
+        raise ValueError(
+            f"--host {host} is reachable from the network and no API key is set: set "
+            f"{KEY_ENV} or --api-key-file, or pass --allow-no-key to serve it without one "
+            "(anyone who can reach the port may then use it)")
+
+
+def guard(args) -> Guard:
+    allowed = [name.strip() for name in args.allowed_hosts.split(",") if name.strip()]
+    return Guard.for_bind(args.host, allowed, hint=f"start the server with --allowed-hosts "
+                                                   "NAME to answer to it")
+
+
+def build_service(args, key: str | None = None):
     from ..synth import Synthesizer
     from .service import Service
 
@@ -49,19 +122,25 @@ def build_service(args):
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,
                     max_reference_seconds=args.max_reference_seconds,
-                    timeout_seconds=args.timeout)
+                    timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout)
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
-                              model_name=Path(str(args.model)).name, api_key=args.api_key,
+                              model_name=Path(str(args.model)).name, api_key=key,
                               limits=limits, max_batch=args.max_batch,
-                              default_voice=args.default_voice)
+                              default_voice=args.default_voice, guard=guard(args),
+                              max_queue=args.max_queue)
 
 
 def serve(args) -> str:
     from aiohttp import web
 
+    from .logs import ACCESS_LOG
     from .routes import create_app
 
+    key = api_key(args)
+    check_bind(args.host, key, args.allow_no_key)
+    if args.max_queue is not None and args.max_queue < 1:
+        raise ValueError(f"--max-queue must be at least 1, got {args.max_queue}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    service = build_service(args)
-    web.run_app(create_app(service), host=args.host, port=args.port)
+    service = build_service(args, key)
+    web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG)
     return "server stopped"

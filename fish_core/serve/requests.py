@@ -1,7 +1,9 @@
 """Speech request bodies of both dialects → one ``SpeechRequest``, every field checked.
 
-A bad field raises ``ApiError`` (status 4xx) whose message and ``param`` name the field; the
-handlers turn it into OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``.
+A bad field raises ``ApiError`` (status 4xx) whose message and ``param`` name the field as the
+client sent it; the handlers turn it into OpenAI's error shape ``{"error": {"message", "type",
+"param", "code"}}``. Text quoted from elsewhere (a decoder's or loader's message) goes through
+``detail``, so no server path or object repr reaches a client.
 """
 
 from __future__ import annotations
@@ -20,18 +22,22 @@ from . import formats
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
                  "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
-                 "top_p", "top_k", "max_new_tokens"}
+                 "top_p", "top_k", "max_new_tokens", "repetition_penalty"}
 FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
                "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
                "repetition_penalty", "temperature", "top_k"}
 VOICE_NAME = re.compile(r"[A-Za-z0-9_\- ]+")  # fish-speech's reference id rule, per path segment
+REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+PATH = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\'\"<>:]+[/\\])+[^\s/\\'\"<>:,;)]*")
+URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None):
+                 code: str | None = None, headers: dict | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
 
     def body(self) -> dict:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
@@ -47,12 +53,16 @@ class Limits:
     max_reference_seconds: float = 60.0
     max_new_tokens: int = 4096
     timeout_seconds: float = 600.0
+    body_timeout_seconds: float = 60.0  # to receive a whole request body
+    max_json_depth: int = 32  # nesting of a JSON body (ours need 3)
+    max_form_parts: int = 16  # parts of a multipart body
 
 
 @dataclass
 class Reference:
     audio: bytes  # an encoded audio file (wav, flac, ogg …)
     text: str
+    param: str = "references[0].audio"  # the field that sent the audio, for errors
 
 
 @dataclass
@@ -74,6 +84,12 @@ class SpeechRequest:
 # ---------------------------------------------------------------- field checks
 def bad(param: str, message: str, status: int = 400, code: str | None = None) -> ApiError:
     return ApiError(status, f"{param}: {message}", param, code)
+
+
+def detail(error: Exception | str) -> str:
+    """An exception's text for a client: object reprs and absolute paths left out."""
+    text = REPR.sub("<data>", str(error))
+    return PATH.sub("<path>", text)
 
 
 def require_object(body) -> dict:
@@ -161,11 +177,15 @@ def voice_name(value, param: str = "voice") -> str:
 
 
 def audio_bytes(value, param: str) -> bytes:
-    """Audio given as raw bytes (msgpack), base64 or a ``data:`` URL."""
+    """Audio given as raw bytes (msgpack), base64 or a ``data:`` URL. Other URLs (``http(s)://``,
+    ``file://``) are refused: the server never fetches a URL or reads a path a client names."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
     if not isinstance(value, str) or not value:
         raise bad(param, "must be base64 audio or a data: URL")
+    if URL_SCHEME.match(value) or value.startswith(("/", "~", "\\")):
+        raise bad(param, "this server does not fetch URLs or read paths; send the audio inline "
+                         "as a data: URL (data:audio/wav;base64,...)")
     if value.startswith("data:"):
         head, _, value = value.partition(",")
         if not head.endswith(";base64"):
@@ -177,6 +197,8 @@ def audio_bytes(value, param: str) -> bytes:
 
 
 def references(body: dict, name: str, limits: Limits) -> list[Reference]:
+    """``[{audio, text}]`` (fish-speech, ours) or ``[{audio_path, text}]`` (SGLang-Omni, with
+    ``audio_path`` a ``data:`` URL); errors name the key the item used."""
     items = body.get(name)
     if items is None:
         return []
@@ -189,8 +211,16 @@ def references(body: dict, name: str, limits: Limits) -> list[Reference]:
         where = f"{name}[{i}]"
         if not isinstance(item, dict):
             raise bad(where, "must be an object {audio, text}")
-        audio = audio_bytes(item.get("audio"), f"{where}.audio")
-        out.append(Reference(audio, text_field(item, "text", limits, param=f"{where}.text")))
+        unknown = sorted(set(item) - {"audio", "audio_path", "text"})
+        if unknown:
+            raise bad(f"{where}.{unknown[0]}", "unrecognized reference field (send audio or "
+                                               "audio_path, and text)")
+        if "audio" in item and "audio_path" in item:
+            raise bad(f"{where}.audio_path", "send either audio or audio_path, not both")
+        key = "audio_path" if "audio_path" in item else "audio"
+        audio = audio_bytes(item.get(key), f"{where}.{key}")
+        out.append(Reference(audio, text_field(item, "text", limits, param=f"{where}.text"),
+                             f"{where}.{key}"))
     return out
 
 
@@ -208,10 +238,12 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
         wave = prepare_audio(data.T, sr, target_sr=sr, max_seconds=limits.max_reference_seconds,
                              name=param)
         return wave, sr
-    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
-        raise bad(param, f"is not readable audio ({e})") from None
+    except sf.LibsndfileError as e:  # its str() names the BytesIO object: keep the reason only
+        raise bad(param, f"is not readable audio ({detail(e.error_string)})") from None
+    except (RuntimeError, TypeError) as e:
+        raise bad(param, f"is not readable audio ({detail(e)})") from None
     except AudioError as e:
-        raise bad(param, str(e).removeprefix(f"{param}: ")) from None
+        raise bad(param, detail(str(e).removeprefix(f"{param}: "))) from None
 
 
 # ---------------------------------------------------------------- the two dialects
@@ -254,10 +286,11 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     if body.get("ref_audio") is not None:
         ref_text = text_field(body, "ref_text", limits)
         request.references.append(Reference(audio_bytes(body["ref_audio"], "ref_audio"),
-                                            ref_text))
+                                            ref_text, "ref_audio"))
         if len(request.references) > limits.max_references:
             raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
                                    f"{limits.max_references}")
+    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
     sampling(body, request, limits)
     return request
 

@@ -2,12 +2,15 @@
 
     POST /v1/audio/speech     OpenAI speech (+ S2 extensions); stream_format audio | sse
     POST /v1/tts              fish-speech ServeTTSRequest (JSON; msgpack when installed)
-    GET  /v1/models, /v1/health
+    GET  /v1/models, /v1/health, /health (SGLang-Omni's path)
     GET|POST /v1/audio/voices, PATCH|DELETE /v1/audio/voices/{name}      voice library
     GET /v1/references/list, POST /v1/references/add, DELETE /v1/references/delete,
     POST /v1/references/update                                          (fish-speech paths)
 
-Every error is JSON in OpenAI's shape; nothing of a traceback reaches the client.
+Before a handler runs: the Host and Origin checks (``guard.py``), the API key, and for the
+routes that change the voice library, a loopback peer when there is no key. Every error, unknown
+paths and methods included, is JSON in OpenAI's shape; nothing of a traceback reaches the
+client, and what is logged of a request is escaped (``logs.py``).
 """
 
 from __future__ import annotations
@@ -15,17 +18,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 
 import torch
 from aiohttp import web
 
 from . import formats
-from .requests import (ApiError, Limits, SpeechRequest, bad, parse_fish, parse_openai,
-                       text_field, voice_name)
+from .bodies import read_form, read_object
+from .logs import log, printable
+from .requests import ApiError, SpeechRequest, bad, parse_fish, parse_openai, text_field, voice_name
 from .service import Service
 
-log = logging.getLogger("sailfish.serve")
+SERVICE = web.AppKey("sailfish_service", Service)
 POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
 
 
@@ -34,28 +37,21 @@ class ClientGone(Exception):
 
 
 def routes(service: Service, prefix: str = "") -> list[web.RouteDef]:
-    """The route table, every path under ``prefix`` (``""`` standalone)."""
-    table = [
-        ("POST", "/v1/audio/speech", openai_speech),
-        ("POST", "/v1/tts", fish_tts),
-        ("GET", "/v1/models", models),
-        ("GET", "/v1/health", health),
-        ("GET", "/v1/audio/voices", list_voices),
-        ("POST", "/v1/audio/voices", add_voice),
-        ("PATCH", "/v1/audio/voices/{name:.+}", rename_voice),
-        ("DELETE", "/v1/audio/voices/{name:.+}", delete_voice),
-        ("GET", "/v1/references/list", fish_list),
-        ("POST", "/v1/references/add", fish_add),
-        ("DELETE", "/v1/references/delete", fish_delete),
-        ("POST", "/v1/references/update", fish_update),
-    ]
-    return [web.route(method, prefix + path, endpoint(service, handler, path != "/v1/health"))
-            for method, path, handler in table]
+    """The routes of ``TABLE`` (at the end of this module), every path under ``prefix`` (``""``
+    standalone). Under a prefix (on ComfyUI's server) a last catch-all route answers unknown
+    paths and methods below it with the JSON error shape."""
+    table = [web.route(method, prefix + path, endpoint(service, handler, kind))
+             for method, path, handler, kind in TABLE]
+    if prefix:
+        table.append(web.route("*", prefix + "/{tail:.*}", not_routed(prefix)))
+    return table
 
 
 def create_app(service: Service) -> web.Application:
     """The standalone application (its own size limit is ours, checked per route)."""
-    app = web.Application(client_max_size=service.limits.max_body_bytes + 2**20)
+    app = web.Application(client_max_size=service.limits.max_body_bytes + 2**20,
+                          middlewares=[json_errors])
+    app[SERVICE] = service
     app.add_routes(routes(service))
 
     async def close(_app):
@@ -65,13 +61,19 @@ def create_app(service: Service) -> web.Application:
     return app
 
 
-def endpoint(service: Service, handler, auth: bool = True):
+def endpoint(service: Service, handler, kind: str = "read"):
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
-            if auth:
+            service.guard.check(request.headers)
+            if kind != "open":
                 service.authorize(request.headers.get("Authorization"))
+            if kind == "change":
+                service.allow_change(request.remote)
             return await handler(service, request)
         except ApiError as e:
+            if e.status in (403, 429):
+                log.warning("Sailfish serve: %s %s from %s refused: %s", request.method,
+                            request.path, request.remote, e.message)
             return error_response(e)
         except (asyncio.CancelledError, ClientGone, ConnectionResetError):
             raise
@@ -85,57 +87,58 @@ def endpoint(service: Service, handler, auth: bool = True):
 
 
 def error_response(e: ApiError) -> web.Response:
-    return web.json_response(e.body(), status=e.status)
+    return web.json_response(e.body(), status=e.status, headers=e.headers)
 
 
-# ---------------------------------------------------------------- bodies
-async def read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise bad("body", f"is {request.content_length} bytes; the limit is {limit}", 413)
-    data = bytearray()
-    async for piece in request.content.iter_chunked(1 << 16):
-        data += piece
-        if len(data) > limit:
-            raise bad("body", f"is over the {limit}-byte limit", 413)
-    return bytes(data)
+def http_error(e: web.HTTPException, method: str, path: str) -> ApiError:
+    """aiohttp's own refusals (no route, wrong method, a body over the app's limit …)."""
+    where = printable(path)[:200]
+    if e.status == 404:
+        return ApiError(404, f"no route {method} {where}", None, "not_found")
+    if e.status == 405:
+        allowed = sorted(getattr(e, "allowed_methods", ()) or ())
+        return ApiError(405, f"{method} is not allowed on {where}"
+                             + (f"; use {', '.join(allowed)}" if allowed else ""),
+                        None, "method_not_allowed", {"Allow": ", ".join(allowed)})
+    if e.status == 413:
+        return bad("body", "is over the size limit", 413)
+    return ApiError(e.status, e.reason or "request refused")
 
 
-async def read_object(request: web.Request, limits: Limits, msgpack: bool = False) -> dict:
-    """A JSON (or, where allowed and installed, msgpack) request body."""
-    kind = request.content_type
-    if kind == "application/msgpack" and msgpack:
-        unpack = msgpack_loader()
-        if unpack is None:
-            raise ApiError(415, "content-type: msgpack bodies need the ormsgpack or msgpack "
-                                "package on the server; send JSON", "content-type")
-        data = await read_body(request, limits.max_body_bytes)
-        try:
-            return unpack(data)
-        except Exception:  # noqa: BLE001 - any decoder error is the client's bad body
-            raise bad("body", "is not valid msgpack") from None
-    if kind not in ("application/json", "application/octet-stream", ""):
-        raise ApiError(415, f"content-type: {kind} is not accepted; send application/json",
-                       "content-type")
-    data = await read_body(request, limits.max_body_bytes)
+@web.middleware
+async def json_errors(request: web.Request, handler):
+    """The standalone server's errors outside the handlers (404, 405 …), in the JSON shape."""
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad("body", f"is not valid JSON ({e})") from None
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return error_response(http_error(e, request.method, request.path))
 
 
-def msgpack_loader():
-    for name in ("ormsgpack", "msgpack"):
-        try:
-            module = __import__(name)
-        except ImportError:
-            continue
-        return module.unpackb
-    return None
+def not_routed(prefix: str):
+    """The catch-all under ``prefix``: 405 where the path is ours with another method, else 404."""
+    async def answer(request: web.Request) -> web.Response:
+        path = request.path.removeprefix("/api")  # ComfyUI mirrors every route under /api
+        allowed = sorted({method for method, pattern, _, _ in TABLE
+                          if matches(pattern, path.removeprefix(prefix))})
+        if allowed:
+            return error_response(http_error(web.HTTPMethodNotAllowed(request.method, allowed),
+                                             request.method, request.path))
+        return error_response(http_error(web.HTTPNotFound(), request.method, request.path))
+
+    return answer
+
+
+def matches(pattern: str, path: str) -> bool:
+    """Whether ``path`` fits a route ``pattern`` of ``TABLE`` (``{name:.+}``: the rest)."""
+    head, brace, _ = pattern.partition("{")
+    return path.startswith(head) and len(path) > len(head) if brace else path == pattern
 
 
 # ---------------------------------------------------------------- speech
 async def openai_speech(service: Service, request: web.Request) -> web.StreamResponse:
-    body = await read_object(request, service.limits)
+    body = await read_object(request, service.limits)  # before admission: bodies arrive freely
     return await speak(service, request, parse_openai(body, service.limits,
                                                       service.model_names))
 
@@ -157,18 +160,19 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
         except RuntimeError:  # the loop is closed: nobody is listening any more
             pass
 
-    task = service.scheduler.submit(speech, emit)
-    try:
-        kind, info = await next_item(items, request)
-        if kind == "error":
-            raise info
-        if speech.stream is None:
-            return await whole(items, request, speech, info)
-        return await streamed(items, request, speech, info)
-    except ClientGone:  # nobody to answer; 499 is what the access log shows
-        return web.Response(status=499)
-    finally:
-        task.cancel()  # a no-op once it is done; stops it when the client left
+    with service.admitted():
+        task = service.scheduler.submit(speech, emit)
+        try:
+            kind, info = await next_item(items, request)
+            if kind == "error":
+                raise info
+            if speech.stream is None:
+                return await whole(items, request, speech, info)
+            return await streamed(items, request, speech, info)
+        except ClientGone:  # nobody to answer; 499 is what the access log shows
+            return web.Response(status=499)
+        finally:
+            task.cancel()  # a no-op once it is done; stops it when the client left
 
 
 async def next_item(items: asyncio.Queue, request: web.Request) -> tuple[str, object]:
@@ -265,23 +269,6 @@ async def health(service: Service, request: web.Request) -> web.Response:
 
 
 # ---------------------------------------------------------------- voices
-async def read_form(request: web.Request, limits: Limits) -> dict:
-    """A multipart/form-data body → {field: str | bytes}, within the body limit."""
-    if not request.content_type.startswith("multipart/"):
-        raise ApiError(415, "content-type: send multipart/form-data with fields name, audio "
-                            "(a file) and text", "content-type")
-    reader, fields, total = await request.multipart(), {}, 0
-    while (part := await reader.next()) is not None:
-        data = bytearray()
-        while piece := await part.read_chunk(1 << 16):
-            data += piece
-            total += len(piece)
-            if total > limits.max_body_bytes:
-                raise bad("body", f"is over the {limits.max_body_bytes}-byte limit", 413)
-        fields[part.name] = bytes(data) if part.filename else data.decode("utf-8", "replace")
-    return fields
-
-
 async def added_voice(service: Service, request: web.Request, name_field: str) -> str:
     """Encode the uploaded clip once and save it as a voice file; returns its name."""
     form = await read_form(request, service.limits)
@@ -291,7 +278,8 @@ async def added_voice(service: Service, request: web.Request, name_field: str) -
     if not isinstance(audio, bytes) or not audio:
         raise bad("audio", "must be an uploaded audio file")
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, encode_and_save, service, name, audio, text)
+    with service.admitted():  # encoding takes the model like a speech request
+        await loop.run_in_executor(None, encode_and_save, service, name, audio, text)
     return name
 
 
@@ -358,3 +346,23 @@ async def fish_update(service: Service, request: web.Request) -> web.Response:
     service.voices.rename(old, new, "old_reference_id", "new_reference_id")
     return web.json_response({"success": True, "old_reference_id": old,
                               "new_reference_id": new})
+
+
+# ---------------------------------------------------------------- the table
+# (method, path, handler, what the route does: "open" needs no key; "read"; "change" the
+# voice library: loopback peers only when there is no key)
+TABLE = [
+    ("POST", "/v1/audio/speech", openai_speech, "read"),
+    ("POST", "/v1/tts", fish_tts, "read"),
+    ("GET", "/v1/models", models, "read"),
+    ("GET", "/v1/health", health, "open"),
+    ("GET", "/health", health, "open"),
+    ("GET", "/v1/audio/voices", list_voices, "read"),
+    ("POST", "/v1/audio/voices", add_voice, "change"),
+    ("PATCH", "/v1/audio/voices/{name:.+}", rename_voice, "change"),
+    ("DELETE", "/v1/audio/voices/{name:.+}", delete_voice, "change"),
+    ("GET", "/v1/references/list", fish_list, "read"),
+    ("POST", "/v1/references/add", fish_add, "change"),
+    ("DELETE", "/v1/references/delete", fish_delete, "change"),
+    ("POST", "/v1/references/update", fish_update, "change"),
+]

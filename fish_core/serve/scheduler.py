@@ -14,7 +14,6 @@ other row of the batch needs the model; a task past its deadline ends with a 504
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -24,10 +23,10 @@ from typing import Callable
 from ..generate import Cancelled, GenerationError, SamplingParams
 from ..stream import SpeechJob, run_round
 from ..voices import Voice
-from .requests import ApiError, Limits, SpeechRequest, decode_reference
+from .logs import log
+from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
 from .voicelib import VoiceLibrary
 
-log = logging.getLogger("sailfish.serve")
 Emit = Callable[[str, object], None]
 
 
@@ -167,8 +166,8 @@ class Scheduler:
         if voice:
             param = request.voice_param if request.voice else "default_voice"
             clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
-        for i, ref in enumerate(request.references):
-            wave, sample_rate = decode_reference(ref.audio, f"references[{i}].audio", self.limits)
+        for ref in request.references:
+            wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
             clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
         voices = [Voice("speaker", clips, synth.sample_rate)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
@@ -188,7 +187,7 @@ def fail(task: Task, error: Exception) -> None:
     if isinstance(error, ApiError):
         task.emit("error", error)
     elif isinstance(error, (GenerationError, ValueError)):
-        task.emit("error", ApiError(422, str(error)))
+        task.emit("error", ApiError(422, detail(error)))
     else:
         log.error("Sailfish serve: request failed", exc_info=error)
         task.emit("error", ApiError(500, f"internal error ({type(error).__name__}); "

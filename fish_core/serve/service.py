@@ -1,6 +1,6 @@
 """What the HTTP routes serve: one model (through a provider), its queue, a voice library,
-limits and the API key. The same ``Service`` backs the standalone server and the routes mounted
-on ComfyUI's server; only the model provider differs."""
+limits, the API key and who may call (``Guard``). The same ``Service`` backs the standalone server
+and the routes mounted on ComfyUI's server; only the model provider and the guard differ."""
 
 from __future__ import annotations
 
@@ -10,11 +10,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .guard import Guard, require_loopback_peer
 from .requests import ApiError, Limits
 from .scheduler import Scheduler
 from .voicelib import VoiceLibrary
 
 MODEL_ALIASES = ("s2-pro", "tts-1", "tts-1-hd")  # OpenAI clients send tts-1 by default
+RETRY_AFTER_SECONDS = 2  # what a 429 suggests
+
+
+def default_max_queue(max_batch: int) -> int:
+    """Requests in progress or waiting at once before new ones get 429: a few batches' worth,
+    so that a burst waits while a flood is turned away (each holds its body, up to the body
+    limit, in memory)."""
+    return max(16, 4 * max(1, int(max_batch)))
 
 
 class LoadedModel:
@@ -41,15 +50,21 @@ class Service:
     def __init__(self, model: Callable, voices: VoiceLibrary | list[Path],
                  model_name: str = "s2-pro", api_key: str | None = None,
                  limits: Limits = Limits(), max_batch: int = 1,
-                 default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True):
+                 default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
+                 guard: Guard = Guard(), max_queue: int | None = None):
         """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
-        whether it is in memory now (for /v1/health)."""
+        whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
+        ``max_queue``: requests in progress at once (default ``default_max_queue``)."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
         self.model_names = {model_name, *MODEL_ALIASES}
         self.model_name = model_name
         self._key = api_key.encode() if api_key else None
         self.loaded = loaded
+        self.guard = guard
+        self.max_queue = max_queue if max_queue is not None else default_max_queue(max_batch)
+        self._open = 0  # requests admitted and not finished
+        self._open_lock = threading.Lock()
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
                                    default_voice=default_voice)
 
@@ -63,10 +78,43 @@ class Service:
         if self._key is None:
             return
         scheme, _, given = (header or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
-                                                                   self._key):
+        try:
+            given_bytes = given.strip().encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes in the header: no key of ours
+            given_bytes = b""
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given_bytes, self._key):
             raise ApiError(401, "missing or wrong API key (send Authorization: Bearer <key>)",
                            "authorization", "invalid_api_key")
+
+    @property
+    def has_key(self) -> bool:
+        return self._key is not None
+
+    def allow_change(self, remote: str | None) -> None:
+        """Voice add/rename/delete: with a key, any authorized peer; without one, only peers on
+        this machine."""
+        if self._key is None:
+            require_loopback_peer(remote, "changing the voice library")
+
+    @property
+    def open_requests(self) -> int:
+        return self._open
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Hold one of ``max_queue`` places for a request's lifetime; 429 when none is free."""
+        with self._open_lock:
+            if self._open >= self.max_queue:
+                raise ApiError(429, f"the server is busy ({self._open} requests in progress or "
+                                    f"queued; the limit is {self.max_queue}); retry later",
+                               None, "queue_full",
+                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._open_lock:
+                self._open -= 1
 
     def close(self) -> None:
         self.scheduler.close()

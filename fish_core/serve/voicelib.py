@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from ..voices import Voice, VoiceError
-from .requests import ApiError, bad, voice_name
+from .requests import ApiError, bad, detail, voice_name
 
 SUFFIX = ".safetensors"
 
@@ -59,8 +59,10 @@ class VoiceLibrary:
         path = self.find(name, param)
         try:
             return Voice.load(path, num_codebooks, codebook_size)
-        except VoiceError as e:
-            raise ApiError(422, f"{param}: voice {name!r} cannot be used: {e}", param) from None
+        except VoiceError as e:  # its text names the file: say the voice's name instead
+            reason = detail(str(e).replace(str(path), "the file"))
+            raise ApiError(422, f"{param}: voice {name!r} cannot be used: {reason}",
+                           param) from None
 
     def check_free(self, name: str, param: str = "name") -> None:
         """A valid name that no voice has yet (409 otherwise)."""
