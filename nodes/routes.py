@@ -8,8 +8,16 @@ Voices are the ``fish_speech_voices`` folder Voice Save writes. Settings, by env
 * ``SAILFISH_SERVE_MODEL``: a checkpoint as the Model Loader lists it (or a folder); default
   the first local checkpoint.
 * ``SAILFISH_SERVE_PRECISION`` (auto), ``SAILFISH_SERVE_QUANTIZATION`` (none).
-* ``SAILFISH_SERVE_API_KEY``: require ``Authorization: Bearer <key>``.
+* ``SAILFISH_SERVE_API_KEY``: require ``Authorization: Bearer <key>``. Without it, reading routes
+  answer anyone who reaches ComfyUI (as ComfyUI's own routes do), and voice add/rename/delete
+  answer only peers on this machine.
+* ``SAILFISH_SERVE_ALLOWED_HOSTS``: Host names (comma separated) the routes answer to besides the
+  loopback names, the addresses ComfyUI listens on and, with ``--listen`` on every address, any
+  IP literal (a DNS-rebinding guard; ``*`` turns it off).
 * ``SAILFISH_SERVE=0``: do not mount the routes.
+
+Requests from a web page of another origin are refused (ComfyUI's own frontend is same-origin),
+unless ComfyUI was started with ``--enable-cors-header`` for that origin.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ log = logging.getLogger("sailfish")
 
 def model_handle() -> ModelHandle:
     """The served model, from the environment (read at each load, so it can change)."""
-    from ..fish_core.serve.requests import ApiError
+    from ..fish_core.serve.requests import ApiError, detail
 
     choice = os.environ.get("SAILFISH_SERVE_MODEL", "")
     if choice and Path(choice).is_dir():
@@ -41,9 +49,24 @@ def model_handle() -> ModelHandle:
         try:
             folder = paths.resolve_model(choice or next(iter(local)))
         except (ValueError, FileNotFoundError) as e:
-            raise ApiError(503, f"SAILFISH_SERVE_MODEL: {e}", code="model_not_found") from None
+            raise ApiError(503, f"SAILFISH_SERVE_MODEL: {detail(e)}",
+                           code="model_not_found") from None
     return ModelHandle(str(folder), precision=os.environ.get("SAILFISH_SERVE_PRECISION", "auto"),
                        quantization=os.environ.get("SAILFISH_SERVE_QUANTIZATION", "none"))
+
+
+def guard():
+    """The Host and Origin rules, from ComfyUI's ``--listen`` and ``--enable-cors-header`` and
+    ``SAILFISH_SERVE_ALLOWED_HOSTS`` (listening on every address when ComfyUI's arguments are
+    not known)."""
+    from ..fish_core.serve.guard import Guard
+
+    args = getattr(host.module("comfy.cli_args"), "args", None)
+    listen = str(getattr(args, "listen", None) or "0.0.0.0") if args is not None else "0.0.0.0"
+    cors = getattr(args, "enable_cors_header", None)
+    allowed = os.environ.get("SAILFISH_SERVE_ALLOWED_HOSTS", "").split(",")
+    return Guard.for_bind(listen, allowed, [cors] if isinstance(cors, str) else [],
+                          hint="list it in SAILFISH_SERVE_ALLOWED_HOSTS to answer to it")
 
 
 def build_service(manager=MANAGER):
@@ -56,7 +79,7 @@ def build_service(manager=MANAGER):
 
     return Service(model, paths.roots(paths.VOICES), model_name="s2-pro",
                    api_key=os.environ.get("SAILFISH_SERVE_API_KEY") or None,
-                   loaded=lambda: bool(manager.loaded()))
+                   loaded=lambda: bool(manager.loaded()), guard=guard())
 
 
 def mount() -> bool:

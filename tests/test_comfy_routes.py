@@ -5,6 +5,7 @@ frees it (the next request loads it again)."""
 import asyncio
 import sys
 import types
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -34,27 +35,32 @@ def comfy(tmp_path_factory):
     sys.modules.pop("server", None)
 
 
-async def call(table, requests):
-    """Serve ``table`` on a free loopback port and run ``requests`` (method, path, json)."""
-    from aiohttp import ClientSession
-
-    app = web.Application()
+@asynccontextmanager
+async def serving(table, middlewares=()):
+    """Serve ``table`` as ComfyUI's app would, on a free loopback port (yields the port)."""
+    app = web.Application(middlewares=list(middlewares))
     app.add_routes(table)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = runner.addresses[0][1]
-    out = []
     try:
-        async with ClientSession() as session:
-            for method, path, body in requests:
-                async with session.request(method, f"http://127.0.0.1:{port}{path}",
-                                           json=body) as response:
-                    data = await response.read()
-                    out.append((response.status, response.headers.get("Content-Type"), data))
+        yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
+
+
+async def call(table, requests):
+    """Serve ``table`` on a free loopback port and run ``requests`` (method, path, json)."""
+    from aiohttp import ClientSession
+
+    out = []
+    async with serving(table) as port, ClientSession() as session:
+        for method, path, body in requests:
+            async with session.request(method, f"http://127.0.0.1:{port}{path}",
+                                       json=body) as response:
+                data = await response.read()
+                out.append((response.status, response.headers.get("Content-Type"), data))
     return out
 
 

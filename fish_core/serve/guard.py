@@ -10,7 +10,8 @@ checks).
   check off. A request without ``Host`` (HTTP/1.0 tools) is not from a browser and passes.
 * **Origin** (against cross-site requests from a page the user has open): a request whose
   ``Origin`` is not the server's own, or whose ``Sec-Fetch-Site`` is other than ``same-origin``
-  or ``none``, is refused. Clients that are not browsers (curl, the openai SDK, our remote
+  or ``none``, is refused, unless the operator allowed that origin (on ComfyUI: its
+  ``--enable-cors-header``). Clients that are not browsers (curl, the openai SDK, our remote
   client) send neither and pass.
 * **Loopback peers**: without an API key, the routes that change the voice library answer only
   to peers on this machine.
@@ -76,18 +77,21 @@ class Guard:
     hosts: frozenset = LOOPBACK_NAMES  # names (lower case, no port) the server answers to
     any_ip: bool = False  # bound to every address: any IP literal is the machine's own
     any_host: bool = False  # --allowed-hosts '*': no Host check
+    origins: frozenset = frozenset()  # other origins the operator allows ("*": any)
     hint: str = "start the server with --allowed-hosts NAME"
 
     @classmethod
-    def for_bind(cls, bind: str, allowed=(), hint: str | None = None) -> "Guard":
-        """The rules for a server bound to ``bind`` with the operator's ``allowed`` names."""
+    def for_bind(cls, bind: str, allowed=(), origins=(), hint: str | None = None) -> "Guard":
+        """The rules for a server bound to ``bind`` (an address, or several separated by commas)
+        with the operator's ``allowed`` names and ``origins``."""
         names = {split_host(n)[0] for n in allowed if n.strip() and n.strip() != "*"}
-        bind = (bind or "").strip("[]").lower()
-        if bind not in WILDCARDS:
-            names.add(bind)
+        binds = {b.strip().strip("[]").lower() for b in (bind or "").split(",")}
+        names |= binds - WILDCARDS
         kwargs = {"hint": hint} if hint else {}
-        return cls(frozenset(LOOPBACK_NAMES | names), any_ip=bind in WILDCARDS,
-                   any_host=any(n.strip() == "*" for n in allowed), **kwargs)
+        return cls(frozenset(LOOPBACK_NAMES | names), any_ip=bool(binds & WILDCARDS),
+                   any_host=any(n.strip() == "*" for n in allowed),
+                   origins=frozenset(o.strip().rstrip("/").lower() for o in origins if o.strip()),
+                   **kwargs)
 
     def check(self, headers) -> None:
         """Raise a 403 ``ApiError`` for a foreign Host or a cross-site request."""
@@ -104,8 +108,10 @@ class Guard:
         raise ApiError(403, f"host: {shorten(host)!r} is not a name this server answers to "
                             f"(a DNS-rebinding guard); {self.hint}", "host", "forbidden_host")
 
-    @staticmethod
-    def check_origin(origin: str | None, fetch_site: str | None, host: str | None) -> None:
+    def check_origin(self, origin: str | None, fetch_site: str | None, host: str | None) -> None:
+        if origin is not None and ("*" in self.origins
+                                   or origin.strip().rstrip("/").lower() in self.origins):
+            return
         if fetch_site is not None and fetch_site.strip().lower() not in SAME_ORIGIN_FETCH:
             raise ApiError(403, f"origin: a {shorten(fetch_site)} request from a web page is not "
                                 "accepted; call the API from a program, or from a page this "

@@ -1,0 +1,522 @@
+"""``serve`` is safe by default, over real loopback sockets on the tiny checkpoint: cross-site and
+forged-Host requests are refused before anything is read or spoken; a network bind needs a key;
+the key comes from the environment or a file; the queue, JSON bodies and forms are bounded;
+every error is the JSON shape naming the field sent, without server paths or object reprs; log
+lines are escaped; on ComfyUI, voice changes need a loopback peer or the key; SGLang-Omni's
+request shapes are accepted where they do not conflict with OpenAI's (``data:`` URLs only)."""
+
+import asyncio
+import base64
+import importlib
+import io
+import logging
+import os
+import re
+import shutil
+import socket
+import threading
+from contextlib import contextmanager
+
+import pytest
+import soundfile as sf
+
+pytest.importorskip("aiohttp")
+web = pytest.importorskip("aiohttp.web")
+try:  # the HTTP client the openai SDK depends on (httpx2 in newer releases)
+    import httpx2 as httpx
+except ImportError:
+    httpx = pytest.importorskip("httpx")
+
+from conftest import served, tone  # noqa: E402
+from fish_core import cli  # noqa: E402
+from fish_core.serve.background import BackgroundServer  # noqa: E402
+from fish_core.serve.bodies import json_depth  # noqa: E402
+from fish_core.serve.guard import Guard  # noqa: E402
+from fish_core.serve.requests import ApiError, Limits  # noqa: E402
+from fish_core.serve.routes import SERVICE  # noqa: E402
+from fish_core.serve.service import Service  # noqa: E402
+from test_comfy_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
+
+KEY = "sec-key-456"
+LIMITS = Limits(max_body_bytes=2**20, max_text_chars=300, max_references=2,
+                max_reference_seconds=5.0, max_new_tokens=32, timeout_seconds=120.0,
+                max_json_depth=16, max_form_parts=8)
+SPEECH = {"model": "s2-pro", "input": "Safe by default.", "voice": "alice", "seed": 3,
+          "max_new_tokens": 8}
+JSON = {"Content-Type": "application/json"}
+EVIL = "http://evil.example"
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def wav_bytes(seconds: float = 0.4, sr: int = 22050) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, tone(sr, seconds, 300).numpy(), sr, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+def data_url(data: bytes) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(data).decode("ascii")
+
+
+@pytest.fixture(scope="module")
+def synth(tiny_synth):
+    return tiny_synth
+
+
+@pytest.fixture(scope="module")
+def server(synth, voices_dir):
+    """No key, loopback: the default a newcomer starts."""
+    with served(synth, voices_dir, limits=LIMITS) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keyed(synth, voices_dir):
+    with served(synth, voices_dir, api_key=KEY, limits=LIMITS) as running:
+        yield running
+
+
+def http(server, method: str, path: str, **kwargs) -> httpx.Response:
+    return httpx.request(method, server.url + path, timeout=120, **kwargs)
+
+
+def rounds(server) -> int:
+    """Generation rounds run so far: unchanged means nothing was spoken."""
+    return len(server.service.scheduler.batch_sizes)
+
+
+def error_of(response, status: int, param=None) -> dict:
+    """The JSON error of ``response``, checked: status, shape, field named, nothing leaked."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == ERROR_KEYS
+    assert error["param"] == param
+    if param is not None:
+        assert param in error["message"]
+    assert_no_leak(response.text)
+    return error
+
+
+def assert_no_leak(text: str) -> None:
+    assert "object at 0x" not in text and "Traceback" not in text
+    for folder in (os.getcwd(), os.path.expanduser("~"), "/tmp/", "/work/", "/root/"):
+        assert folder not in text
+
+
+def raw_request(server, data: bytes, wait_for_close: bool = True) -> bytes:
+    """Send raw bytes (headers no client library would send) and read the whole answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(data)
+        chunks = []
+        while wait_for_close and (chunk := sock.recv(65536)):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def status_and_body(raw: bytes) -> tuple[int, bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+# ---------------------------------------------------------------- cross-site requests
+def test_cross_site_post_without_content_type_is_refused_and_nothing_spoken(server):
+    """A page's "simple" request: text/plain or no content type, its own Origin."""
+    before = rounds(server)
+    body = b'{"input": "Spoken by a web page.", "voice": "alice", "max_new_tokens": 8}'
+    for headers in ({"Origin": EVIL, "Content-Type": "text/plain"},
+                    {"Origin": EVIL, "Sec-Fetch-Site": "cross-site"},
+                    {"Sec-Fetch-Site": "cross-site"},  # no-cors requests carry no Origin
+                    {"Origin": "null"}):  # sandboxed frames, file: pages
+        error = error_of(http(server, "POST", "/v1/audio/speech", content=body,
+                              headers=headers), 403, "origin")
+        assert error["code"] == "cross_origin"
+    # without an Origin (curl and SDKs): the content type still has to say JSON
+    error_of(http(server, "POST", "/v1/audio/speech", content=body), 415, "content-type")
+    error_of(http(server, "POST", "/v1/audio/speech", content=body,
+                  headers={"Content-Type": "text/plain"}), 415, "content-type")
+    assert rounds(server) == before
+
+
+def test_same_origin_pages_and_programs_pass(server):
+    """A page the server itself serves (same origin) and a program (no Origin) are answered."""
+    own = server.url
+    for headers in ({"Origin": own, "Sec-Fetch-Site": "same-origin"}, {"Sec-Fetch-Site": "none"},
+                    {}):
+        response = http(server, "POST", "/v1/audio/speech", json=SPEECH, headers=headers)
+        assert response.status_code == 200 and response.content[:4] == b"RIFF"
+
+
+def test_cross_site_voice_changes_are_refused(server, voices_dir):
+    files = {"audio": ("m.wav", wav_bytes(), "audio/wav")}
+    for path, id_field in (("/v1/audio/voices", "name"), ("/v1/references/add", "id")):
+        error_of(http(server, "POST", path, data={id_field: "mallory", "text": "Planted."},
+                      files=files, headers={"Origin": EVIL}), 403, "origin")
+    error_of(http(server, "PATCH", "/v1/audio/voices/alice", json={"name": "eve"},
+                  headers={"Origin": EVIL}), 403, "origin")
+    error_of(http(server, "POST", "/v1/references/update",
+                  json={"old_reference_id": "alice", "new_reference_id": "eve"},
+                  headers={"Sec-Fetch-Site": "cross-site"}), 403, "origin")
+    error_of(http(server, "DELETE", "/v1/audio/voices/alice", headers={"Origin": EVIL}), 403,
+             "origin")
+    assert sorted(p.name for p in voices_dir.rglob("*.safetensors")) == ["alice.safetensors"]
+
+
+def test_voice_routes_take_their_own_content_types(server):
+    error_of(http(server, "POST", "/v1/audio/voices", content=b"name=x&text=y",
+                  headers={"Content-Type": "application/x-www-form-urlencoded"}),
+             415, "content-type")
+    error_of(http(server, "PATCH", "/v1/audio/voices/alice", content=b'{"name": "eve"}',
+                  headers={"Content-Type": "text/plain"}), 415, "content-type")
+
+
+# ---------------------------------------------------------------- Host (DNS rebinding)
+def test_forged_host_is_refused(server):
+    before = rounds(server)
+    for host in ("evil.example", f"evil.example:{server.port}", "192.168.1.5:8080",
+                 "localhost.evil.example"):
+        headers = {"Host": host, **JSON}
+        error = error_of(http(server, "POST", "/v1/audio/speech", json=SPEECH, headers=headers),
+                         403, "host")
+        assert error["code"] == "forbidden_host" and "--allowed-hosts" in error["message"]
+        error_of(http(server, "GET", "/v1/audio/voices", headers={"Host": host}), 403, "host")
+    assert rounds(server) == before
+    for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]:9",
+                 "LOCALHOST"):
+        assert http(server, "GET", "/v1/models", headers={"Host": host}).status_code == 200
+
+
+def test_host_rules_follow_the_bind_and_the_allowed_names():
+    def allowed(guard: Guard, host: str) -> bool:
+        try:
+            guard.check_host(host)
+        except ApiError as e:
+            assert e.status == 403 and e.param == "host"
+            return False
+        return True
+
+    loopback = Guard.for_bind("127.0.0.1")
+    assert allowed(loopback, "localhost:8080") and allowed(loopback, "[::1]:1")
+    assert not allowed(loopback, "10.0.0.7:8080") and not allowed(loopback, "tts.lan")
+    one = Guard.for_bind("10.0.0.7", ["tts.lan", "LB.example:8000"])
+    assert allowed(one, "10.0.0.7:8080") and allowed(one, "tts.lan") \
+        and allowed(one, "lb.example") and allowed(one, "localhost")
+    assert not allowed(one, "10.0.0.8") and not allowed(one, "evil.example")
+    every = Guard.for_bind("0.0.0.0")  # any IP literal is the machine's own; names are not
+    assert allowed(every, "192.168.1.5:8080") and allowed(every, "[fe80::1]:80")
+    assert not allowed(every, "rebind.evil.example")
+    assert allowed(Guard.for_bind("0.0.0.0", ["*"]), "anything.example")
+    comfy = Guard.for_bind("0.0.0.0,::", origins=["http://my-ui.lan:3000"])
+    comfy.check_origin("http://my-ui.lan:3000", "cross-site", "tts.lan:8188")  # allowed
+    with pytest.raises(ApiError):
+        comfy.check_origin("http://other.lan:3000", None, "tts.lan:8188")
+
+
+# ---------------------------------------------------------------- start-up: bind and key
+@contextmanager
+def started(monkeypatch):
+    """``serve`` as the CLI runs it, up to ``web.run_app`` (captured instead of run)."""
+    calls = []
+    monkeypatch.setattr(web, "run_app", lambda app, **kw: calls.append((app, kw)))
+    yield calls
+
+
+def serve_argv(ckpt_dir, voices, *extra) -> list[str]:
+    return ["serve", "--model", str(ckpt_dir), "--device", "cpu", "--lazy", "--voices",
+            str(voices), *extra]
+
+
+def test_network_bind_without_key_is_refused_unless_allowed(ckpt_dir, tmp_path, monkeypatch,
+                                                            capsys):
+    monkeypatch.delenv("SAILFISH_SERVE_API_KEY", raising=False)
+    with started(monkeypatch) as calls:
+        for host in ("0.0.0.0", "::", "192.168.1.5"):
+            assert cli.main(serve_argv(ckpt_dir, tmp_path, "--host", host)) == 2
+            err = capsys.readouterr().err
+            assert "--allow-no-key" in err and "SAILFISH_SERVE_API_KEY" in err
+        assert calls == []  # refused before anything started (or loaded)
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--host", "0.0.0.0",
+                                   "--allow-no-key")) == 0
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--host", "localhost")) == 0
+    assert [kw["host"] for _, kw in calls] == ["0.0.0.0", "localhost"]
+    assert not calls[0][0][SERVICE].has_key
+
+
+def key_is_required(service: Service, key: str) -> None:
+    with BackgroundServer(service) as running:
+        assert http(running, "GET", "/v1/models").status_code == 401
+        wrong = http(running, "GET", "/v1/models", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        right = http(running, "GET", "/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert right.status_code == 200
+    service.close()
+
+
+def test_key_from_environment_and_from_file(ckpt_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SAILFISH_SERVE_API_KEY", "env-key-1")
+    key_file = tmp_path / "serve.key"
+    key_file.write_text("file-key-2\n", encoding="utf-8")
+    with started(monkeypatch) as calls:
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--host", "0.0.0.0")) == 0  # key: env
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--api-key-file", str(key_file))) == 0
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--api-key-file",
+                                   str(tmp_path / "missing.key"))) == 2
+        assert "--api-key-file" in capsys.readouterr().err
+        (tmp_path / "empty.key").write_text("\n")
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--api-key-file",
+                                   str(tmp_path / "empty.key"))) == 2
+        assert "empty" in capsys.readouterr().err
+    (env_app, _), (file_app, _) = calls
+    key_is_required(env_app[SERVICE], "env-key-1")
+    key_is_required(file_app[SERVICE], "file-key-2")
+    with pytest.raises(SystemExit):  # one source on the command line at a time
+        cli.build_parser().parse_args(serve_argv(ckpt_dir, tmp_path, "--api-key", "a",
+                                                 "--api-key-file", str(key_file)))
+
+
+def test_help_says_why_not_api_key(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ps" in text and "SAILFISH_SERVE_API_KEY" in text and "--allow-no-key" in text
+
+
+# ---------------------------------------------------------------- resources
+def test_queue_bound_answers_429_with_retry_after(synth, voices_dir):
+    entered, release = threading.Event(), threading.Event()
+
+    @contextmanager
+    def blocked_model():  # the first round waits here until released
+        entered.set()
+        assert release.wait(120)
+        yield synth
+
+    service = Service(blocked_model, voices=[voices_dir], limits=LIMITS, max_queue=1)
+    first = {}
+    with BackgroundServer(service) as running:
+        thread = threading.Thread(target=lambda: first.update(
+            r=http(running, "POST", "/v1/audio/speech", json=SPEECH)))
+        thread.start()
+        try:
+            assert entered.wait(60)  # the first request holds the only place
+            busy = http(running, "POST", "/v1/audio/speech", json=SPEECH)
+            error = error_of(busy, 429)
+            assert error["code"] == "queue_full" and int(busy.headers["Retry-After"]) >= 1
+            busy_voice = http(running, "POST", "/v1/audio/voices",
+                              data={"name": "q", "text": "Queued."},
+                              files={"audio": ("q.wav", wav_bytes(), "audio/wav")})
+            assert busy_voice.status_code == 429
+        finally:
+            release.set()
+            thread.join(120)
+        assert first["r"].status_code == 200
+        assert http(running, "POST", "/v1/audio/speech", json=SPEECH).status_code == 200
+        assert http(running, "GET", "/v1/health").json()["status"] == "ok"
+    service.close()
+    assert not (voices_dir / "q.safetensors").exists()
+
+
+def test_nesting_bomb_and_oversized_json(server):
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    for body in (bomb, b'{"input": "x", "voice": {"id": ' + b"[" * 20 + b"]" * 20 + b"}}"):
+        error = error_of(http(server, "POST", "/v1/audio/speech", content=body, headers=JSON),
+                         400, "body")
+        assert "nests deeper" in error["message"]
+    error_of(http(server, "POST", "/v1/tts", content=bomb, headers=JSON), 400, "body")
+    assert json_depth(b'{"input": "[[[[[[[[[[[[[[[[[[[[[[[[\\"[[["}') == 1  # strings skipped
+    over = b'{"input": "' + b"a" * LIMITS.max_body_bytes + b'"}'
+    error_of(http(server, "POST", "/v1/audio/speech", content=over, headers=JSON), 413, "body")
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(LIMITS.max_body_bytes // 65536 + 2):
+            yield b" " * 65536
+
+    error_of(http(server, "POST", "/v1/audio/speech", content=chunks(), headers=JSON), 413,
+             "body")
+    assert http(server, "GET", "/v1/health").status_code == 200
+
+
+def test_multipart_parts_are_bounded(server, voices_dir):
+    data = {f"field{i}": "x" for i in range(LIMITS.max_form_parts + 1)}
+    error = error_of(http(server, "POST", "/v1/audio/voices", data=data,
+                          files={"audio": ("a.wav", wav_bytes(), "audio/wav")}), 400, "body")
+    assert "form parts" in error["message"]
+    assert not (voices_dir / "x.safetensors").exists()
+
+
+def test_slow_body_times_out(synth, voices_dir):
+    with served(synth, voices_dir, limits=Limits(body_timeout_seconds=0.3)) as running:
+        raw = raw_request(running, b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                   b"Content-Type: application/json\r\nContent-Length: 100\r\n"
+                                   b"Connection: close\r\n\r\n{\"input\":")
+    status, body = status_and_body(raw)
+    assert status == 408 and b'"param": "body"' in body
+
+
+def test_undecodable_authorization_is_401(keyed):
+    for value in (b"Bearer \xff\xfe\xfa", b"\xc3\x28", b"Bearer " + KEY.encode() + b"\xff"):
+        raw = raw_request(keyed, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 b"Authorization: " + value + b"\r\nConnection: close\r\n\r\n")
+        status, body = status_and_body(raw)
+        assert status == 401 and b"invalid_api_key" in body
+    assert http(keyed, "GET", "/v1/models",
+                headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+# ---------------------------------------------------------------- the error shape
+def test_unknown_routes_and_methods_answer_json(server, keyed):
+    for running in (server, keyed):
+        error_of(http(running, "GET", "/nope"), 404)
+        error_of(http(running, "POST", "/v1/audio/speech/extra", json=SPEECH), 404)
+        wrong = http(running, "GET", "/v1/audio/speech")
+        error = error_of(wrong, 405)
+        assert error["code"] == "method_not_allowed" and "POST" in wrong.headers["Allow"]
+        error_of(http(running, "PUT", "/v1/models"), 405)
+
+
+def test_errors_name_the_field_sent_without_paths_or_reprs(server, voices_dir):
+    not_audio = data_url(b"hello, not audio")
+    cases = [({**SPEECH, "ref_audio": not_audio, "ref_text": "x"}, "ref_audio"),
+             ({**SPEECH, "references": [{"audio": not_audio, "text": "x"}]},
+              "references[0].audio"),
+             ({**SPEECH, "references": [{"audio_path": not_audio, "text": "x"}]},
+              "references[0].audio_path")]
+    for body, param in cases:
+        error = error_of(http(server, "POST", "/v1/audio/speech", json=body), 400, param)
+        assert "not readable audio" in error["message"]
+    broken = voices_dir / "broken.safetensors"
+    broken.write_bytes(b"not a safetensors file")
+    try:
+        response = http(server, "POST", "/v1/audio/speech", json={**SPEECH, "voice": "broken"})
+        error_of(response, 422, "voice")
+        assert str(voices_dir) not in response.text
+    finally:
+        broken.unlink()
+
+
+def test_control_characters_in_paths_are_escaped_in_logs(server, caplog):
+    caplog.set_level(logging.INFO)
+    # a CR overwrites the line on a terminal (a LF does not match the route's name)
+    response = http(server, "DELETE", "/v1/audio/voices/x%0D2026-12-01 forged%1b[31m line",
+                    headers={"Origin": EVIL})
+    error_of(response, 403, "origin")
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("sailfish.serve")]
+    refused = [line for line in lines if "refused" in line]
+    assert refused and all(not re.search(r"[\r\n\x1b]", line) for line in lines)
+    assert "x\\r2026-12-01 forged\\x1b[31m" in refused[0]
+    error = error_of(http(server, "GET", "/v1/x%0D%0Ay"), 404)
+    assert "\r" not in error["message"] and "\\r" in error["message"]
+
+
+# ---------------------------------------------------------------- SGLang-Omni shapes
+def test_sglang_omni_request_shapes(server):
+    clip = wav_bytes()
+    inline = {**SPEECH, "references": [{"audio": base64.b64encode(clip).decode(),
+                                        "text": "A reference."}]}
+    by_path = {**SPEECH, "references": [{"audio_path": data_url(clip), "text": "A reference."}]}
+    shorthand = {**SPEECH, "ref_audio": data_url(clip), "ref_text": "A reference.",
+                 "repetition_penalty": 1.1}
+    answers = [http(server, "POST", "/v1/audio/speech", json=b) for b in (inline, by_path,
+                                                                         shorthand)]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert answers[0].content == answers[1].content == answers[2].content
+    health = http(server, "GET", "/health")
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/a.wav", "https://example.com/a.wav",
+                                 "file:///etc/passwd", "/etc/passwd", "~/voice.wav"])
+def test_audio_urls_and_paths_are_never_fetched(server, url):
+    before = rounds(server)
+    for body, param in (({**SPEECH, "references": [{"audio_path": url, "text": "x"}]},
+                         "references[0].audio_path"),
+                        ({**SPEECH, "ref_audio": url, "ref_text": "x"}, "ref_audio"),
+                        ({**SPEECH, "references": [{"audio": url, "text": "x"}]},
+                         "references[0].audio")):
+        error = error_of(http(server, "POST", "/v1/audio/speech", json=body), 400, param)
+        assert "data: URL" in error["message"]
+    error_of(http(server, "POST", "/v1/audio/speech", json={
+        **SPEECH, "references": [{"audio": "AAAA", "audio_path": "AAAA", "text": "x"}]}),
+        400, "references[0].audio_path")
+    assert rounds(server) == before
+
+
+def test_health_needs_no_key(keyed):
+    for path in ("/health", "/v1/health"):
+        assert http(keyed, "GET", path).status_code == 200
+    assert http(keyed, "GET", "/v1/models").status_code == 401
+
+
+# ---------------------------------------------------------------- ComfyUI's /sailfish routes
+PEER = "X-Test-Peer"  # the stand-in app takes the peer address from this header
+
+
+@web.middleware
+async def peer_from_header(request, handler):
+    """Stand in for a LAN peer: ComfyUI's server would see it as ``request.remote``."""
+    peer = request.headers.get(PEER)
+    return await handler(request.clone(remote=peer) if peer else request)
+
+
+async def comfy_calls(table, requests):
+    """Serve ``table`` as ComfyUI would (its own app) on loopback; ``requests``: (method, path,
+    headers, json)."""
+    from aiohttp import ClientSession
+
+    out = []
+    async with serving(table, [peer_from_header]) as port, ClientSession() as session:
+        for method, path, headers, body in requests:
+            headers = {k: v.replace("PORT", str(port)) for k, v in headers.items()}
+            async with session.request(method, f"http://127.0.0.1:{port}{path}",
+                                       headers=headers, json=body) as response:
+                out.append((response.status, await response.json()))
+    return out
+
+
+def comfy_table(comfy):  # noqa: F811 - the fixture imported above
+    """The /sailfish routes as mounted, built now (the key is read when they are built)."""
+    mounted = comfy.pack.nodes.routes
+    serve_routes = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve.routes")
+    return serve_routes.routes(mounted.build_service(), mounted.PREFIX)
+
+
+def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir,  # noqa: F811
+                                                             monkeypatch):
+    root = comfy.pack.nodes.paths.roots("fish_speech_voices")[0]
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("keep", "drop", "keyed"):
+        shutil.copy(voices_dir / "alice.safetensors", root / f"{name}.safetensors")
+    lan = {PEER: "192.168.1.20"}
+    monkeypatch.delenv("SAILFISH_SERVE_API_KEY", raising=False)
+    answers = asyncio.run(comfy_calls(comfy_table(comfy), [
+        ("GET", "/sailfish/v1/audio/voices", lan, None),  # reading: as before
+        ("DELETE", "/sailfish/v1/audio/voices/keep", lan, None),
+        ("PATCH", "/sailfish/v1/audio/voices/keep", lan, {"name": "stolen"}),
+        ("POST", "/sailfish/v1/references/update", lan,
+         {"old_reference_id": "keep", "new_reference_id": "stolen"}),
+        ("DELETE", "/sailfish/v1/audio/voices/drop", {}, None),  # this machine: allowed
+        ("DELETE", "/sailfish/v1/audio/voices/keep", {"Origin": EVIL}, None),
+        ("GET", "/sailfish/v1/audio/voices", {"Host": "rebind.evil.example"}, None),
+        ("GET", "/sailfish/v1/audio/voices", {"Origin": "http://127.0.0.1:PORT"}, None),
+        ("GET", "/sailfish/nope", {}, None),
+        ("GET", "/sailfish/v1/tts", {}, None),
+    ]))
+    (read, *lan_changes, local, cross, rebind, same, unknown, method) = answers
+    assert read[0] == 200 and {"keep", "drop"} <= {v["id"] for v in read[1]["data"]}
+    for status, body in lan_changes:
+        assert status == 403 and body["error"]["code"] == "loopback_only"
+    assert local[0] == 200 and not (root / "drop.safetensors").exists()
+    assert cross[0] == 403 and cross[1]["error"]["param"] == "origin"
+    assert rebind[0] == 403 and "SAILFISH_SERVE_ALLOWED_HOSTS" in rebind[1]["error"]["message"]
+    assert same[0] == 200
+    assert unknown[0] == 404 and set(unknown[1]["error"]) == ERROR_KEYS
+    assert method[0] == 405 and method[1]["error"]["code"] == "method_not_allowed"
+    assert (root / "keep.safetensors").is_file() and not (root / "stolen.safetensors").exists()
+
+    monkeypatch.setenv("SAILFISH_SERVE_API_KEY", KEY)  # with a key, the key decides
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    [(no_key, _), (with_key, _)] = asyncio.run(comfy_calls(comfy_table(comfy), [
+        ("DELETE", "/sailfish/v1/audio/voices/keyed", lan, None),
+        ("DELETE", "/sailfish/v1/audio/voices/keyed", {**lan, **bearer}, None),
+    ]))
+    assert no_key == 401 and with_key == 200 and not (root / "keyed.safetensors").exists()
