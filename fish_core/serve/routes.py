@@ -25,7 +25,8 @@ from aiohttp import web
 from . import formats
 from .bodies import read_form, read_object
 from .logs import log, printable
-from .requests import ApiError, SpeechRequest, bad, parse_fish, parse_openai, text_field, voice_name
+from .requests import (ApiError, SpeechRequest, bad, parse_fish, parse_openai, text_field,
+                       voice_name)
 from .service import Service
 
 SERVICE = web.AppKey("sailfish_service", Service)
@@ -133,7 +134,9 @@ def not_routed(prefix: str):
 def matches(pattern: str, path: str) -> bool:
     """Whether ``path`` fits a route ``pattern`` of ``TABLE`` (``{name:.+}``: the rest)."""
     head, brace, _ = pattern.partition("{")
-    return path.startswith(head) and len(path) > len(head) if brace else path == pattern
+    if not brace:
+        return path == pattern
+    return path.startswith(head) and len(path) > len(head)
 
 
 # ---------------------------------------------------------------- speech
