@@ -42,8 +42,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "machine)")
     g.add_argument("--allowed-hosts", default="", metavar="NAME[,NAME]",
                    help="Host header names the server answers to besides localhost, "
-                        "127.0.0.1, [::1] and the bound address (e.g. the name clients or a "
-                        "load balancer use); '*' turns the DNS-rebinding check off")
+                        "127.0.0.1, [::1] and the bound address (bound to 0.0.0.0 or ::, any "
+                        "IP address too), e.g. the name clients or a load balancer use; '*' "
+                        "turns this DNS-rebinding check off")
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
