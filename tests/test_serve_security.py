@@ -127,6 +127,7 @@ def test_cross_site_post_without_content_type_is_refused_and_nothing_spoken(serv
     for headers in ({"Origin": EVIL, "Content-Type": "text/plain"},
                     {"Origin": EVIL, "Sec-Fetch-Site": "cross-site"},
                     {"Sec-Fetch-Site": "cross-site"},  # no-cors requests carry no Origin
+                    {"Origin": "http://127.0.0.1:1", "Sec-Fetch-Site": "same-site"},  # other port
                     {"Origin": "null"}):  # sandboxed frames, file: pages
         error = error_of(http(server, "POST", "/v1/audio/speech", content=body,
                               headers=headers), 403, "origin")
@@ -278,7 +279,7 @@ def test_help_says_why_not_api_key(capsys):
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "ps" in text and "SAILFISH_SERVE_API_KEY" in text and "--allow-no-key" in text
+    assert "`ps`" in text and "SAILFISH_SERVE_API_KEY" in text and "--allow-no-key" in text
 
 
 # ---------------------------------------------------------------- resources
