@@ -62,7 +62,7 @@ def guard():
     from ..fish_core.serve.guard import Guard
 
     args = getattr(host.module("comfy.cli_args"), "args", None)
-    listen = str(getattr(args, "listen", None) or "0.0.0.0") if args is not None else "0.0.0.0"
+    listen = getattr(args, "listen", None) or "0.0.0.0"
     cors = getattr(args, "enable_cors_header", None)
     allowed = os.environ.get("SAILFISH_SERVE_ALLOWED_HOSTS", "").split(",")
     return Guard.for_bind(listen, allowed, [cors] if isinstance(cors, str) else [],

@@ -14,7 +14,9 @@ import os
 import re
 import shutil
 import socket
+import sys
 import threading
+import types
 from contextlib import contextmanager
 
 import pytest
@@ -521,3 +523,25 @@ def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir, 
         ("DELETE", "/sailfish/v1/audio/voices/keyed", {**lan, **bearer}, None),
     ]))
     assert no_key == 401 and with_key == 200 and not (root / "keyed.safetensors").exists()
+
+
+def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):  # noqa: F811
+    """ComfyUI's --listen sets the addresses, --enable-cors-header an origin it allows."""
+    mounted = comfy.pack.nodes.routes
+    refused = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve.requests").ApiError
+    cli_args = types.ModuleType("comfy.cli_args")
+    cli_args.args = types.SimpleNamespace(listen="127.0.0.1", enable_cors_header=None)
+    monkeypatch.setitem(sys.modules, "comfy.cli_args", cli_args)
+    monkeypatch.setenv("SAILFISH_SERVE_ALLOWED_HOSTS", "studio.lan")
+    local = mounted.guard()
+    local.check_host("127.0.0.1:8188")
+    local.check_host("studio.lan:8188")
+    with pytest.raises(refused):
+        local.check_host("192.168.1.5:8188")  # loopback only: not one of ComfyUI's addresses
+    cli_args.args = types.SimpleNamespace(listen="0.0.0.0,::", enable_cors_header="http://ui.lan")
+    lan = mounted.guard()
+    lan.check_host("192.168.1.5:8188")
+    lan.check_origin("http://ui.lan", "cross-site", "192.168.1.5:8188")
+    with pytest.raises(refused):
+        lan.check_origin(EVIL, "cross-site", "192.168.1.5:8188")
+
