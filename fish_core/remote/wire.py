@@ -83,15 +83,15 @@ class WavReader:
                         raise AudioFormatError(f"{self.where}: WAV data before its fmt chunk")
                     self.in_data = True
                     return bytes(h[at + 8:])
-                self.chunks += 1
-                if self.chunks > MAX_CHUNKS:
-                    raise AudioFormatError(f"{self.where}: the WAV header has more than "
-                                           f"{MAX_CHUNKS} chunks; not audio this client takes")
                 if size > MAX_HEADER_BYTES:
                     raise AudioFormatError(f"{self.where}: a WAV header chunk of {size} bytes; "
                                            "not audio this client takes")
                 if len(h) < at + 8 + size:
                     break  # wait for the whole chunk
+                self.chunks += 1
+                if self.chunks > MAX_CHUNKS:
+                    raise AudioFormatError(f"{self.where}: the WAV header has more than "
+                                           f"{MAX_CHUNKS} chunks; not audio this client takes")
                 if chunk == b"fmt ":
                     self._format(bytes(h[at + 8:at + 8 + size]))
                 at += 8 + size + size % 2
