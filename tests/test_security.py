@@ -490,3 +490,14 @@ def test_a_remote_error_carries_no_url_of_an_unconfigured_host():
     transport = Transport(f"http://127.0.0.1:{port}", retries=0, name="gone")
     with pytest.raises(RemoteError, match=r"endpoint 'gone'/v1/models: ConnectionRefused"):
         transport.request("GET", "/v1/models", lambda r: r.body())
+
+
+def test_a_huge_voice_list_is_quoted_short():
+    from fish_core.voices import Voice
+
+    names = json.dumps({"data": [{"name": f"voice-{i}-" + "x" * 100} for i in range(20_000)]})
+    with Recorder(lambda path, send: send(answer(200, names.encode()))) as server:
+        client = RemoteSynthesizer(server.url, "sailfish", retries=0)
+        with pytest.raises(ValueError, match="'nobody'") as error:
+            client.tts("Hi.", Voice("nobody", [], 44100, 2048), seed=1, max_new_tokens=FRAMES)
+    assert len(str(error.value)) < MAX_QUOTE + 400

@@ -42,7 +42,7 @@ from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turn
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
-from .http import RemoteError, Timeouts, Transport
+from .http import RemoteError, Timeouts, Transport, quote
 from .wire import AudioFormatError, check_audio
 
 Progress = Callable[[int, int], None]
@@ -158,7 +158,7 @@ class RemoteSynthesizer:
                 raise ValueError(
                     f"voice {name!r} holds codes only (a saved voice file), so the server must "
                     f"have a voice of that name, but {self.label} has "
-                    f"{', '.join(map(repr, known)) or 'none'}: add it to the server's voice "
+                    f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")
             self._server_voices[name] = name
