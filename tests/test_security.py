@@ -501,3 +501,17 @@ def test_a_huge_voice_list_is_quoted_short():
         with pytest.raises(ValueError, match="'nobody'") as error:
             client.tts("Hi.", Voice("nobody", [], 44100, 2048), seed=1, max_new_tokens=FRAMES)
     assert len(str(error.value)) < MAX_QUOTE + 400
+
+
+@pytest.mark.parametrize("head", [
+    "".join(f"X-Flood-{i}: y\r\n" for i in range(1000)),  # more headers than http.client takes
+    "X-Long: " + "y" * (1 << 20) + "\r\n",  # one header line of 1 MiB
+])
+def test_a_header_flood_is_rejected(head):
+    def respond(path, send):
+        send(f"HTTP/1.1 200 OK\r\n{head}Content-Length: 2\r\n\r\n{{}}".encode())
+
+    with Recorder(respond) as server:
+        error, peak = bounded(lambda: RemoteSynthesizer(server.url, "auto", retries=0))
+    assert "every attempt failed" in str(error) and "X-Flood" not in str(error)
+    assert peak < 4 << 20
