@@ -1,10 +1,15 @@
 """Read ``codec.pth`` into a codec: ``torch.load(weights_only=True)``, unwrap training
 checkpoints, fold weight norm (either style) once, read the architecture from the shapes, and
-stream the weights in through the one shape-checked loader (``weights.StreamedLoad``)."""
+stream the weights in through the one shape-checked loader (``weights.StreamedLoad``).
+
+``codec.pth`` is a pickle: ``weights_only=True`` is what keeps a crafted file from running
+code, and before torch 2.6 it could be bypassed (CVE-2025-32434), so an older torch is refused
+before the file is opened."""
 
 from __future__ import annotations
 
 import pickle
+import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -17,13 +22,32 @@ from .weights import StreamedLoad
 
 LABELS = {"missing": "missing keys", "unexpected": "unexpected keys",
           "misshaped": "shape mismatches"}
+SAFE_TORCH = (2, 6)  # the first torch whose weights_only unpickler is not known to be bypassable
+
+
+def torch_version() -> tuple[int, int]:
+    """(major, minor) of the running torch."""
+    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def check_unpickler() -> None:
+    """Refuse to unpickle on a torch whose ``weights_only`` is known to be bypassable."""
+    if torch_version() < SAFE_TORCH:
+        raise CodecLoadError(
+            f"refusing to load codec.pth with torch {torch.__version__}: before torch "
+            f"{'.'.join(map(str, SAFE_TORCH))}, torch.load(weights_only=True) can be made to run "
+            "code by a crafted file (CVE-2025-32434). Upgrade torch to "
+            f"{'.'.join(map(str, SAFE_TORCH))} or newer.")
 
 
 def read_checkpoint(path) -> dict:
-    """torch.load with ``weights_only=True`` only: a pickle that carries code is refused."""
+    """torch.load with ``weights_only=True`` only: a pickle that carries code is refused, and
+    so is a torch whose ``weights_only`` can be bypassed."""
     path = Path(path)
     if not path.is_file():
         raise CodecLoadError(f"codec checkpoint not found: {path}")
+    check_unpickler()
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

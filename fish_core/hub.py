@@ -1,5 +1,11 @@
 """Where checkpoints come from: a local folder, or a Hugging Face repo downloaded into a models
-directory with only the files the chosen variant needs."""
+directory with only the files the chosen variant needs.
+
+A built-in variant is downloaded at the commit it was reviewed at (``Variant.revision``, a full
+commit sha), never at whatever the repo's main branch holds that day: a repo whose owner (or
+an attacker with their token) pushes new files cannot change what Sailfish loads. A variant
+with no reviewed revision is not downloaded. A repo id the operator types (CLI, Python) is
+theirs to vouch for and downloads at its latest revision."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ class Variant:
     repo_id: str
     files: tuple[str, ...]  # glob patterns, relative to the repo root
     note: str
+    revision: str | None = None  # the reviewed commit (full sha) downloads are pinned to
 
 
 VARIANTS = {
@@ -25,11 +32,13 @@ VARIANTS = {
         Variant("s2-pro", "fishaudio/s2-pro",
                 ("config.json", "model.safetensors.index.json", "model-*.safetensors",
                  "codec.pth", *TOKENIZER_FILES),
-                "official bf16 weights, ~9.1 GB + 1.9 GB codec"),
+                "official bf16 weights, ~9.1 GB + 1.9 GB codec",
+                revision="1de9996b6be38b745688de084d87a5633f714e4e"),
         Variant("s2-pro-fp8", "drbaph/s2-pro-fp8",
                 ("config.json", "model.safetensors", "model.safetensors.index.json",
                  "model-*.safetensors", "codec.pth", "quantization_info.json", *TOKENIZER_FILES),
-                "community FP8 (per-row e4m3) weights, ~6.2 GB + codec"),
+                "community FP8 (per-row e4m3) weights, ~6.2 GB + codec",
+                revision=None),  # no commit reviewed yet: download it yourself (README)
     )
 }
 REQUIRED_FILES = ("config.json", "tokenizer.json")  # and codec.pth for audio
@@ -75,6 +84,12 @@ def fetch(variant: Variant, target: Path) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
 
+    if VARIANTS.get(variant.name) is variant and not variant.revision:
+        raise ModelNotFound(
+            f"model {variant.name!r} ({variant.repo_id}): this release pins no reviewed "
+            "revision of it, so it is not downloaded automatically. Download a revision you "
+            f"trust yourself (huggingface-cli download {variant.repo_id} --revision <commit> "
+            f"--local-dir {target}), or pick another model.")
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     if offline:
         raise ModelNotFound(
@@ -82,8 +97,8 @@ def fetch(variant: Variant, target: Path) -> Path:
             "HF_HUB_OFFLINE is set, so it cannot be downloaded. Download it once online, or "
             "pass a local checkpoint folder.")
     try:
-        snapshot_download(repo_id=variant.repo_id, local_dir=str(target),
-                          allow_patterns=list(variant.files))
+        snapshot_download(repo_id=variant.repo_id, revision=variant.revision,
+                          local_dir=str(target), allow_patterns=list(variant.files))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         raise ModelNotFound(f"could not download {variant.repo_id} into {target}: {e}") from None
     if not is_model_dir(target):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..fish_core.device import PRECISIONS, available_devices
 from . import paths
 from .manager import MANAGER, ModelHandle
-from .remote import KEY_ENV, RemoteHandle
+from .remote import RemoteHandle
 from .schema import MODEL, Boolean, Combo, Int, Node, Output, String
 
 
@@ -15,18 +15,54 @@ def quantizations() -> list[str]:
     return list(quant.MODES)
 
 
-def dialects() -> list[str]:
-    from ..fish_core.remote.dialects import DIALECTS
+# Inputs the loader had before endpoints were the operator's (older workflows may carry them).
+REMOVED = ("remote_url", "dialect", "api_key_env", "api_key_file")
 
-    return ["auto", *DIALECTS]
+
+def remote_choices() -> list[str]:
+    from ..fish_core.remote import endpoints
+
+    return endpoints.choices()
+
+
+def remote_mode(remote) -> str | None:
+    """The endpoint name ``remote`` picks, or None for the local model. An empty value is what
+    an older local-mode workflow stores in this place (its empty remote_url)."""
+    from ..fish_core.remote.endpoints import OFF
+
+    if remote is None or (isinstance(remote, str) and remote.strip() in ("", OFF)):
+        return None
+    if not isinstance(remote, str):
+        raise ValueError(f"remote: expected an endpoint name, got {type(remote).__name__}")
+    return remote
+
+
+def validate_remote(remote="off"):
+    """ComfyUI's check of ``remote`` before the prompt runs: a configured name (the list may
+    have changed since the workflow was saved), or a message saying which names there are."""
+    from ..fish_core.remote import endpoints
+
+    try:
+        name = remote_mode(remote)
+        if name is not None:
+            endpoints.find(name)
+    except ValueError as e:
+        return str(e)
+    return True
 
 
 def load_model(model, precision, quantization, device, compile, context_length,
-               unload_after_minutes, remote_url="", dialect="auto", api_key_env=KEY_ENV,
-               api_key_file=""):
-    if isinstance(remote_url, str) and remote_url.strip():
-        handle = RemoteHandle(remote_url.strip(), dialect, api_key_env or "", api_key_file or "")
-        MANAGER.get(handle)  # reach the engine now, so that a wrong URL or key fails here
+               unload_after_minutes, remote="off", **removed):
+    if removed:
+        raise ValueError(
+            f"{', '.join(sorted(removed))}: the Model Loader no longer takes engine URLs, "
+            "dialects or API key sources from a workflow (a shared workflow could send your "
+            "keys anywhere). The operator configures engines in the endpoints file; pick one "
+            "by name in remote.")
+    name = remote_mode(remote)
+    if name is not None:
+        handle = RemoteHandle(name)
+        MANAGER.get(handle)  # find the endpoint and read its key now: a mistake fails here
         return (handle,)
     handle = ModelHandle(str(paths.resolve_model(model)), precision, quantization, device,
                          bool(compile), int(context_length), unload_after_minutes)
@@ -59,18 +95,14 @@ MODEL_LOADER = Node(
         Int("unload_after_minutes", 0, 0, 1440,
             "Free the model after this many idle minutes. 0: keep it until ComfyUI frees "
             "memory."),
-        String("remote_url", "Remote mode: speak through an S2 engine at this URL (SGLang-"
-               "Omni, vLLM-Omni, fish-speech or a Sailfish serve; several separated by spaces "
-               "are spread and failed over). Empty: run the model above locally; the options "
-               "above are then ignored.", "", optional=True),
-        Combo("dialect", dialects, "Remote mode: the engine's API. auto: asks /v1/models, "
-              "/v1/health.", "auto", optional=True),
-        String("api_key_env", "Remote mode: the environment variable holding the engine's API "
-               "key (the key itself is never stored in the workflow).", KEY_ENV,
-               optional=True, advanced=True),
-        String("api_key_file", "Remote mode: or a file holding the API key (first line). "
-               "Empty: use api_key_env.", "", optional=True, advanced=True),
+        Combo("remote", remote_choices,
+              "Remote mode: speak through an S2 engine (SGLang-Omni, vLLM-Omni, fish-speech or "
+              "a Sailfish serve) the operator configured by name in the endpoints file; the "
+              "options above are then ignored. local: a Sailfish serve on this machine "
+              "(python -m fish_core serve, http://127.0.0.1:8080, no key). off: run the model "
+              "above here.", "off", optional=True),
     ],
     outputs=[Output(MODEL, "model", "The loaded model, for any Sailfish node.")],
     execute=load_model,
+    validate=validate_remote,
 )

@@ -59,6 +59,9 @@ class Node:
     execute: Callable[..., tuple]
     output_node: bool = False
     fingerprint: Callable[..., Any] | None = None  # IS_CHANGED / fingerprint_inputs
+    # VALIDATE_INPUTS / validate_inputs: ``f(<input>=default, …) -> True | message``. ComfyUI
+    # skips its own list and range checks for the inputs ``f`` names (and only those).
+    validate: Callable[..., bool | str] | None = None
 
     @property
     def ordered_inputs(self) -> list[Input]:
@@ -124,7 +127,21 @@ def v1_class(node: Node) -> type:
         DESCRIPTION=node.description, OUTPUT_NODE=node.output_node, run=run)
     if node.fingerprint is not None:
         attrs["IS_CHANGED"] = classmethod(lambda cls, **inputs: node.fingerprint(**inputs))
+    if node.validate is not None:
+        attrs["VALIDATE_INPUTS"] = validator(node.validate)
     return type(node.id, (), attrs)
+
+
+def validator(validate: Callable) -> classmethod:
+    """``validate`` as a classmethod with its own parameter names: ComfyUI reads them (with
+    ``inspect.getfullargspec``) to know which inputs the node validates itself."""
+    def run(cls, *args, **inputs):
+        return validate(*args, **inputs)
+
+    parameters = list(inspect.signature(validate).parameters.values())
+    run.__signature__ = inspect.Signature(
+        [inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
+    return classmethod(run)
 
 
 def options(i: Input) -> dict:
@@ -165,6 +182,8 @@ def v3_class(node: Node, io) -> type:
     attrs = dict(define_schema=classmethod(define_schema), execute=classmethod(execute))
     if node.fingerprint is not None:
         attrs["fingerprint_inputs"] = classmethod(lambda cls, **inputs: node.fingerprint(**inputs))
+    if node.validate is not None:
+        attrs["validate_inputs"] = validator(node.validate)
     return type(node.id, (io.ComfyNode,), attrs)
 
 

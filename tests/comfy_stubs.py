@@ -100,6 +100,7 @@ def folder_paths_module(base: Path):
     m.get_folder_paths = get_folder_paths
     m.get_input_directory = lambda: str(base / "input")
     m.get_output_directory = lambda: str(base / "output")
+    m.get_user_directory = lambda: str(base / "user")
     return m
 
 

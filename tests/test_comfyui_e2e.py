@@ -31,7 +31,7 @@ import pytest
 import soundfile as sf
 
 import comfy_stubs
-from conftest import fixtures_dir, read_sizes, served
+from conftest import fixtures_dir, read_sizes
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
@@ -42,7 +42,11 @@ IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMult
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
-REMOTE_KEY = "e2e-remote-key-" + uuid.uuid4().hex  # the remote engine's; must leak nowhere
+# Secrets in ComfyUI's environment: none is configured for any endpoint, so none may appear
+# in a request, the history or an error.
+SECRETS = {name: f"e2e-secret-{name.lower()}-{uuid.uuid4().hex}"
+           for name in ("SAILFISH_REMOTE_API_KEY", "HF_TOKEN", "OPENAI_API_KEY")}
+LOCAL_ENGINE = ("127.0.0.1", 8080)  # the built-in "local" endpoint: python -m fish_core serve
 FRAME, RATE = read_sizes().frame_length, read_sizes().sample_rate  # the fixture codec's
 # A second custom node that registers the pack's V1 classes (what ComfyUI without
 # comfy_api.latest gets) as "V1<NodeId>", so that both APIs run in the real executor.
@@ -119,7 +123,8 @@ class Server:
     def start(self) -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
                    OMP_NUM_THREADS="1",  # one thread: steady timings on a shared CPU
-                   SAILFISH_REMOTE_API_KEY=REMOTE_KEY)  # for the remote-mode example
+                   **SECRETS)
+        env.pop("SAILFISH_ENDPOINTS", None)  # no endpoint configured: only the built-in local
         command = [comfy_python(self.comfy_dir), str(self.comfy_dir / "main.py"), "--cpu",
                    "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
                    "--base-directory", str(self.base),
@@ -218,11 +223,36 @@ def server(tmp_path_factory):
     assert snapshot(comfy_dir) == before, "the test left files in COMFYUI_DIR"
 
 
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture(scope="module")
-def engine(tiny_synth, voices_dir):
-    """Our own serve on the tiny checkpoint: the remote engine of the remote-mode example."""
-    with served(tiny_synth, voices_dir, api_key=REMOTE_KEY) as running:
+def engine(server, tiny_synth, voices_dir):
+    """A key-less serve of the tiny checkpoint where the built-in ``local`` endpoint expects
+    one (127.0.0.1:8080), as a newcomer runs ``python -m fish_core serve``: the remote-mode
+    example then needs no setup. When another program holds that port, the serve takes a
+    free one and the operator's endpoints file (in ComfyUI's user directory) redefines
+    ``local`` to it."""
+    from fish_core.serve.background import BackgroundServer
+    from fish_core.serve.service import Service
+
+    host, port = LOCAL_ENGINE
+    if not port_is_free(host, port):
+        port = free_port()
+        config = server.base / "user" / "sailfish" / "endpoints.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({"endpoints": {"local": {
+            "urls": f"http://{host}:{port}", "dialect": "sailfish"}}}))
+    service = Service.standalone(lambda: tiny_synth, voices=[voices_dir])
+    with BackgroundServer(service, host, port) as running:
         yield running
+    service.close()
 
 
 def to_api(workflow: dict, object_info: dict) -> dict:
@@ -249,12 +279,10 @@ def to_api(workflow: dict, object_info: dict) -> dict:
     return prompt
 
 
-def for_the_tiny_model(prompt: dict, frames: int = 16, engine_url: str | None = None) -> dict:
+def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
     for node in prompt.values():
         if node["class_type"] == "SailfishModelLoader":
             node["inputs"]["model"] = "tiny-s2"
-            if node["inputs"].get("remote_url"):  # remote mode: the engine the test started
-                node["inputs"]["remote_url"] = engine_url
         if "max_new_tokens" in node["inputs"]:
             node["inputs"]["max_new_tokens"] = frames
     return prompt
@@ -336,7 +364,7 @@ def sources(prompt: dict, node_type: str) -> dict[str, int]:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_workflow_runs(server, engine, path):
     workflow = json.loads(path.read_text())
-    prompt = for_the_tiny_model(to_api(workflow, server.object_info), engine_url=engine.url)
+    prompt = for_the_tiny_model(to_api(workflow, server.object_info))
     entry = server.run(prompt)
     by_node = server.audio_by_node(entry)
     files = [found for node_files in by_node.values() for found in node_files]
@@ -360,14 +388,14 @@ def test_example_workflow_runs(server, engine, path):
         assert list(server.voices.rglob("*.safetensors"))
 
 
-def test_remote_mode_runs_and_the_key_leaks_nowhere(server, engine, tiny_synth):
-    """The remote-mode example against a serve started here: audio as the local model makes
-    it, and the API key (ComfyUI's environment) is in neither the workflow nor the history."""
+def test_remote_mode_runs_and_no_secret_leaks(server, engine, tiny_synth):
+    """The remote-mode example against a key-less serve started here, with no environment
+    set up: audio as the local model makes it, and no secret of ComfyUI's environment is in
+    the workflow, the prompt or the history."""
     path = comfy_stubs.ROOT / "example_workflows" / "Sailfish TTS - remote engine.json"
-    prompt = for_the_tiny_model(to_api(json.loads(path.read_text()), server.object_info),
-                                engine_url=engine.url)
+    prompt = for_the_tiny_model(to_api(json.loads(path.read_text()), server.object_info))
     (loader,) = [n for n in prompt.values() if n["class_type"] == "SailfishModelLoader"]
-    assert loader["inputs"]["remote_url"] == engine.url
+    assert loader["inputs"]["remote"] == "local"  # a name: all a workflow stores
     entry = server.run(prompt)
     (rate, samples), = server.audio(entry)
     tts = next(n["inputs"] for n in prompt.values() if n["class_type"] == "SailfishTTS")
@@ -375,9 +403,29 @@ def test_remote_mode_runs_and_the_key_leaks_nowhere(server, engine, tiny_synth):
                            top_p=tts["top_p"], top_k=tts["top_k"],
                            max_new_tokens=tts["max_new_tokens"])
     assert rate == RATE and samples == local.waveform.shape[0]
-    history = json.dumps(server.get("/history"))
-    assert REMOTE_KEY not in history and REMOTE_KEY not in path.read_text()
-    assert REMOTE_KEY not in json.dumps(prompt)
+    seen = json.dumps(server.get("/history")) + path.read_text() + json.dumps(prompt)
+    assert not [name for name, secret in SECRETS.items() if secret in seen]
+
+
+def test_old_remote_workflows_get_a_clear_message(server):
+    """A workflow saved before endpoints holds a URL where ``remote`` is now: ComfyUI refuses
+    the prompt with our message (nothing is reached); one with an empty URL runs locally."""
+    prompt = tts_prompt("An old workflow.", 3, 8)
+    prompt["1"]["inputs"].update(remote="http://127.0.0.1:9/", remote_url="http://127.0.0.1:9/",
+                                 api_key_env="HF_TOKEN")
+    request = urllib.request.Request(server.url + "/prompt", data=json.dumps(
+        {"prompt": prompt, "client_id": str(uuid.uuid4())}).encode(),
+        headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    body = refused.value.read().decode()
+    assert refused.value.code == 400 and "by URL" in body and "configured: local" in body
+    assert not [name for name, secret in SECRETS.items() if secret in body]
+    prompt["1"]["inputs"] = {k: v for k, v in prompt["1"]["inputs"].items()
+                             if k not in ("remote_url", "api_key_env")}
+    prompt["1"]["inputs"]["remote"] = ""  # an old local-mode workflow's empty remote_url
+    (rate, samples), = server.audio(server.run(prompt))
+    assert rate == RATE and samples % FRAME == 0
 
 
 def test_saved_voice_loads_and_speaks(server):

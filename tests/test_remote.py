@@ -212,14 +212,27 @@ def run_node(pack, node_id, **inputs):
     return node.execute(**inputs)
 
 
+def endpoints_file(stubs, endpoints: dict) -> None:
+    """The operator's endpoints file in ComfyUI's user directory (of the stand-in)."""
+    import json
+    from pathlib import Path
+
+    path = Path(stubs.folder_paths.get_user_directory()) / "sailfish" / "endpoints.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"endpoints": endpoints}))
+
+
+LOADER = dict(model="unused", precision="auto", quantization="none", device="auto",
+              compile=False, context_length=0, unload_after_minutes=0)
+
+
 def test_nodes_through_the_remote_loader(nodes_env, server, synth, monkeypatch):
     pack, stubs = nodes_env
     monkeypatch.setenv("NODE_ENGINE_KEY", KEY)
-    loader = dict(model="unused", precision="auto", quantization="none", device="auto",
-                  compile=False, context_length=0, unload_after_minutes=0)
-    (handle,) = run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
-                         dialect="auto", api_key_env="NODE_ENGINE_KEY", api_key_file="")
-    assert KEY not in repr(handle)  # what the workflow and the queue history hold
+    endpoints_file(stubs, {"engine": {"urls": [server.url], "dialect": "auto",
+                                      "api_key_env": "NODE_ENGINE_KEY"}})
+    (handle,) = run_node(pack, "SailfishModelLoader", **LOADER, remote="engine")
+    assert KEY not in repr(handle) and server.url not in repr(handle)  # the name only
     sampling = dict(seed=7, **FAST)
     audio, timeline = run_node(pack, "SailfishTTS", model=handle, text="Node on a remote.",
                                **sampling)
@@ -245,13 +258,12 @@ def test_nodes_through_the_remote_loader(nodes_env, server, synth, monkeypatch):
 
 
 def test_remote_loader_errors_name_the_field(nodes_env, server, monkeypatch):
-    pack, _ = nodes_env
-    loader = dict(model="unused", precision="auto", quantization="none", device="auto",
-                  compile=False, context_length=0, unload_after_minutes=0)
+    pack, stubs = nodes_env
     monkeypatch.delenv("NOT_SET_KEY_VAR", raising=False)
-    with pytest.raises(ValueError, match="NOT_SET_KEY_VAR"):
-        run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
-                 api_key_env="NOT_SET_KEY_VAR")
-    with pytest.raises(ValueError, match="401: missing or wrong API key"):  # the pack's own class
-        run_node(pack, "SailfishModelLoader", **loader, remote_url=server.url,
-                 dialect="auto", api_key_env="", api_key_file="")
+    endpoints_file(stubs, {"unset": {"urls": server.url, "api_key_env": "NOT_SET_KEY_VAR"},
+                           "keyless": {"urls": server.url, "dialect": "auto"}})
+    with pytest.raises(ValueError, match="'unset'.*NOT_SET_KEY_VAR"):
+        run_node(pack, "SailfishModelLoader", **LOADER, remote="unset")
+    with pytest.raises(ValueError, match="endpoint 'keyless'/v1/models: HTTP 401: missing or "
+                                         "wrong API key"):  # named by its configured name
+        run_node(pack, "SailfishModelLoader", **LOADER, remote="keyless")

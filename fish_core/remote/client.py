@@ -42,7 +42,7 @@ from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turn
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
-from .http import RemoteError, Timeouts, Transport
+from .http import RemoteError, Timeouts, Transport, quote
 from .wire import AudioFormatError, check_audio
 
 Progress = Callable[[int, int], None]
@@ -73,9 +73,12 @@ class RemoteSynthesizer:
     def __init__(self, url: str | Sequence[str], dialect: str = "auto",
                  api_key: str | None = None, *, sample_rate: int | None = None,
                  connect_timeout: float = 10.0, read_timeout: float = 600.0, retries: int = 2,
-                 backoff: float = 0.5, register_voices: bool = False):
+                 backoff: float = 0.5, register_voices: bool = False,
+                 name: str | None = None):
+        """``name``: a configured endpoint's name (``endpoints.py``): errors say it, not URLs."""
         self.transport = Transport(url if isinstance(url, str) else list(url), api_key,
-                                   Timeouts(connect_timeout, read_timeout), retries, backoff)
+                                   Timeouts(connect_timeout, read_timeout), retries, backoff,
+                                   name)
         self.dialect: Dialect = pick_dialect(dialect, self.transport)
         # The engine's output rate: as given, else S2-Pro's until the first reply says otherwise.
         self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
@@ -86,6 +89,19 @@ class RemoteSynthesizer:
     @property
     def url(self) -> str:
         return " ".join(e.url for e in self.transport.endpoints)
+
+    @property
+    def label(self) -> str:
+        """How errors name the engine: its configured name, else its URL(s)."""
+        return self.transport.endpoints[0].label or self.url
+
+    def answer_limit(self, max_new_tokens: int) -> int:
+        """Most bytes one speech answer of ``max_new_tokens`` frames can hold: that many
+        frames of S2 audio (``FRAME_LENGTH`` samples at 44.1 kHz, scaled to the engine's rate
+        if higher) as 32-bit stereo, base64 in SSE (4/3), plus a quarter and 64 KiB for
+        headers and framing. Reading stops with an error beyond it."""
+        samples = max_new_tokens * FRAME_LENGTH * max(self.sample_rate, SAMPLE_RATE) / SAMPLE_RATE
+        return int(samples * 8 * 4 / 3 * 1.25) + (64 << 10)
 
     def release_caches(self) -> None:
         """Nothing is held here (the engine owns its caches)."""
@@ -141,8 +157,8 @@ class RemoteSynthesizer:
             if name not in known:
                 raise ValueError(
                     f"voice {name!r} holds codes only (a saved voice file), so the server must "
-                    f"have a voice of that name, but {self.transport.endpoints[0].url} has "
-                    f"{', '.join(map(repr, known)) or 'none'}: add it to the server's voice "
+                    f"have a voice of that name, but {self.label} has "
+                    f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")
             self._server_voices[name] = name
@@ -176,9 +192,10 @@ class RemoteSynthesizer:
             return chunks
 
         t0 = time.perf_counter()
-        chunks = self.transport.request("POST", where, read, json_body=body, cancel=cancel)
+        chunks = self.transport.request("POST", where, read, json_body=body, cancel=cancel,
+                                        limit=self.answer_limit(params.max_new_tokens))
         wave = torch.cat(chunks) if chunks else torch.zeros(0)
-        check_audio(wave, self.sample_rate, f"{self.url}{where}")
+        check_audio(wave, self.sample_rate, f"{self.label}{where}")
         return Reply(wave, time.perf_counter() - t0)
 
     def _run(self, jobs: list[tuple[str, Voice | None, int]], p: SamplingParams, max_bytes: int,
@@ -335,7 +352,8 @@ class RemoteStream:
                 synth.dialect.read(response, on_chunk)
 
             synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
-                                    cancel=self._closed.is_set)
+                                    cancel=self._closed.is_set,
+                                    limit=synth.answer_limit(params.max_new_tokens))
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             self._queue.put(e)
         self._queue.put(self._END)

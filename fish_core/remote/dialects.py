@@ -122,7 +122,7 @@ def read_json(response: Response):
 
     try:
         return json.loads(response.body())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a nesting bomb
         raise AudioFormatError(f"{response.where}: the answer is not JSON") from None
 
 

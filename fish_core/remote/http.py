@@ -6,11 +6,24 @@ message on 4xx. A real deployment puts a load balancer in front; this is the cli
 fallback for a handful of replicas.
 
 A request's response is handed to a reader while the connection is open; ``cancel()`` is
-polled per received chunk, and closes the connection (the engine sees the client leave)."""
+polled per received chunk, and closes the connection (the engine sees the client leave).
+
+What a server can make the client do is bounded:
+
+* The API key is bound to the origins (scheme, host, port) of the endpoints it was given for,
+  and sent over plain ``http://`` only to loopback hosts. Redirects are never followed (a 3xx
+  is an error), so the key never travels to another origin.
+* Every answer has a byte budget (``limit``): a speech request's is what its frames can
+  produce, anything else's ``MAX_ANSWER_BYTES``; reading stops with an error beyond it. Lines
+  (SSE, JSON) are at most ``MAX_LINE_BYTES``; header lines and counts are ``http.client``'s own
+  limits (64 KiB, 100 headers).
+* Server text quoted in an error is at most ``MAX_QUOTE`` characters, control characters
+  removed; an endpoint is named by its label (its configured name, when it has one)."""
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import itertools
 import json
 import socket
@@ -25,6 +38,10 @@ from ..generate import Cancelled
 T = TypeVar("T")
 RETRY_STATUSES = {500, 502, 503, 504}
 CHUNK_BYTES = 1 << 15
+MAX_ANSWER_BYTES = 4 << 20  # an answer other than audio (voice lists, model lists)
+MAX_LINE_BYTES = 8 << 20  # one SSE or JSON line (an SSE line may carry a base64 audio chunk)
+MAX_ERROR_BYTES = 16 << 10  # read of an error answer's body
+MAX_QUOTE = 200  # characters of server text quoted in an error
 
 
 class RemoteError(RuntimeError):
@@ -46,9 +63,18 @@ class Endpoint:
     host: str
     port: int
     prefix: str  # path before /v1/…, usually ""
+    label: str = ""  # how errors name it: the configured name, else the URL
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return self.scheme, self.host.lower(), self.port
+
+    @property
+    def name(self) -> str:
+        return self.label or self.url
 
     @classmethod
-    def parse(cls, url: str) -> "Endpoint":
+    def parse(cls, url: str, label: str = "") -> "Endpoint":
         if not isinstance(url, str) or not url.strip():
             raise ValueError(f"remote url must be an http(s) URL, got {url!r}")
         parts = urlsplit(url.strip().rstrip("/"))
@@ -57,8 +83,44 @@ class Endpoint:
         if parts.username or parts.password:
             raise ValueError("remote url: put no credentials in the URL (it is stored in "
                              "workflows and logs); give the API key by file or environment")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(url.strip().rstrip("/"), parts.scheme, parts.hostname, port, parts.path)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise ValueError(f"remote url {url!r}: the port is not a number in 1-65535") from None
+        return cls(url.strip().rstrip("/"), parts.scheme, parts.hostname, port, parts.path,
+                   label)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine by its literal name: ``localhost`` or a loopback IP
+    (no DNS lookup: a name that resolves to 127.0.0.1 today may not tomorrow)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Credential:
+    """An API key and the origins it may be sent to: those of the endpoints it was given for,
+    over https, or over plain http to a loopback host only."""
+
+    def __init__(self, key: str, endpoints: list[Endpoint]):
+        for e in endpoints:
+            if e.scheme == "http" and not is_loopback(e.host):
+                raise ValueError(
+                    f"remote {e.name}: refusing to send the API key over plain http to "
+                    f"{e.host} (anyone on the way could read it). Use https://, or a loopback "
+                    "address (127.0.0.1, localhost) for an engine on this machine.")
+        self.key = key
+        self.origins = frozenset(e.origin for e in endpoints)
+
+    def header(self, target: Endpoint) -> dict[str, str]:
+        """The Authorization header for ``target`` (none for an origin the key is not bound to)."""
+        if target.origin not in self.origins:
+            return {}
+        return {"Authorization": f"Bearer {self.key}"}
 
 
 @dataclass(frozen=True)
@@ -71,25 +133,40 @@ class Response:
     """An open response: ``read()`` pieces as they arrive (``b""`` at the end), ``lines()``."""
 
     def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse,
-                 where: str, cancel: Callable[[], bool] | None):
+                 where: str, cancel: Callable[[], bool] | None, limit: int = MAX_ANSWER_BYTES):
         self.conn, self.raw, self.where, self.cancel = conn, raw, where, cancel
         self.headers = raw.headers
+        self.limit = limit  # most body bytes this answer may have
+        self.received = 0
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel():
             self.conn.close()  # the engine sees its client go and stops generating
             raise Cancelled("cancelled")
 
+    def _count(self, piece: bytes) -> bytes:
+        self.received += len(piece)
+        if self.received > self.limit:
+            self.conn.close()
+            raise RemoteError(f"{self.where}: the answer is larger than this request can "
+                              f"produce ({self.limit} bytes); stopped reading it")
+        return piece
+
     def read(self) -> bytes:
         self.check_cancel()
-        return self.raw.read1(CHUNK_BYTES)
+        return self._count(self.raw.read1(min(CHUNK_BYTES, self.limit - self.received + 1)))
 
     def lines(self):
         while True:
             self.check_cancel()
-            line = self.raw.readline()
+            line = self._count(self.raw.readline(
+                min(MAX_LINE_BYTES, self.limit - self.received) + 1))
             if not line:
                 return
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                self.conn.close()
+                raise RemoteError(f"{self.where}: a line of the answer is longer than "
+                                  f"{MAX_LINE_BYTES} bytes; stopped reading it")
             yield line
 
     def body(self) -> bytes:
@@ -101,13 +178,16 @@ class Response:
 
 class Transport:
     def __init__(self, urls: str | list[str], api_key: str | None = None,
-                 timeouts: Timeouts = Timeouts(), retries: int = 2, backoff: float = 0.5):
+                 timeouts: Timeouts = Timeouts(), retries: int = 2, backoff: float = 0.5,
+                 name: str | None = None):
+        """``name``: the configured endpoint's name, used in errors instead of its URLs."""
         if isinstance(urls, str):
             urls = [u for u in urls.replace(",", " ").split() if u]
         if not urls:
             raise ValueError("remote url: give at least one endpoint")
-        self.endpoints = [Endpoint.parse(u) for u in urls]
-        self.api_key = api_key
+        self.endpoints = [Endpoint.parse(u, endpoint_label(name, i, len(urls)))
+                          for i, u in enumerate(urls)]
+        self.credential = Credential(api_key, self.endpoints) if api_key else None
         self.timeouts = timeouts
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
@@ -119,10 +199,11 @@ class Transport:
     def request(self, method: str, path: str, read: Callable[[Response], T], *,
                 json_body: dict | None = None, body: bytes | None = None,
                 content_type: str | None = None, cancel: Callable[[], bool] | None = None,
-                endpoint: Endpoint | None = None) -> T:
-        """Send the request and return ``read(response)`` of the first 2xx answer. Connection
-        errors, timeouts and 5xx are retried (``retries`` times, at least once per endpoint)
-        on the next endpoint after a backoff; 4xx raises at once."""
+                endpoint: Endpoint | None = None, limit: int = MAX_ANSWER_BYTES) -> T:
+        """Send the request and return ``read(response)`` of the first 2xx answer (at most
+        ``limit`` body bytes). Connection errors, timeouts and 5xx are retried (``retries``
+        times, at least once per endpoint) on the next endpoint after a backoff; 4xx and 3xx
+        raise at once."""
         if json_body is not None:
             body, content_type = json.dumps(json_body).encode(), "application/json"
         with self._lock:
@@ -136,57 +217,78 @@ class Transport:
             if attempt:
                 pause(self.backoff * 2 ** (attempt - 1), cancel)
             try:
-                return self._once(target, method, path, body, content_type, read, cancel)
+                return self._once(target, method, path, body, content_type, read, cancel,
+                                  limit)
             except RemoteError as e:
                 if e.status not in RETRY_STATUSES:
                     raise
                 failures.append(str(e))
             except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out
-                failures.append(f"{target.url}{path}: {describe(e)}")
+                failures.append(f"{target.name}{path}: {describe(e)}")
         raise RemoteError(f"every attempt failed ({attempts}): " + "; ".join(failures))
 
     def _once(self, target: Endpoint, method: str, path: str, body, content_type, read,
-              cancel) -> T:
+              cancel, limit: int) -> T:
         kind = http.client.HTTPSConnection if target.scheme == "https" else \
             http.client.HTTPConnection
         conn = kind(target.host, target.port, timeout=self.timeouts.connect)
-        where = f"{target.url}{path}"
+        where = f"{target.name}{path}"
         try:
             conn.connect()
             conn.sock.settimeout(self.timeouts.read)
             headers = {"Accept": "*/*"}
             if content_type:
                 headers["Content-Type"] = content_type
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
+            if self.credential is not None:
+                headers.update(self.credential.header(target))
             conn.request(method, target.prefix + path, body=body, headers=headers)
             raw = conn.getresponse()
+            if 300 <= raw.status < 400:  # never followed: the key stays with its origins
+                raise RemoteUserError(
+                    f"{where}: HTTP {raw.status}, a redirect; redirects are not followed "
+                    "(the API key is bound to the configured URL). Configure the URL the "
+                    "engine really answers on.", raw.status)
             if raw.status >= 400:
-                message = server_message(raw.read(64 << 10))
+                message = server_message(raw.read(MAX_ERROR_BYTES))
                 error = RemoteUserError if raw.status < 500 else RemoteError
                 raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
-            return read(Response(conn, raw, where, cancel))
+            return read(Response(conn, raw, where, cancel, limit))
         finally:
             conn.close()
 
 
+def endpoint_label(name: str | None, index: int, count: int) -> str:
+    """How errors name the ``index``-th of ``count`` URLs of endpoint ``name`` (none: its URL)."""
+    if not name:
+        return ""
+    return f"endpoint {name!r}" + (f" (url {index + 1} of {count})" if count > 1 else "")
+
+
+def quote(text: str) -> str:
+    """Server text as an error may quote it: control characters dropped, ``MAX_QUOTE``
+    characters at most."""
+    clean = "".join(c if c.isprintable() else " " for c in str(text))
+    clean = " ".join(clean.split())
+    return clean if len(clean) <= MAX_QUOTE else clean[:MAX_QUOTE - 1] + "…"
+
+
 def server_message(data: bytes) -> str:
     """The message of an error body in any engine's shape: OpenAI ``{"error": {"message"}}``,
-    FastAPI ``{"detail"}``, fish-speech ``{"message"}``, or plain text."""
+    FastAPI ``{"detail"}``, fish-speech ``{"message"}``, or plain text; quoted short."""
     text = data.decode("utf-8", "replace").strip()
     try:
         body = json.loads(text)
-    except json.JSONDecodeError:
-        return text[:500] or "(no message)"
+    except (ValueError, RecursionError):
+        return quote(text) or "(no message)"
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])
+            return quote(error["message"])
         for key in ("message", "detail", "error"):
             if body.get(key):
                 value = body[key]
-                return value if isinstance(value, str) else json.dumps(value)[:500]
-    return text[:500]
+                return quote(value if isinstance(value, str) else json.dumps(value))
+    return quote(text)
 
 
 def describe(error: Exception) -> str:

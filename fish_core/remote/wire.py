@@ -2,7 +2,10 @@
 carrying base64 audio, and the checks every piece passes before it reaches a caller.
 
 ``WavReader`` takes bytes as they arrive and gives float32 mono samples as soon as whole
-samples are there; it accepts 16-bit PCM and 32-bit float WAV, mono or stereo (averaged)."""
+samples are there; it accepts 16-bit PCM and 32-bit float WAV, mono or stereo (averaged). It
+parses each header byte once (linear time, whatever the chunking), and a header is at most
+``MAX_HEADER_BYTES`` in at most ``MAX_CHUNKS`` chunks. Server text in errors goes through
+``http.quote`` (short, no control characters)."""
 
 from __future__ import annotations
 
@@ -14,9 +17,13 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .http import quote
+
 PCM, FLOAT = 1, 3  # WAVE format tags
 EXTENSIBLE = 0xFFFE
 MIN_RATE, MAX_RATE = 8000, 192000
+MAX_HEADER_BYTES = 1 << 20  # RIFF chunks before ``data`` (fmt, LIST, …): a real one is < 1 KiB
+MAX_CHUNKS = 64
 
 
 class AudioFormatError(ValueError):
@@ -28,7 +35,10 @@ class WavReader:
 
     def __init__(self, where: str):
         self.where = where
-        self.header = bytearray()
+        self.header = bytearray()  # header bytes not parsed yet
+        self.header_bytes = 0  # header bytes received so far
+        self.chunks = 0
+        self.riff = False  # the 12-byte RIFF/WAVE preamble was read
         self.sample_rate: int | None = None
         self.channels = 0
         self.kind = PCM
@@ -38,8 +48,12 @@ class WavReader:
 
     def feed(self, data: bytes) -> torch.Tensor:
         if not self.in_data:
+            self.header_bytes += len(data)
             self.header += data
             data = self._parse_header()
+            if not self.in_data and self.header_bytes > MAX_HEADER_BYTES:
+                raise AudioFormatError(f"{self.where}: the WAV header is larger than "
+                                       f"{MAX_HEADER_BYTES} bytes; not audio this client takes")
             if not self.in_data:
                 return torch.zeros(0)
         data = self.pending + data
@@ -49,29 +63,45 @@ class WavReader:
         return self._samples(data[:usable])
 
     def _parse_header(self) -> bytes:
-        """Read RIFF chunks until ``data``; returns the bytes after its header (or b"")."""
-        h = bytes(self.header)
-        if len(h) < 12:
-            return b""
-        if h[:4] != b"RIFF" or h[8:12] != b"WAVE":
-            raise AudioFormatError(f"{self.where}: the response is not WAV audio "
-                                   f"(starts {h[:12]!r})")
-        at = 12
-        while len(h) >= at + 8:
-            chunk, size = h[at:at + 4], struct.unpack("<I", h[at + 4:at + 8])[0]
-            if chunk == b"data":
-                if self.sample_rate is None:
-                    raise AudioFormatError(f"{self.where}: WAV data before its fmt chunk")
-                self.in_data = True
-                return h[at + 8:]
-            if len(h) < at + 8 + size:
-                return b""  # wait for the whole chunk
-            if chunk == b"fmt ":
-                self._format(h[at + 8:at + 8 + size])
-            at += 8 + size + size % 2
+        """Read RIFF chunks until ``data``; returns the bytes after its header (or b""). Parsed
+        bytes are dropped from ``header``, so each byte is looked at once."""
+        h = self.header
+        if not self.riff:
+            if len(h) < 12:
+                return b""
+            if h[:4] != b"RIFF" or h[8:12] != b"WAVE":
+                raise AudioFormatError(f"{self.where}: the response is not WAV audio")
+            self.riff = True
+            at = 12
+        else:
+            at = 0
+        try:
+            while len(h) >= at + 8:
+                chunk, size = bytes(h[at:at + 4]), struct.unpack("<I", h[at + 4:at + 8])[0]
+                if chunk == b"data":
+                    if self.sample_rate is None:
+                        raise AudioFormatError(f"{self.where}: WAV data before its fmt chunk")
+                    self.in_data = True
+                    return bytes(h[at + 8:])
+                if size > MAX_HEADER_BYTES:
+                    raise AudioFormatError(f"{self.where}: a WAV header chunk of {size} bytes; "
+                                           "not audio this client takes")
+                if len(h) < at + 8 + size:
+                    break  # wait for the whole chunk
+                self.chunks += 1
+                if self.chunks > MAX_CHUNKS:
+                    raise AudioFormatError(f"{self.where}: the WAV header has more than "
+                                           f"{MAX_CHUNKS} chunks; not audio this client takes")
+                if chunk == b"fmt ":
+                    self._format(bytes(h[at + 8:at + 8 + size]))
+                at += 8 + size + size % 2
+        finally:
+            del h[:min(at, len(h))]
         return b""
 
     def _format(self, fmt: bytes) -> None:
+        if len(fmt) < 16:
+            raise AudioFormatError(f"{self.where}: the WAV fmt chunk is too short")
         tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", fmt[:16])
         if tag == EXTENSIBLE and len(fmt) >= 26:
             tag = struct.unpack("<H", fmt[24:26])[0]
@@ -129,15 +159,17 @@ def sse_audio(payload: str, where: str) -> tuple[str, bytes | None]:
     (``audio``: ``{"data": base64}``); an ``error`` event raises."""
     try:
         event = json.loads(payload)
-    except json.JSONDecodeError:
-        raise AudioFormatError(f"{where}: a stream event is not JSON: {payload[:80]!r}") from None
+    except (ValueError, RecursionError):
+        raise AudioFormatError(f"{where}: a stream event is not JSON: {quote(payload[:80])}") \
+            from None
     if not isinstance(event, dict):
-        raise AudioFormatError(f"{where}: a stream event is not an object: {payload[:80]!r}")
+        raise AudioFormatError(f"{where}: a stream event is not an object: "
+                               f"{quote(payload[:80])}")
     kind = str(event.get("type") or event.get("object") or "")
     if "error" in event:
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        raise AudioFormatError(f"{where}: the server ended the stream: {message}")
+        raise AudioFormatError(f"{where}: the server ended the stream: {quote(message)}")
     audio = event.get("audio")
     if isinstance(audio, dict):
         audio = audio.get("data")
