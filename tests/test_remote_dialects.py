@@ -1,8 +1,11 @@
 """The remote client against small stand-in servers that answer as each engine documents
-(SGLang-Omni SSE chunks of base64 WAV, vLLM-Omni whole WAV with ``ref_audio`` data URLs,
-fish-speech streaming WAV on ``/v1/tts``) and fail as they fail: the client parses each,
-detects the dialect, retries 5xx, fails over to a live endpoint, times out, cancels, and
-rejects audio it cannot use. Loopback only; every wait is bounded."""
+(docs/engines.md: SGLang-Omni SSE chunks of base64 PCM, and the older base64 WAV chunks;
+vLLM-Omni raw chunked PCM with ``ref_audio`` data URLs, and the older whole WAV; fish-speech
+streaming WAV on ``/v1/tts``) and fail as they fail: the client parses each, detects the
+dialect, retries 5xx, fails over to a live endpoint, times out, cancels, and rejects audio it
+cannot use; fields an engine refuses fail before anything is sent; models are listed and
+chosen; Drama 3 scripts take 16 speakers; voices are registered only with stated consent.
+Loopback only; every wait is bounded."""
 
 import asyncio
 import base64
@@ -78,17 +81,47 @@ def pcm_read(x: np.ndarray) -> np.ndarray:
     return np.frombuffer(pcm(x), "<i2").astype(np.float32) / 32768.0
 
 
-def models(owner):
+def models(owner, ids=("s2-pro",)):
     async def handler(request):
         return web.json_response({"object": "list",
-                                  "data": [{"id": "s2-pro", "object": "model", "owned_by": owner}]})
+                                  "data": [{"id": i, "object": "model", "owned_by": owner}
+                                           for i in ids]})
     return handler
 
 
-# ---------------------------------------------------------------- the stand-ins
-def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0) -> web.Application:
+def voice_store(app: web.Application) -> None:
+    """SGLang-Omni's and vLLM-Omni's voice store: GET lists, POST multipart ``audio_sample``,
+    ``consent`` (required), ``name`` ([A-Za-z0-9_.-]+), ``ref_text``; every POST recorded."""
+    app["voices"], app["registered"] = [], []
+
+    async def listing(request):
+        return web.json_response({"voices": [{"name": n} for n in request.app["voices"]]})
+
+    async def add(request):
+        form = await request.post()
+        fields = {k: (v if isinstance(v, str) else v.file.read()) for k, v in form.items()}
+        request.app["registered"].append(fields)
+        if not fields.get("consent"):
+            return web.json_response({"error": {"message": "consent is required"}}, status=400)
+        request.app["voices"].append(fields["name"])
+        return web.json_response({"name": fields["name"]})
+
+    app.router.add_get("/v1/audio/voices", listing)
+    app.router.add_post("/v1/audio/voices", add)
+
+
+def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0, legacy: bool = False,
+               model_ids=("s2-pro",)) -> web.Application:
+    """Today's SGLang-Omni: ``stream`` needs ``response_format: "pcm"``; SSE
+    ``audio.speech.chunk`` objects of base64 PCM, a finish chunk, ``data: [DONE]``; references
+    by ``audio_path``; ``top_k`` -1 or 1..30. ``legacy``: the older answer (base64 WAV
+    chunks)."""
     app = web.Application()
     app["fails"] = fail_first
+
+    def refuse(message, param):
+        return web.json_response({"error": {"message": message, "type": "BadRequestError",
+                                            "param": param, "code": 400}}, status=400)
 
     async def speech(request):
         body = await request.json()
@@ -97,32 +130,61 @@ def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0) -> web.
             request.app["fails"] -= 1
             return web.json_response({"error": {"message": "engine overloaded"}}, status=503)
         if not body.get("input"):
-            return web.json_response({"error": {"message": "input: field required",
-                                                "type": "invalid_request_error"}}, status=400)
+            return refuse("input: field required", "input")
+        if not legacy and body.get("stream") and body.get("response_format") != "pcm":
+            return refuse("stream=true requires response_format='pcm'", "response_format")
+        if not (body.get("top_k", 30) == -1 or 1 <= body.get("top_k", 30) <= 30):
+            return refuse("top_k must be -1 or in [1, 30]", "top_k")
+        if any("audio_path" not in r for r in body.get("references", [])):
+            return refuse("references[].audio_path: field required", "references")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for piece in pieces:
-            event = {"object": "audio.speech.chunk",
-                     "audio": {"data": base64.b64encode(wav(piece, rate)).decode()}}
+        for index, piece in enumerate(pieces):
+            if legacy:
+                audio = {"data": base64.b64encode(wav(piece, rate)).decode()}
+            else:
+                audio = {"data": base64.b64encode(pcm(piece)).decode(), "format": "pcm",
+                         "mime_type": "audio/pcm", "sample_rate": rate}
+            event = {"id": "speech-1", "object": "audio.speech.chunk", "index": index,
+                     "audio": audio, "finish_reason": None}
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        if not legacy:
+            done = {"id": "speech-1", "object": "audio.speech.chunk", "index": len(pieces),
+                    "audio": None, "finish_reason": "stop"}
+            await response.write(f"data: {json.dumps(done)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         return response
 
     app.router.add_post("/v1/audio/speech", speech)
-    app.router.add_get("/v1/models", models("sglang-omni"))
+    app.router.add_get("/v1/models", models("sglang-omni", model_ids))
+    voice_store(app)
     return app
 
 
-def vllm_app(rate: int, audio: bytes) -> web.Application:
+def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1) -> web.Application:
+    """vLLM-Omni: ``stream`` + ``pcm`` → a raw chunked s16le body (``audio`` sent ``repeat``
+    times, in odd-sized pieces); otherwise ``audio`` whole (the older answer: a WAV file)."""
     app = web.Application()
 
     async def speech(request):
         body = await request.json()
         request.app["seen"].append(body)
-        return web.Response(body=audio, content_type="audio/wav")
+        if not stream:
+            return web.Response(body=audio, content_type="audio/wav")
+        if body.get("response_format") != "pcm" or body.get("stream") is not True:
+            return web.json_response({"error": {"message": "expected stream + pcm"}},
+                                     status=400)
+        response = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
+        await response.prepare(request)
+        for _ in range(repeat):
+            for at in range(0, len(audio), 1001):  # odd sizes: a sample across two writes
+                await response.write(audio[at:at + 1001])
+        await response.write_eof()
+        return response
 
     app.router.add_post("/v1/audio/speech", speech)
     app.router.add_get("/v1/models", models("vllm-omni"))
+    voice_store(app)
     return app
 
 
@@ -169,7 +231,7 @@ def free_port() -> str:
 
 
 # ---------------------------------------------------------------- parsing each dialect
-def test_sglang_sse_chunks_detected_and_joined(sizes):
+def test_sglang_pcm_sse_chunks_detected_and_joined(sizes):
     rate = sizes.sample_rate
     pieces = [tone(rate, 1000), tone(rate, 777, 500.0), tone(rate, 1500, 200.0)]
     with StandIn(sglang_app(rate, pieces)) as server:
@@ -178,29 +240,72 @@ def test_sglang_sse_chunks_detected_and_joined(sizes):
         ref = synth.encode_voice(torch.from_numpy(tone(rate, rate // 2)), "Ref words.",
                                  sample_rate=rate)
         speech = synth.tts("Hello.", ref, **FAST)
+    expected = np.concatenate([pcm_read(p) for p in pieces])
+    np.testing.assert_array_equal(speech.waveform.numpy(), expected)
+    body = server.requests[0]
+    assert body["stream"] is True and body["response_format"] == "pcm"
+    assert body["seed"] == 1 and body["max_new_tokens"] == 8 and body["model"] == "s2-pro"
+    reference = body["references"][0]
+    assert set(reference) == {"audio_path", "text"}  # no inline "audio" field any more
+    assert reference["audio_path"].startswith("data:audio/wav;base64,")
+    sent, _ = sf.read(io.BytesIO(base64.b64decode(reference["audio_path"].split(",", 1)[1])),
+                      dtype="float32")
+    assert reference["text"] == "Ref words." and sent.shape[0] == rate // 2
+
+
+def test_sglang_older_wav_chunks_still_read(sizes):
+    rate = sizes.sample_rate
+    pieces = [tone(rate, 900), tone(rate, 333, 500.0)]
+    with StandIn(sglang_app(rate, pieces, legacy=True)) as server:
+        speech = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate).tts(
+            "Hello.", **FAST)
     expected = np.concatenate([sf.read(io.BytesIO(wav(p, rate)), dtype="float32")[0]
                                for p in pieces])
     np.testing.assert_array_equal(speech.waveform.numpy(), expected)
-    body = server.requests[0]
-    assert body["stream"] is True and body["seed"] == 1 and body["max_new_tokens"] == 8
-    sent, _ = sf.read(io.BytesIO(base64.b64decode(body["references"][0]["audio"])),
-                      dtype="float32")
-    assert body["references"][0]["text"] == "Ref words." and sent.shape[0] == rate // 2
 
 
-def test_vllm_whole_wav_with_ref_audio_data_url(sizes):
+def test_sglang_stream_yields_pcm_chunks(sizes):
     rate = sizes.sample_rate
-    audio = tone(rate, 3000)
-    with StandIn(vllm_app(rate, wav(audio, rate, "FLOAT"))) as server:
+    pieces = [tone(rate, 2048), tone(rate, 1024, 500.0)]
+    with StandIn(sglang_app(rate, pieces)) as server:
+        with RemoteSynthesizer(server.url, sample_rate=rate).stream("Go.", **FAST) as stream:
+            chunks = list(stream)
+    assert len(chunks) == 2
+    np.testing.assert_array_equal(torch.cat(chunks).numpy(),
+                                  np.concatenate([pcm_read(p) for p in pieces]))
+
+
+def test_vllm_raw_pcm_stream_with_ref_audio_data_url(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 3001)
+    with StandIn(vllm_app(rate, pcm(audio), stream=True)) as server:
         synth = RemoteSynthesizer(server.url, sample_rate=rate)
         assert synth.dialect.name == "vllm-omni"
         ref = synth.encode_voice(torch.from_numpy(tone(rate, rate // 2)), "Ref.",
                                  sample_rate=rate)
         speech = synth.tts("Hi.", ref, **FAST)
-    np.testing.assert_array_equal(speech.waveform.numpy(), audio)
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
     body = server.requests[0]
     assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["ref_text"] == "Ref."
+    assert body["stream"] is True and body["response_format"] == "pcm"
     assert "seed" not in body  # not part of this dialect: said in the docs, not sent blindly
+
+
+def test_vllm_raw_pcm_is_read_at_the_s2_rate_by_default():
+    audio = tone(44100, 2000)
+    with StandIn(vllm_app(44100, pcm(audio), stream=True)) as server:
+        synth = RemoteSynthesizer(server.url, "vllm-omni")
+        speech = synth.tts("Hi.", **FAST)
+    assert speech.sample_rate == synth.sample_rate == 44100  # raw PCM carries no rate
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
+
+
+def test_vllm_older_whole_wav_still_read(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 3000)
+    with StandIn(vllm_app(rate, wav(audio, rate, "FLOAT"))) as server:
+        speech = RemoteSynthesizer(server.url, sample_rate=rate).tts("Hi.", **FAST)
+    np.testing.assert_array_equal(speech.waveform.numpy(), audio)
 
 
 def test_fish_streaming_wav_stereo_downmixed_and_detected(sizes):
@@ -314,7 +419,7 @@ def test_bad_audio_is_rejected_before_callers(sizes):
     with StandIn(vllm_app(rate, wav(np.zeros(0, np.float32), rate))) as server:
         with pytest.raises(AudioFormatError, match="no audio"):
             RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("x", **FAST)
-    with StandIn(vllm_app(rate, b'{"not": "audio"}')) as server:
+    with StandIn(vllm_app(rate, b'{"not": "audio"}')) as server:  # said WAV, is not
         with pytest.raises(AudioFormatError, match="not WAV"):
             RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("x", **FAST)
     three = np.zeros((10, 3), np.float32)
