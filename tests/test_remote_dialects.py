@@ -24,6 +24,8 @@ web = pytest.importorskip("aiohttp.web")
 
 from fish_core.generate import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
+from fish_core.remote import engine_models  # noqa: E402
+from fish_core.synth import Synthesizer  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 
 FAST = dict(max_new_tokens=8, seed=1)
@@ -463,3 +465,176 @@ def test_stream_yields_chunks_as_they_arrive_and_is_not_replayed(sizes):
         synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate, backoff=0.01)
         with pytest.raises(RemoteError, match="not repeated"):
             list(synth.stream("Broken.", **FAST))
+
+
+# ---------------------------------------------------------------- limits, before sending
+def test_top_k_past_sglang_limit_fails_before_any_request(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)])) as server:
+        synth = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate)
+        for call in (lambda: synth.tts("Hi.", top_k=31, **FAST),
+                     lambda: synth.dialogue("A: hi\nB: ho", top_k=50, **FAST),
+                     lambda: synth.stream("Hi.", top_k=31, **FAST)):
+            with pytest.raises(ValueError, match=r"top_k: the sglang-omni engine takes -1 "
+                                                 r"\(off\) or 1 \.\. 30.*got (31|50)"):
+                call()
+        assert server.requests == []  # refused here, never sent
+        assert synth.tts("Hi.", top_k=30, **FAST).waveform.numel()  # the limit itself is fine
+        assert server.requests[0]["top_k"] == 30  # sent as the user set it
+
+
+def test_runaway_answer_stops_at_the_byte_budget(sizes):
+    from fish_core.remote.pcm import reply_budget
+
+    rate = sizes.sample_rate
+    chunk = pcm(tone(rate, 32768))
+    repeat = reply_budget(FAST["max_new_tokens"], rate) // len(chunk) + 2
+    with StandIn(vllm_app(rate, chunk, stream=True, repeat=repeat)) as server:
+        synth = RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate)
+        with pytest.raises(AudioFormatError, match="passed .* bytes"):
+            synth.tts("Talk forever.", **FAST)
+
+
+def test_event_stream_lines_are_capped():
+    from fish_core.remote.pcm import bounded_lines
+
+    assert list(bounded_lines(iter([b"ab\ncd", b"e\n", b"f"]), "x", 8)) == \
+        [b"ab\n", b"cde\n", b"f"]
+    with pytest.raises(AudioFormatError, match="longer than 8 bytes"):
+        list(bounded_lines(iter([b"0123", b"45678", b"9\n"]), "x", 8))
+
+
+# ---------------------------------------------------------------- models
+def test_models_listed_first_by_default_chosen_by_name(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=("s2-pro", "drama-3"))) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        assert synth.models == ["s2-pro", "drama-3"] and synth.model == "s2-pro"
+        assert synth.spec.family == "s2"
+        synth.tts("Hi.", **FAST)
+        drama = Synthesizer.remote(server.url, sample_rate=rate, model="drama-3")
+        assert drama.model == "drama-3" and drama.spec.max_speakers == 16
+        drama.tts("Hi.", **FAST)
+        assert [b["model"] for b in server.requests] == ["s2-pro", "drama-3"]
+        with pytest.raises(ValueError, match=r"model 'nope' is not served by .*; it serves "
+                                             r"'s2-pro', 'drama-3'"):
+            RemoteSynthesizer(server.url, sample_rate=rate, model="nope")
+        assert len(server.requests) == 2
+        assert engine_models(server.url) == ["s2-pro", "drama-3"]
+
+
+def test_codes_are_an_error_naming_the_remote_model(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=("drama-3",))) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        with pytest.raises(ValueError, match="drama-3.*audio only: codes"):
+            synth.require_codec()
+        voice = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "Ref.",
+                                   sample_rate=rate)
+        with pytest.raises(ValueError, match="remote model drama-3.*cannot encode a voice to "
+                                             "codes"):
+            voice.save("x.safetensors")
+        assert synth.tts("Hi.", **FAST).codes.shape[0] == 0  # audio only: no codebooks
+
+
+# ---------------------------------------------------------------- Drama 3
+def drama(server, rate):
+    return RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate, model="drama-3")
+
+
+def test_drama3_sixteen_speakers_voices_given_and_invented(sizes):
+    rate = sizes.sample_rate
+    lengths = [rate // 4 + 10 * i for i in range(2)]
+    with StandIn(sglang_app(rate, [tone(rate, 300)], model_ids=("s2-pro", "drama-3"))) as server:
+        synth = drama(server, rate)
+        voices = [synth.encode_voice(torch.from_numpy(tone(rate, n)), f"Voice {i}.",
+                                     name=f"v{i}", sample_rate=rate)
+                  for i, n in enumerate(lengths)]
+        script = "".join(f"<|speaker:{i}|>[whispering] Line {i}." for i in range(16))
+        speech = synth.dialogue(script, voices, pause=0.1, **FAST)
+        assert len(server.requests) == 16
+        for i, body in enumerate(server.requests):
+            assert body["input"] == f"[whispering] Line {i}."  # directions pass untouched
+            assert ("references" in body) == (i < 2)  # voices for two, the model invents 14
+        assert server.requests[1]["references"][0]["text"] == "Voice 1."
+        assert speech.tracks(16).shape[0] == 16 and len(speech.segments) == 16
+        assert [s.first_speaker for s in speech.segments] == list(range(16))
+        takes = synth.dialogue(script, voices, takes=2, **FAST)
+        assert len(takes) == 2 and takes[1].seed == takes[0].seed + 1
+        srt = "".join(f"{i + 1}\n00:00:0{i},000 --> 00:00:0{i},900\n[laughs] cue {i}\n\n"
+                      for i in range(3))
+        subtitles = synth.subtitles(srt, voices[0], **FAST)
+        assert len(subtitles.cues) == 3
+        assert server.requests[-1]["input"] == "[laughs] cue 2"
+        sent = len(server.requests)
+        with pytest.raises(ValueError, match="speaker 16 is past drama-3's 16 speakers"):
+            synth.dialogue(script + "<|speaker:16|>One too many.", voices, **FAST)
+        with pytest.raises(ValueError, match="speaker 17 is past drama-3's 16"):
+            synth.tts("<|speaker:17|>Hi.", **FAST)
+        assert len(server.requests) == sent  # refused before sending
+        s2 = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate)  # first: s2-pro
+        with pytest.raises(ValueError, match="no reference voice"):
+            s2.dialogue(script, voices, **FAST)  # S2 keeps its rule: a voice per speaker
+        assert len(server.requests) == sent
+
+
+def test_drama3_whole_script_in_one_request(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 500)], model_ids=("drama-3",))) as server:
+        synth = drama(server, rate)
+        voices = [synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), f"Ref {i}.",
+                                     name=name, sample_rate=rate)
+                  for i, name in enumerate(["Alice", "Bob"])]
+        script = "Alice: Hi [sighs].\nBob: Hello.\nCarol: And me."
+        speech = synth.dialogue(script, voices, turn_by_turn=False, **FAST)
+    (body,) = server.requests
+    assert body["input"] == ("<|speaker:0|>Hi [sighs].\n<|speaker:1|>Hello.\n"
+                             "<|speaker:2|>And me.")
+    assert [r["text"] for r in body["references"]] == ["<|speaker:0|>Ref 0.",
+                                                       "<|speaker:1|>Ref 1."]
+    assert len(speech.segments) == 1 and speech.waveform.shape[0] == 500
+
+
+# ---------------------------------------------------------------- consent
+@pytest.mark.parametrize("app", ["sglang", "vllm"])
+def test_registering_a_voice_needs_stated_consent(sizes, app):
+    rate = sizes.sample_rate
+    make = sglang_app(rate, [tone(rate, 100)]) if app == "sglang" else \
+        vllm_app(rate, pcm(tone(rate, 100)), stream=True)
+    with StandIn(make) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        voice = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "My words.",
+                                   name="me", sample_rate=rate)
+        with pytest.raises(ValueError, match="voice_consent: .* never states it for you"):
+            synth.register_voice(voice)
+        with pytest.raises(ValueError, match="voice_consent"):
+            RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True)
+        with pytest.raises(ValueError, match="letters, digits"):
+            synth.register_voice(voice, name="no spaces", consent="yes")
+        assert make["registered"] == []  # nothing sent without consent or with a bad name
+        saved = synth.register_voice(voice, name="me.v1", consent="consent-1234")
+        (fields,) = make["registered"]
+        assert fields["consent"] == "consent-1234" and fields["name"] == "me.v1"
+        assert fields["ref_text"] == "My words." and fields["audio_sample"][:4] == b"RIFF"
+        synth.tts("In my voice.", saved, **FAST)
+        assert server.requests[-1]["voice"] == "me.v1"
+        auto = RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True,
+                                 voice_consent="consent-5678")
+        auto.tts("Again.", voice, **FAST)
+        assert make["registered"][-1]["consent"] == "consent-5678"
+        assert server.requests[-1]["voice"].startswith("sailfish-")
+
+
+def test_consent_is_not_sent_where_the_engine_has_no_such_field(sizes):
+    from fish_core.remote.dialects import DIALECTS, Clip
+
+    sent = []
+
+    class Recording:
+        def request(self, method, path, read, **kw):
+            sent.append(kw["body"])
+
+    clip = Clip(torch.from_numpy(tone(sizes.sample_rate, 100)), sizes.sample_rate, "Words.")
+    for name in ("sailfish", "fish-speech"):
+        DIALECTS[name].add_voice(Recording(), "me", clip, "consent-1234")
+    assert sent and all(b"consent" not in body for body in sent)

@@ -405,6 +405,15 @@ class RemoteSynthesizer:
                       timeline.segments, seed)
 
 
+def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str | None = None,
+                  *, connect_timeout: float = 10.0, read_timeout: float = 30.0) -> list[str]:
+    """The model ids an engine serves, in its order (its ``/v1/models``; [] for fish-speech,
+    which keeps no list): what a model picker offers. The first is the default."""
+    transport = Transport(url if isinstance(url, str) else list(url), api_key,
+                          Timeouts(connect_timeout, read_timeout), 1, 0.5)
+    return pick_dialect(dialect, transport).models(transport)
+
+
 class RemoteStream:
     """Iterator of float32 chunks of one remote request, read on a worker thread; closing it
     (or leaving a ``with`` block) closes the connection."""
