@@ -638,3 +638,33 @@ def test_consent_is_not_sent_where_the_engine_has_no_such_field(sizes):
     for name in ("sailfish", "fish-speech"):
         DIALECTS[name].add_voice(Recording(), "me", clip, "consent-1234")
     assert sent and all(b"consent" not in body for body in sent)
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
+    from fish_core import cli
+
+    rate = 44100  # the CLI takes the engine's rate: S2's unless the engine says otherwise
+    sf.write(tmp_path / "me.wav", tone(rate, rate // 2), rate)
+    (tmp_path / "play.txt").write_text("Ann: [cheerful] Hi!\nBen: Hello.\nCy: Hey.\n")
+    app = sglang_app(rate, [tone(rate, 700)], model_ids=("s2-pro", "drama-3"))
+    with StandIn(app) as server:
+        engine = ["--remote", server.url, "--max-new-tokens", "8", "--seed", "3"]
+        assert cli.main(["say", "--script", str(tmp_path / "play.txt"), "--ref-audio",
+                         str(tmp_path / "me.wav"), "--ref-text", "My words.", "-o",
+                         str(tmp_path / "play.wav"), *engine, "--remote-model", "drama-3"]) == 0
+        assert [b["model"] for b in server.requests] == ["drama-3"] * 3
+        assert server.requests[0]["input"] == "[cheerful] Hi!"
+        assert "references" in server.requests[0] and "references" not in server.requests[1]
+        assert sf.info(tmp_path / "play.wav").frames == 3 * 700
+        capsys.readouterr()
+        assert cli.main(["say", "Hi.", "-o", str(tmp_path / "x.wav"), *engine,
+                         "--remote-model", "nope"]) == 2
+        assert "'s2-pro', 'drama-3'" in capsys.readouterr().err
+        register = ["voice", "register", str(tmp_path / "me.wav"), "--text", "My words.",
+                    "--name", "me", "--remote", server.url]
+        assert cli.main(register) == 2
+        assert "voice_consent" in capsys.readouterr().err and app["registered"] == []
+        assert cli.main([*register, "--voice-consent", "consent-42"]) == 0
+        assert app["registered"][0]["consent"] == "consent-42"
+        assert app["registered"][0]["name"] == "me"
