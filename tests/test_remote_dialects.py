@@ -163,9 +163,11 @@ def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0, legacy:
     return app
 
 
-def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1) -> web.Application:
-    """vLLM-Omni: ``stream`` + ``pcm`` → a raw chunked s16le body (``audio`` sent ``repeat``
-    times, in odd-sized pieces); otherwise ``audio`` whole (the older answer: a WAV file)."""
+def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1,
+             sse: bool = False) -> web.Application:
+    """vLLM-Omni: ``stream`` + ``stream_format: "audio"`` + ``pcm`` → a raw chunked s16le body
+    (``audio`` sent ``repeat`` times, in odd-sized pieces); ``sse``: OpenAI
+    ``speech.audio.delta`` events instead; otherwise ``audio`` whole (the older answer: WAV)."""
     app = web.Application()
 
     async def speech(request):
@@ -176,6 +178,17 @@ def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1) -> 
         if body.get("response_format") != "pcm" or body.get("stream") is not True:
             return web.json_response({"error": {"message": "expected stream + pcm"}},
                                      status=400)
+        if sse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for at in range(0, len(audio), 1000):
+                event = {"type": "speech.audio.delta", "response_format": "pcm",
+                         "audio": base64.b64encode(audio[at:at + 1000]).decode()}
+                await response.write(f"event: speech.audio.delta\ndata: {json.dumps(event)}"
+                                     "\n\n".encode())
+            await response.write(b'event: speech.audio.done\ndata: {"type": '
+                                 b'"speech.audio.done"}\n\n')
+            return response
         response = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
         await response.prepare(request)
         for _ in range(repeat):
@@ -290,7 +303,16 @@ def test_vllm_raw_pcm_stream_with_ref_audio_data_url(sizes):
     body = server.requests[0]
     assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["ref_text"] == "Ref."
     assert body["stream"] is True and body["response_format"] == "pcm"
+    assert body["stream_format"] == "audio" and body["max_new_tokens"] == 8
     assert "seed" not in body  # not part of this dialect: said in the docs, not sent blindly
+
+
+def test_vllm_openai_sse_deltas_read(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 2500)
+    with StandIn(vllm_app(rate, pcm(audio), stream=True, sse=True)) as server:
+        speech = RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("Hi.", **FAST)
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
 
 
 def test_vllm_raw_pcm_is_read_at_the_s2_rate_by_default():

@@ -287,25 +287,34 @@ class SGLangOmni(OmniVoices):
 
 
 class VLLMOmni(OmniVoices):
-    """vllm-project/vllm-omni ``docs/serving/speech_api.md`` (the stable docs as read on
-    2026-12-01; one model per server; Drama 3 since vllm-omni #8900): ``ref_audio`` (a ``data:`` URL) + ``ref_text``, one reference; ``stream: true``
-    with ``response_format: "pcm"`` → a raw chunked body of s16le mono PCM at the engine's
-    rate (44.1 kHz for S2 and Drama 3), no SSE. The seed and sampling fields are not
-    documented for Fish models there: not sent, so not seed-reproducible. Still read: a whole
-    WAV body (older versions)."""
+    """vllm-project/vllm-omni ``docs/serving/speech_api.md`` at commit 078de2d (as read on
+    2026-12-01; one model per server, Fish output 44.1 kHz; Drama 3 since vllm-omni #8900):
+    ``ref_audio`` (a ``data:`` URL) + ``ref_text``, one reference; ``voice`` ``"default"`` for
+    Fish; ``max_new_tokens``; ``stream: true`` + ``stream_format: "audio"`` +
+    ``response_format: "pcm"`` → a raw chunked body of s16le mono PCM at the engine's rate (no
+    header). Versions before ``stream_format`` answer ``stream: true`` + ``pcm`` with that raw
+    body too; ``stream_format: "sse"`` (or ``stream`` alone on newer versions) gives OpenAI
+    ``speech.audio.delta`` events, also read, as is a whole WAV body (older versions). Seed
+    and sampling fields are not documented for Fish models there: not sent, so runs are not
+    seed-reproducible."""
 
     name = "vllm-omni"
     carries_seed = False
     max_clips = 1
 
     def body(self, text, clips, voice_id, p):
-        body = {"input": text, "response_format": "pcm", "stream": True}
+        body = {"input": text, "response_format": "pcm", "stream": True,
+                "stream_format": "audio", "voice": voice_id or "default",
+                "max_new_tokens": p.max_new_tokens}
         if clips:
             body["ref_audio"] = clips[0].data_url()
             body["ref_text"] = clips[0].text
-        if voice_id:
-            body["voice"] = voice_id
         return with_model(body, p)
+
+    def read(self, response, on_chunk, p):
+        if "event-stream" in response.headers.get("Content-Type", ""):
+            return read_sse(response, on_chunk, p)
+        read_body(response, on_chunk, p)
 
 
 class FishSpeech(Dialect):

@@ -117,11 +117,12 @@ class BodyReader:
 def chunk_audio(audio: bytes, event: dict, default_rate: int, where: str
                 ) -> tuple[torch.Tensor, int]:
     """The samples of one SGLang-Omni ``audio.speech.chunk``: PCM (``audio.format`` ``pcm``,
-    at ``audio.sample_rate`` or ``default_rate``) or, from older versions, one WAV file."""
+    at ``audio.sample_rate`` or ``default_rate``) or, from older versions, one WAV file; or of
+    one OpenAI ``speech.audio.delta`` (base64 ``audio``, ``response_format`` pcm)."""
     from .wire import wav_file
 
     meta = event.get("audio") if isinstance(event.get("audio"), dict) else {}
-    fmt = str(meta.get("format") or "").lower()
+    fmt = str(meta.get("format") or event.get("response_format") or "").lower()
     if audio[:4] == b"RIFF" or fmt == "wav":
         return wav_file(audio, where)
     if fmt not in ("", "pcm"):
