@@ -690,3 +690,18 @@ def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
         assert cli.main([*register, "--voice-consent", "consent-42"]) == 0
         assert app["registered"][0]["consent"] == "consent-42"
         assert app["registered"][0]["name"] == "me"
+
+
+def test_a_voice_of_several_clips_is_sent_inline_not_registered(sizes):
+    from fish_core.remote.client import RemoteVoice
+
+    rate = sizes.sample_rate
+    app = sglang_app(rate, [tone(rate, 100)])
+    with StandIn(app) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True,
+                                  voice_consent="consent-1")
+        one = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "One.",
+                                 sample_rate=rate)
+        two = RemoteVoice("two", [], rate, 2048, one.references * 2)
+        synth.tts("Hi.", two, **FAST)  # a store keeps one clip: both go inline
+        assert app["registered"] == [] and len(server.requests[0]["references"]) == 2

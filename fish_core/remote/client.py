@@ -169,7 +169,9 @@ class RemoteSynthesizer:
         if voice is None:
             return [], None
         if isinstance(voice, RemoteVoice) and voice.references:
-            if not self.register_voices or self.dialect.voices_path is None:
+            # A store keeps one clip per voice: a voice of several clips is always sent inline.
+            if not self.register_voices or self.dialect.voices_path is None \
+                    or len(voice.references) > 1:
                 if len(voice.references) > self.dialect.max_clips:
                     raise ValueError(f"voice {voice.name!r} has {len(voice.references)} clips; "
                                      f"the {self.dialect.name} dialect takes "
@@ -310,7 +312,7 @@ class RemoteSynthesizer:
         (unless ``require_voices``); with ``turn_by_turn=False`` the whole script is one
         request (each take), every voice's clips sent as the references of its speaker, so
         an invented voice stays the same across its turns (the timeline then holds one
-        segment, as a local conversation batch does)."""
+        segment, as a local conversation batch does, and ``pause`` does not apply)."""
         if require_voices is None and self.spec.invents_voices:
             require_voices = False  # Drama 3 invents a voice for a speaker given none
         turns, voice_list = script_turns(script, voices, require_voices, pause,
