@@ -16,17 +16,19 @@ DEFAULTS = SamplingParams()  # the one source of the sampling defaults
 
 
 def script_turns(script: str, voices: Mapping[str, Voice] | Sequence[Voice],
-                 require_voices: bool | None, pause: float) -> tuple[list, list[Voice]]:
+                 require_voices: bool | None, pause: float, max_speakers: int | None = None,
+                 model: str = "this model") -> tuple[list, list[Voice]]:
     """A dialogue's checked turns and its voices in speaker order (``voices`` by name or in
     order; with voices given every speaker must map to one, unless ``require_voices`` is
-    False); ``pause`` checked."""
+    False); ``pause`` checked; speaker indices below ``max_speakers`` (``model``'s limit)
+    when one is given."""
     if isinstance(voices, Mapping):
         names, voice_list = list(voices), as_voices(list(voices.values()))
     else:
         voice_list = as_voices(list(voices))
         names = [v.name for v in voice_list]
     require = bool(voice_list) if require_voices is None else require_voices
-    turns = check_script(script, names, require)
+    turns = check_script(script, names, require, max_speakers, model)
     if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
             or not math.isfinite(pause) or pause < 0 or pause > 10:
         raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")

@@ -5,6 +5,8 @@
     say "Hi." --ref-audio me.wav --ref-text "..." -o hi.wav   ... cloning a clip directly
     say --script dialogue.txt --voice alice.safetensors --voice bob.safetensors -o talk.wav
     voice encode me.wav --text "What I say." --name me -o me.safetensors
+    voice register me.wav --text "What I say." --name me --remote URL --voice-consent ID
+    say --script play.txt --remote URL --remote-model drama-3 -o play.wav   Drama 3 on an engine
     srt film.srt -o film.wav [--srt-out generated.srt] [--voice me.safetensors]
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
@@ -86,6 +88,15 @@ def add_remote_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--api-key-file", default=None, help="read the engine's API key from here")
     g.add_argument("--api-key-env", default=None,
                    help="read the API key from this variable (default SAILFISH_REMOTE_API_KEY)")
+    g.add_argument("--remote-model", default=None, metavar="NAME",
+                   help="the engine's model (s2-pro, drama-3, ...; default: the first its "
+                        "/v1/models lists)")
+    g.add_argument("--register-voices", action="store_true",
+                   help="register reference voices in the engine's voice store once, then "
+                        "name them by id (SGLang-Omni/vLLM-Omni need --voice-consent)")
+    g.add_argument("--voice-consent", default=None, metavar="TEXT",
+                   help="the consent id or statement of the person whose voice is registered; "
+                        "never sent unless given here")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history: bool = True
@@ -158,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", default=None)
     e.add_argument("-o", "--out", required=True, help="output .safetensors")
     add_model_args(e, engine=False)
+    r = vs.add_parser("register", parents=common,
+                      help="register a reference clip in a remote engine's voice store")
+    r.add_argument("audio")
+    r.add_argument("--text", required=True, help="the words spoken in the clip")
+    r.add_argument("--name", required=True, help="the voice's name on the engine")
+    add_remote_args(r)
 
     p = add_command("srt", help="speak an SRT subtitle file on its timeline")
     p.add_argument("srt")
@@ -214,7 +231,9 @@ def load_synth(args):
         from .remote.keys import read_api_key
 
         return Synthesizer.remote(args.remote, args.dialect,
-                                  read_api_key(args.api_key_file, args.api_key_env))
+                                  read_api_key(args.api_key_file, args.api_key_env),
+                                  model=args.remote_model, voice_consent=args.voice_consent,
+                                  register_voices=args.register_voices)
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
@@ -250,7 +269,7 @@ def check_request(args) -> None:
             raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
         if args.out != "-":
             check_output(args.out, "--out", STREAM_SUFFIXES)
-    elif args.command in OUTPUTS:
+    elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
         check_output(args.out, "--out", OUTPUTS[args.command])
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
@@ -391,12 +410,28 @@ def cmd_codes(args) -> str:
 def cmd_voice(args) -> str:
     from .voices import encode_voice
 
+    if args.voice_command == "register":
+        return cmd_voice_register(args)
+
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
     codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     voice = encode_voice(codec, args.audio, args.text, name=name)
     save(args.out, voice.save, "voice")
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
+
+
+def cmd_voice_register(args) -> str:
+    """``voice register``: a clip into a remote engine's voice store, with the consent the
+    user states (``--voice-consent``), checked before anything is sent."""
+    if not args.remote:
+        raise ValueError("voice register needs --remote URL (the engine whose voice store "
+                         "keeps the voice)")
+    synth = load_synth(args)
+    voice = synth.register_voice(synth.encode_voice(args.audio, args.text, name=args.name),
+                                 consent=args.voice_consent)
+    return (f"registered voice {voice.name!r} on {synth.url} (model "
+            f"{synth.spec.label}): requests name it there from now on")
 
 
 def cmd_srt(args) -> str:

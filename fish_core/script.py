@@ -8,18 +8,33 @@ from typing import Sequence
 from . import text as textplan
 
 
-def check_script(script: str, names: Sequence[str], require_voices: bool = True
+def check_script(script: str, names: Sequence[str], require_voices: bool = True,
+                 max_speakers: int | None = None, model: str = "this model"
                  ) -> list[textplan.Turn]:
     """The turns of ``script`` with their speaker index (a position in ``names``, the voices'
     names in speaker order). Raises ``ScriptError`` when the script is empty, when two voices
-    share a name the script uses, or (``require_voices``) when a speaker has no voice."""
+    share a name the script uses, (``require_voices``) when a speaker has no voice, or (with
+    ``max_speakers``, a limit of ``model``, e.g. Drama 3's 16) when a speaker index is past it.
+    Without ``max_speakers`` (S2) speaker indices are not bounded here."""
     names = list(names)
     turns = textplan.parse_script(script, names)
     check_unique_names(turns, names)
     assigned = textplan.assign_speakers(turns, names, require_voices)
     if not assigned:
         raise textplan.ScriptError("the script is empty: nothing to say")
+    if max_speakers is not None:
+        check_speaker_count(assigned, max_speakers, model)
     return assigned
+
+
+def check_speaker_count(turns: Sequence[textplan.Turn], max_speakers: int, model: str) -> None:
+    """Every speaker index below ``max_speakers``: the speakers ``model`` can tell apart."""
+    over = sorted({t.speaker for t in turns if t.speaker is not None and t.speaker >= max_speakers})
+    if over:
+        raise textplan.ScriptError(
+            f"speaker {over[0]} is past {model}'s {max_speakers} speakers: it speaks "
+            f"<|speaker:0|> … <|speaker:{max_speakers - 1}|>, at most {max_speakers} different "
+            "speakers in one script")
 
 
 def check_unique_names(turns: Sequence[textplan.ScriptTurn], names: Sequence[str]) -> None:

@@ -86,7 +86,10 @@ class Synthesizer:
     def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
         """The same API on a remote engine (``fish_core.remote.RemoteSynthesizer``): ``url``
         one endpoint or several (a list, or separated by spaces/commas); ``dialect`` auto,
-        sailfish, sglang-omni, vllm-omni or fish-speech."""
+        sailfish, sglang-omni, vllm-omni or fish-speech. Options include ``model`` (the
+        engine's model by name, e.g. ``"drama-3"``; default the first its ``/v1/models``
+        lists), ``voice_consent`` (stated consent, needed to register voices on SGLang-Omni /
+        vLLM-Omni), ``register_voices``, ``sample_rate`` and timeouts (docs/engines.md)."""
         from .remote import RemoteSynthesizer
 
         return RemoteSynthesizer(url, dialect, api_key, **options)

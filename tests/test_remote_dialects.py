@@ -1,8 +1,11 @@
 """The remote client against small stand-in servers that answer as each engine documents
-(SGLang-Omni SSE chunks of base64 WAV, vLLM-Omni whole WAV with ``ref_audio`` data URLs,
-fish-speech streaming WAV on ``/v1/tts``) and fail as they fail: the client parses each,
-detects the dialect, retries 5xx, fails over to a live endpoint, times out, cancels, and
-rejects audio it cannot use. Loopback only; every wait is bounded."""
+(docs/engines.md: SGLang-Omni SSE chunks of base64 PCM, and the older base64 WAV chunks;
+vLLM-Omni raw chunked PCM with ``ref_audio`` data URLs, and the older whole WAV; fish-speech
+streaming WAV on ``/v1/tts``) and fail as they fail: the client parses each, detects the
+dialect, retries 5xx, fails over to a live endpoint, times out, cancels, and rejects audio it
+cannot use; fields an engine refuses fail before anything is sent; models are listed and
+chosen; Drama 3 scripts take 16 speakers; voices are registered only with stated consent.
+Loopback only; every wait is bounded."""
 
 import asyncio
 import base64
@@ -21,6 +24,8 @@ web = pytest.importorskip("aiohttp.web")
 
 from fish_core.generate import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
+from fish_core.remote import engine_models  # noqa: E402
+from fish_core.synth import Synthesizer  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 
 FAST = dict(max_new_tokens=8, seed=1)
@@ -78,17 +83,47 @@ def pcm_read(x: np.ndarray) -> np.ndarray:
     return np.frombuffer(pcm(x), "<i2").astype(np.float32) / 32768.0
 
 
-def models(owner):
+def models(owner, ids=("s2-pro",)):
     async def handler(request):
         return web.json_response({"object": "list",
-                                  "data": [{"id": "s2-pro", "object": "model", "owned_by": owner}]})
+                                  "data": [{"id": i, "object": "model", "owned_by": owner}
+                                           for i in ids]})
     return handler
 
 
-# ---------------------------------------------------------------- the stand-ins
-def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0) -> web.Application:
+def voice_store(app: web.Application) -> None:
+    """SGLang-Omni's and vLLM-Omni's voice store: GET lists, POST multipart ``audio_sample``,
+    ``consent`` (required), ``name`` ([A-Za-z0-9_.-]+), ``ref_text``; every POST recorded."""
+    app["voices"], app["registered"] = [], []
+
+    async def listing(request):
+        return web.json_response({"voices": [{"name": n} for n in request.app["voices"]]})
+
+    async def add(request):
+        form = await request.post()
+        fields = {k: (v if isinstance(v, str) else v.file.read()) for k, v in form.items()}
+        request.app["registered"].append(fields)
+        if not fields.get("consent"):
+            return web.json_response({"error": {"message": "consent is required"}}, status=400)
+        request.app["voices"].append(fields["name"])
+        return web.json_response({"name": fields["name"]})
+
+    app.router.add_get("/v1/audio/voices", listing)
+    app.router.add_post("/v1/audio/voices", add)
+
+
+def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0, legacy: bool = False,
+               model_ids=("s2-pro",)) -> web.Application:
+    """Today's SGLang-Omni: ``stream`` needs ``response_format: "pcm"``; SSE
+    ``audio.speech.chunk`` objects of base64 PCM, a finish chunk, ``data: [DONE]``; references
+    by ``audio_path``; ``top_k`` -1 or 1..30. ``legacy``: the older answer (base64 WAV
+    chunks)."""
     app = web.Application()
     app["fails"] = fail_first
+
+    def refuse(message, param):
+        return web.json_response({"error": {"message": message, "type": "BadRequestError",
+                                            "param": param, "code": 400}}, status=400)
 
     async def speech(request):
         body = await request.json()
@@ -97,32 +132,74 @@ def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0) -> web.
             request.app["fails"] -= 1
             return web.json_response({"error": {"message": "engine overloaded"}}, status=503)
         if not body.get("input"):
-            return web.json_response({"error": {"message": "input: field required",
-                                                "type": "invalid_request_error"}}, status=400)
+            return refuse("input: field required", "input")
+        if not legacy and body.get("stream") and body.get("response_format") != "pcm":
+            return refuse("stream=true requires response_format='pcm'", "response_format")
+        if not (body.get("top_k", 30) == -1 or 1 <= body.get("top_k", 30) <= 30):
+            return refuse("top_k must be -1 or in [1, 30]", "top_k")
+        if any("audio_path" not in r for r in body.get("references", [])):
+            return refuse("references[].audio_path: field required", "references")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for piece in pieces:
-            event = {"object": "audio.speech.chunk",
-                     "audio": {"data": base64.b64encode(wav(piece, rate)).decode()}}
+        for index, piece in enumerate(pieces):
+            if legacy:
+                audio = {"data": base64.b64encode(wav(piece, rate)).decode()}
+            else:
+                audio = {"data": base64.b64encode(pcm(piece)).decode(), "format": "pcm",
+                         "mime_type": "audio/pcm", "sample_rate": rate}
+            event = {"id": "speech-1", "object": "audio.speech.chunk", "index": index,
+                     "audio": audio, "finish_reason": None}
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        if not legacy:
+            done = {"id": "speech-1", "object": "audio.speech.chunk", "index": len(pieces),
+                    "audio": None, "finish_reason": "stop"}
+            await response.write(f"data: {json.dumps(done)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         return response
 
     app.router.add_post("/v1/audio/speech", speech)
-    app.router.add_get("/v1/models", models("sglang-omni"))
+    app.router.add_get("/v1/models", models("sglang-omni", model_ids))
+    voice_store(app)
     return app
 
 
-def vllm_app(rate: int, audio: bytes) -> web.Application:
+def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1,
+             sse: bool = False) -> web.Application:
+    """vLLM-Omni: ``stream`` + ``stream_format: "audio"`` + ``pcm`` → a raw chunked s16le body
+    (``audio`` sent ``repeat`` times, in odd-sized pieces); ``sse``: OpenAI
+    ``speech.audio.delta`` events instead; otherwise ``audio`` whole (the older answer: WAV)."""
     app = web.Application()
 
     async def speech(request):
         body = await request.json()
         request.app["seen"].append(body)
-        return web.Response(body=audio, content_type="audio/wav")
+        if not stream:
+            return web.Response(body=audio, content_type="audio/wav")
+        if body.get("response_format") != "pcm" or body.get("stream") is not True:
+            return web.json_response({"error": {"message": "expected stream + pcm"}},
+                                     status=400)
+        if sse:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for at in range(0, len(audio), 1000):
+                event = {"type": "speech.audio.delta", "response_format": "pcm",
+                         "audio": base64.b64encode(audio[at:at + 1000]).decode()}
+                await response.write(f"event: speech.audio.delta\ndata: {json.dumps(event)}"
+                                     "\n\n".encode())
+            await response.write(b'event: speech.audio.done\ndata: {"type": '
+                                 b'"speech.audio.done"}\n\n')
+            return response
+        response = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
+        await response.prepare(request)
+        for _ in range(repeat):
+            for at in range(0, len(audio), 1001):  # odd sizes: a sample across two writes
+                await response.write(audio[at:at + 1001])
+        await response.write_eof()
+        return response
 
     app.router.add_post("/v1/audio/speech", speech)
     app.router.add_get("/v1/models", models("vllm-omni"))
+    voice_store(app)
     return app
 
 
@@ -169,7 +246,7 @@ def free_port() -> str:
 
 
 # ---------------------------------------------------------------- parsing each dialect
-def test_sglang_sse_chunks_detected_and_joined(sizes):
+def test_sglang_pcm_sse_chunks_detected_and_joined(sizes):
     rate = sizes.sample_rate
     pieces = [tone(rate, 1000), tone(rate, 777, 500.0), tone(rate, 1500, 200.0)]
     with StandIn(sglang_app(rate, pieces)) as server:
@@ -178,29 +255,81 @@ def test_sglang_sse_chunks_detected_and_joined(sizes):
         ref = synth.encode_voice(torch.from_numpy(tone(rate, rate // 2)), "Ref words.",
                                  sample_rate=rate)
         speech = synth.tts("Hello.", ref, **FAST)
+    expected = np.concatenate([pcm_read(p) for p in pieces])
+    np.testing.assert_array_equal(speech.waveform.numpy(), expected)
+    body = server.requests[0]
+    assert body["stream"] is True and body["response_format"] == "pcm"
+    assert body["seed"] == 1 and body["max_new_tokens"] == 8 and body["model"] == "s2-pro"
+    reference = body["references"][0]
+    assert set(reference) == {"audio_path", "text"}  # no inline "audio" field any more
+    assert reference["audio_path"].startswith("data:audio/wav;base64,")
+    sent, _ = sf.read(io.BytesIO(base64.b64decode(reference["audio_path"].split(",", 1)[1])),
+                      dtype="float32")
+    assert reference["text"] == "Ref words." and sent.shape[0] == rate // 2
+
+
+def test_sglang_older_wav_chunks_still_read(sizes):
+    rate = sizes.sample_rate
+    pieces = [tone(rate, 900), tone(rate, 333, 500.0)]
+    with StandIn(sglang_app(rate, pieces, legacy=True)) as server:
+        speech = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate).tts(
+            "Hello.", **FAST)
     expected = np.concatenate([sf.read(io.BytesIO(wav(p, rate)), dtype="float32")[0]
                                for p in pieces])
     np.testing.assert_array_equal(speech.waveform.numpy(), expected)
-    body = server.requests[0]
-    assert body["stream"] is True and body["seed"] == 1 and body["max_new_tokens"] == 8
-    sent, _ = sf.read(io.BytesIO(base64.b64decode(body["references"][0]["audio"])),
-                      dtype="float32")
-    assert body["references"][0]["text"] == "Ref words." and sent.shape[0] == rate // 2
 
 
-def test_vllm_whole_wav_with_ref_audio_data_url(sizes):
+def test_sglang_stream_yields_pcm_chunks(sizes):
     rate = sizes.sample_rate
-    audio = tone(rate, 3000)
-    with StandIn(vllm_app(rate, wav(audio, rate, "FLOAT"))) as server:
+    pieces = [tone(rate, 2048), tone(rate, 1024, 500.0)]
+    with StandIn(sglang_app(rate, pieces)) as server:
+        with RemoteSynthesizer(server.url, sample_rate=rate).stream("Go.", **FAST) as stream:
+            chunks = list(stream)
+    assert len(chunks) == 2
+    np.testing.assert_array_equal(torch.cat(chunks).numpy(),
+                                  np.concatenate([pcm_read(p) for p in pieces]))
+
+
+def test_vllm_raw_pcm_stream_with_ref_audio_data_url(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 3001)
+    with StandIn(vllm_app(rate, pcm(audio), stream=True)) as server:
         synth = RemoteSynthesizer(server.url, sample_rate=rate)
         assert synth.dialect.name == "vllm-omni"
         ref = synth.encode_voice(torch.from_numpy(tone(rate, rate // 2)), "Ref.",
                                  sample_rate=rate)
         speech = synth.tts("Hi.", ref, **FAST)
-    np.testing.assert_array_equal(speech.waveform.numpy(), audio)
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
     body = server.requests[0]
     assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["ref_text"] == "Ref."
+    assert body["stream"] is True and body["response_format"] == "pcm"
+    assert body["stream_format"] == "audio" and body["max_new_tokens"] == 8
     assert "seed" not in body  # not part of this dialect: said in the docs, not sent blindly
+
+
+def test_vllm_openai_sse_deltas_read(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 2500)
+    with StandIn(vllm_app(rate, pcm(audio), stream=True, sse=True)) as server:
+        speech = RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("Hi.", **FAST)
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
+
+
+def test_vllm_raw_pcm_is_read_at_the_s2_rate_by_default():
+    audio = tone(44100, 2000)
+    with StandIn(vllm_app(44100, pcm(audio), stream=True)) as server:
+        synth = RemoteSynthesizer(server.url, "vllm-omni")
+        speech = synth.tts("Hi.", **FAST)
+    assert speech.sample_rate == synth.sample_rate == 44100  # raw PCM carries no rate
+    np.testing.assert_array_equal(speech.waveform.numpy(), pcm_read(audio))
+
+
+def test_vllm_older_whole_wav_still_read(sizes):
+    rate = sizes.sample_rate
+    audio = tone(rate, 3000)
+    with StandIn(vllm_app(rate, wav(audio, rate, "FLOAT"))) as server:
+        speech = RemoteSynthesizer(server.url, sample_rate=rate).tts("Hi.", **FAST)
+    np.testing.assert_array_equal(speech.waveform.numpy(), audio)
 
 
 def test_fish_streaming_wav_stereo_downmixed_and_detected(sizes):
@@ -314,7 +443,7 @@ def test_bad_audio_is_rejected_before_callers(sizes):
     with StandIn(vllm_app(rate, wav(np.zeros(0, np.float32), rate))) as server:
         with pytest.raises(AudioFormatError, match="no audio"):
             RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("x", **FAST)
-    with StandIn(vllm_app(rate, b'{"not": "audio"}')) as server:
+    with StandIn(vllm_app(rate, b'{"not": "audio"}')) as server:  # said WAV, is not
         with pytest.raises(AudioFormatError, match="not WAV"):
             RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate).tts("x", **FAST)
     three = np.zeros((10, 3), np.float32)
@@ -358,3 +487,221 @@ def test_stream_yields_chunks_as_they_arrive_and_is_not_replayed(sizes):
         synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate, backoff=0.01)
         with pytest.raises(RemoteError, match="not repeated"):
             list(synth.stream("Broken.", **FAST))
+
+
+# ---------------------------------------------------------------- limits, before sending
+def test_top_k_past_sglang_limit_fails_before_any_request(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)])) as server:
+        synth = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate)
+        for call in (lambda: synth.tts("Hi.", top_k=31, **FAST),
+                     lambda: synth.dialogue("A: hi\nB: ho", top_k=50, **FAST),
+                     lambda: synth.stream("Hi.", top_k=31, **FAST)):
+            with pytest.raises(ValueError, match=r"top_k: the sglang-omni engine takes -1 "
+                                                 r"\(off\) or 1 \.\. 30.*got (31|50)"):
+                call()
+        assert server.requests == []  # refused here, never sent
+        assert synth.tts("Hi.", top_k=30, **FAST).waveform.numel()  # the limit itself is fine
+        assert server.requests[0]["top_k"] == 30  # sent as the user set it
+
+
+def test_runaway_answer_stops_at_the_byte_budget(sizes):
+    from fish_core.remote.pcm import reply_budget
+
+    rate = sizes.sample_rate
+    chunk = pcm(tone(rate, 32768))
+    repeat = reply_budget(FAST["max_new_tokens"], rate) // len(chunk) + 2
+    with StandIn(vllm_app(rate, chunk, stream=True, repeat=repeat)) as server:
+        synth = RemoteSynthesizer(server.url, "vllm-omni", sample_rate=rate)
+        with pytest.raises(AudioFormatError, match="passed .* bytes"):
+            synth.tts("Talk forever.", **FAST)
+
+
+def test_event_stream_lines_are_capped():
+    from fish_core.remote.pcm import bounded_lines
+
+    assert list(bounded_lines(iter([b"ab\ncd", b"e\n", b"f"]), "x", 8)) == \
+        [b"ab\n", b"cde\n", b"f"]
+    with pytest.raises(AudioFormatError, match="longer than 8 bytes"):
+        list(bounded_lines(iter([b"0123", b"45678", b"9\n"]), "x", 8))
+
+
+# ---------------------------------------------------------------- models
+def test_models_listed_first_by_default_chosen_by_name(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=("s2-pro", "drama-3"))) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        assert synth.models == ["s2-pro", "drama-3"] and synth.model == "s2-pro"
+        assert synth.spec.family == "s2"
+        synth.tts("Hi.", **FAST)
+        drama = Synthesizer.remote(server.url, sample_rate=rate, model="drama-3")
+        assert drama.model == "drama-3" and drama.spec.max_speakers == 16
+        drama.tts("Hi.", **FAST)
+        assert [b["model"] for b in server.requests] == ["s2-pro", "drama-3"]
+        with pytest.raises(ValueError, match=r"model 'nope' is not served by .*; it serves "
+                                             r"'s2-pro', 'drama-3'"):
+            RemoteSynthesizer(server.url, sample_rate=rate, model="nope")
+        assert len(server.requests) == 2
+        assert engine_models(server.url) == ["s2-pro", "drama-3"]
+
+
+def test_codes_are_an_error_naming_the_remote_model(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=("drama-3",))) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        with pytest.raises(ValueError, match="drama-3.*audio only: codes"):
+            synth.require_codec()
+        voice = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "Ref.",
+                                   sample_rate=rate)
+        with pytest.raises(ValueError, match="remote model drama-3.*cannot encode a voice to "
+                                             "codes"):
+            voice.save("x.safetensors")
+        assert synth.tts("Hi.", **FAST).codes.shape[0] == 0  # audio only: no codebooks
+
+
+# ---------------------------------------------------------------- Drama 3
+def drama(server, rate):
+    return RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate, model="drama-3")
+
+
+def test_drama3_sixteen_speakers_voices_given_and_invented(sizes):
+    rate = sizes.sample_rate
+    lengths = [rate // 4 + 10 * i for i in range(2)]
+    with StandIn(sglang_app(rate, [tone(rate, 300)], model_ids=("s2-pro", "drama-3"))) as server:
+        synth = drama(server, rate)
+        voices = [synth.encode_voice(torch.from_numpy(tone(rate, n)), f"Voice {i}.",
+                                     name=f"v{i}", sample_rate=rate)
+                  for i, n in enumerate(lengths)]
+        script = "".join(f"<|speaker:{i}|>[whispering] Line {i}." for i in range(16))
+        speech = synth.dialogue(script, voices, pause=0.1, **FAST)
+        assert len(server.requests) == 16
+        for i, body in enumerate(server.requests):
+            assert body["input"] == f"[whispering] Line {i}."  # directions pass untouched
+            assert ("references" in body) == (i < 2)  # voices for two, the model invents 14
+        assert server.requests[1]["references"][0]["text"] == "Voice 1."
+        assert speech.tracks(16).shape[0] == 16 and len(speech.segments) == 16
+        assert [s.first_speaker for s in speech.segments] == list(range(16))
+        takes = synth.dialogue(script, voices, takes=2, **FAST)
+        assert len(takes) == 2 and takes[1].seed == takes[0].seed + 1
+        srt = "".join(f"{i + 1}\n00:00:0{i},000 --> 00:00:0{i},900\n[laughs] cue {i}\n\n"
+                      for i in range(3))
+        subtitles = synth.subtitles(srt, voices[0], **FAST)
+        assert len(subtitles.cues) == 3
+        assert server.requests[-1]["input"] == "[laughs] cue 2"
+        sent = len(server.requests)
+        with pytest.raises(ValueError, match="speaker 16 is past drama-3's 16 speakers"):
+            synth.dialogue(script + "<|speaker:16|>One too many.", voices, **FAST)
+        with pytest.raises(ValueError, match="speaker 17 is past drama-3's 16"):
+            synth.tts("<|speaker:17|>Hi.", **FAST)
+        assert len(server.requests) == sent  # refused before sending
+        s2 = RemoteSynthesizer(server.url, "sglang-omni", sample_rate=rate)  # first: s2-pro
+        with pytest.raises(ValueError, match="no reference voice"):
+            s2.dialogue(script, voices, **FAST)  # S2 keeps its rule: a voice per speaker
+        assert len(server.requests) == sent
+
+
+def test_drama3_whole_script_in_one_request(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 500)], model_ids=("drama-3",))) as server:
+        synth = drama(server, rate)
+        voices = [synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), f"Ref {i}.",
+                                     name=name, sample_rate=rate)
+                  for i, name in enumerate(["Alice", "Bob"])]
+        script = "Alice: Hi [sighs].\nBob: Hello.\nCarol: And me."
+        speech = synth.dialogue(script, voices, turn_by_turn=False, **FAST)
+    (body,) = server.requests
+    assert body["input"] == ("<|speaker:0|>Hi [sighs].\n<|speaker:1|>Hello.\n"
+                             "<|speaker:2|>And me.")
+    assert [r["text"] for r in body["references"]] == ["<|speaker:0|>Ref 0.",
+                                                       "<|speaker:1|>Ref 1."]
+    assert len(speech.segments) == 1 and speech.waveform.shape[0] == 500
+
+
+# ---------------------------------------------------------------- consent
+@pytest.mark.parametrize("app", ["sglang", "vllm"])
+def test_registering_a_voice_needs_stated_consent(sizes, app):
+    rate = sizes.sample_rate
+    make = sglang_app(rate, [tone(rate, 100)]) if app == "sglang" else \
+        vllm_app(rate, pcm(tone(rate, 100)), stream=True)
+    with StandIn(make) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        voice = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "My words.",
+                                   name="me", sample_rate=rate)
+        with pytest.raises(ValueError, match="voice_consent: .* never states it for you"):
+            synth.register_voice(voice)
+        with pytest.raises(ValueError, match="voice_consent"):
+            RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True)
+        with pytest.raises(ValueError, match="letters, digits"):
+            synth.register_voice(voice, name="no spaces", consent="yes")
+        assert make["registered"] == []  # nothing sent without consent or with a bad name
+        saved = synth.register_voice(voice, name="me.v1", consent="consent-1234")
+        (fields,) = make["registered"]
+        assert fields["consent"] == "consent-1234" and fields["name"] == "me.v1"
+        assert fields["ref_text"] == "My words." and fields["audio_sample"][:4] == b"RIFF"
+        synth.tts("In my voice.", saved, **FAST)
+        assert server.requests[-1]["voice"] == "me.v1"
+        auto = RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True,
+                                 voice_consent="consent-5678")
+        auto.tts("Again.", voice, **FAST)
+        assert make["registered"][-1]["consent"] == "consent-5678"
+        assert server.requests[-1]["voice"].startswith("sailfish-")
+
+
+def test_consent_is_not_sent_where_the_engine_has_no_such_field(sizes):
+    from fish_core.remote.dialects import DIALECTS, Clip
+
+    sent = []
+
+    class Recording:
+        def request(self, method, path, read, **kw):
+            sent.append(kw["body"])
+
+    clip = Clip(torch.from_numpy(tone(sizes.sample_rate, 100)), sizes.sample_rate, "Words.")
+    for name in ("sailfish", "fish-speech"):
+        DIALECTS[name].add_voice(Recording(), "me", clip, "consent-1234")
+    assert sent and all(b"consent" not in body for body in sent)
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
+    from fish_core import cli
+
+    rate = 44100  # the CLI takes the engine's rate: S2's unless the engine says otherwise
+    sf.write(tmp_path / "me.wav", tone(rate, rate // 2), rate)
+    (tmp_path / "play.txt").write_text("Ann: [cheerful] Hi!\nBen: Hello.\nCy: Hey.\n")
+    app = sglang_app(rate, [tone(rate, 700)], model_ids=("s2-pro", "drama-3"))
+    with StandIn(app) as server:
+        engine = ["--remote", server.url, "--max-new-tokens", "8", "--seed", "3"]
+        assert cli.main(["say", "--script", str(tmp_path / "play.txt"), "--ref-audio",
+                         str(tmp_path / "me.wav"), "--ref-text", "My words.", "-o",
+                         str(tmp_path / "play.wav"), *engine, "--remote-model", "drama-3"]) == 0
+        assert [b["model"] for b in server.requests] == ["drama-3"] * 3
+        assert server.requests[0]["input"] == "[cheerful] Hi!"
+        assert "references" in server.requests[0] and "references" not in server.requests[1]
+        assert sf.info(tmp_path / "play.wav").frames == 3 * 700
+        capsys.readouterr()
+        assert cli.main(["say", "Hi.", "-o", str(tmp_path / "x.wav"), *engine,
+                         "--remote-model", "nope"]) == 2
+        assert "'s2-pro', 'drama-3'" in capsys.readouterr().err
+        register = ["voice", "register", str(tmp_path / "me.wav"), "--text", "My words.",
+                    "--name", "me", "--remote", server.url]
+        assert cli.main(register) == 2
+        assert "voice_consent" in capsys.readouterr().err and app["registered"] == []
+        assert cli.main([*register, "--voice-consent", "consent-42"]) == 0
+        assert app["registered"][0]["consent"] == "consent-42"
+        assert app["registered"][0]["name"] == "me"
+
+
+def test_a_voice_of_several_clips_is_sent_inline_not_registered(sizes):
+    from fish_core.remote.client import RemoteVoice
+
+    rate = sizes.sample_rate
+    app = sglang_app(rate, [tone(rate, 100)])
+    with StandIn(app) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate, register_voices=True,
+                                  voice_consent="consent-1")
+        one = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "One.",
+                                 sample_rate=rate)
+        two = RemoteVoice("two", [], rate, 2048, one.references * 2)
+        synth.tts("Hi.", two, **FAST)  # a store keeps one clip: both go inline
+        assert app["registered"] == [] and len(server.requests[0]["references"]) == 2

@@ -19,7 +19,13 @@ What differs from the local engine:
 * Seeds are sent where the dialect carries them; the engine's sampler decides what a seed
   means. Against our own ``serve``, a tts equals the local one sample for sample after 16-bit
   rounding.
-* ``Speech.codes`` is empty (``[0, frames]``): engines send audio, not codes.
+* ``Speech.codes`` is empty (``[0, frames]``): engines send audio, not codes; asking for codes
+  (``require_codec``, saving a voice made here) is an error naming the model.
+* The engine's model is chosen by name (``model=``, from its ``/v1/models``; default its
+  first) and named in every request. Drama 3 (``drama-3``) takes up to 16 speakers and invents
+  voices for the speakers given none (see ``models.py``, docs/engines.md).
+* Registering a voice on an engine with a consent field (SGLang-Omni, vLLM-Omni) needs the
+  consent the user states (``voice_consent=``); it is never sent on their behalf.
 """
 
 from __future__ import annotations
@@ -39,10 +45,13 @@ from ..audio import SAMPLE_RATE, load_audio, prepare_audio
 from ..generate import Cancelled, Generated, SamplingParams, batch_seed
 from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
 from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..script import check_speaker_count
 from ..timeline import join_pieces, place_cues
 from ..voices import Voice
-from .dialects import Clip, Dialect, Params, dialect as pick_dialect
-from .http import RemoteError, Timeouts, Transport, quote
+from .dialects import Clip, Dialect, Params, dialect as pick_dialect, stated_consent
+from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
+from .models import ModelSpec, choose, spec as model_spec
+from .pcm import reply_budget
 from .wire import AudioFormatError, check_audio
 
 Progress = Callable[[int, int], None]
@@ -54,11 +63,14 @@ class RemoteVoice(Voice):
     """A voice for a remote engine: its reference clips as audio + transcript (no codes)."""
 
     references: list[Clip] = field(default_factory=list)
+    model: str = ""  # the remote model it was made for
 
     def save(self, path):
-        raise ValueError(f"voice {self.name!r} was made by a remote model and holds reference "
-                         "audio, not codes: it cannot be saved as a Sailfish voice file. Encode "
-                         "it with a local model to save it, or register it on the server.")
+        raise ValueError(f"voice {self.name!r} was made by the remote model "
+                         f"{self.model or 'of an engine'} and holds reference audio, not codes: "
+                         "a remote model cannot encode a voice to codes, so it cannot be saved "
+                         "as a Sailfish voice file. Encode it with a local model to save it, or "
+                         "register it on the server (register_voice).")
 
 
 @dataclass
@@ -74,6 +86,7 @@ class RemoteSynthesizer:
                  api_key: str | None = None, *, sample_rate: int | None = None,
                  connect_timeout: float = 10.0, read_timeout: float = 600.0, retries: int = 2,
                  backoff: float = 0.5, register_voices: bool = False,
+                 model: str | None = None, voice_consent: str | None = None,
                  name: str | None = None):
         """``name``: a configured endpoint's name (``endpoints.py``): errors say it, not URLs."""
         self.transport = Transport(url if isinstance(url, str) else list(url), api_key,
@@ -84,7 +97,31 @@ class RemoteSynthesizer:
         self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
         self._rate_known = bool(sample_rate)
         self.register_voices = bool(register_voices)
+        self.voice_consent = voice_consent
+        if self.register_voices and self.dialect.needs_consent:
+            stated_consent(voice_consent, self.dialect.name)  # before any voice is sent
         self._server_voices: dict[str, str] = {}  # our key → the id the server knows it by
+        self.models = self._list_models()
+        self.model = choose(model, self.models, self.label)
+        self.spec: ModelSpec = model_spec(self.model)
+
+    def _list_models(self) -> list[str]:
+        """The engine's models; [] when it keeps no list (fish-speech, or a 404)."""
+        try:
+            return self.dialect.models(self.transport)
+        except RemoteUserError as e:
+            if e.status == 404:
+                return []
+            raise
+
+    @property
+    def codec(self):
+        return None  # the engine keeps its codec: no codes come back
+
+    def require_codec(self):
+        raise ValueError(f"the remote model {self.spec.label} ({self.label}) sends audio only: "
+                         "codes (generating codes, encoding a voice to codes, decoding codes) "
+                         "need a local model")
 
     @property
     def url(self) -> str:
@@ -96,12 +133,10 @@ class RemoteSynthesizer:
         return self.transport.endpoints[0].label or self.url
 
     def answer_limit(self, max_new_tokens: int) -> int:
-        """Most bytes one speech answer of ``max_new_tokens`` frames can hold: that many
-        frames of S2 audio (``FRAME_LENGTH`` samples at 44.1 kHz, scaled to the engine's rate
-        if higher) as 32-bit stereo, base64 in SSE (4/3), plus a quarter and 64 KiB for
-        headers and framing. Reading stops with an error beyond it."""
-        samples = max_new_tokens * FRAME_LENGTH * max(self.sample_rate, SAMPLE_RATE) / SAMPLE_RATE
-        return int(samples * 8 * 4 / 3 * 1.25) + (64 << 10)
+        """Most bytes one speech answer of ``max_new_tokens`` frames may take (``pcm.reply_budget``:
+        that audio as 32-bit stereo, base64-inflated, plus framing). Reading stops with an
+        error beyond it."""
+        return reply_budget(max_new_tokens, self.sample_rate)
 
     def release_caches(self) -> None:
         """Nothing is held here (the engine owns its caches)."""
@@ -121,14 +156,36 @@ class RemoteSynthesizer:
             wave = prepare_audio(audio, sample_rate, target_sr=self.sample_rate,
                                  name="reference audio")
         clip = Clip(wave.float().cpu(), self.sample_rate, text.strip())
-        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip])
+        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip], self.spec.label)
+
+    def register_voice(self, voice: "RemoteVoice", name: str | None = None,
+                       consent: str | None = None) -> Voice:
+        """Register ``voice`` (from ``encode_voice``) in the engine's voice store as ``name``
+        (default the voice's own) and return a voice that names it there. Engines with a
+        consent field (SGLang-Omni, vLLM-Omni) need ``consent`` (or the synthesizer's
+        ``voice_consent``): the consent id or statement of the person whose voice it is,
+        checked before anything is sent and never made up here."""
+        if not isinstance(voice, RemoteVoice) or not voice.references:
+            raise ValueError("voice: register a voice made by encode_voice on this remote "
+                             "model (reference audio + transcript)")
+        name = voice.name if name is None else name
+        if self.dialect.voices_path is None:
+            self.dialect.voice_names(self.transport)  # raises: no voice library
+        if self.dialect.needs_consent:
+            consent = stated_consent(consent if consent is not None else self.voice_consent,
+                                     self.dialect.name)
+        self.dialect.add_voice(self.transport, name, voice.references[0], consent)
+        self._server_voices[name] = name
+        return Voice(name, [], self.sample_rate, FRAME_LENGTH)
 
     def _voice_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
         """What a request sends for ``voice``: reference clips, or a server voice id."""
         if voice is None:
             return [], None
         if isinstance(voice, RemoteVoice) and voice.references:
-            if not self.register_voices or self.dialect.voices_path is None:
+            # A store keeps one clip per voice: a voice of several clips is always sent inline.
+            if not self.register_voices or self.dialect.voices_path is None \
+                    or len(voice.references) > 1:
                 if len(voice.references) > self.dialect.max_clips:
                     raise ValueError(f"voice {voice.name!r} has {len(voice.references)} clips; "
                                      f"the {self.dialect.name} dialect takes "
@@ -146,8 +203,11 @@ class RemoteSynthesizer:
             digest.update(f"{clip.sample_rate}|{clip.text}".encode())
         key = f"sailfish-{digest.hexdigest()[:16]}"
         if key not in self._server_voices:
+            consent = self.voice_consent
+            if self.dialect.needs_consent:
+                consent = stated_consent(consent, self.dialect.name)
             if key not in self.dialect.voice_names(self.transport):
-                self.dialect.add_voice(self.transport, key, voice.references[0])
+                self.dialect.add_voice(self.transport, key, voice.references[0], consent)
             self._server_voices[key] = key
         return self._server_voices[key]
 
@@ -188,7 +248,7 @@ class RemoteSynthesizer:
                 chunks.append(samples)
                 on_samples(samples.shape[0])
 
-            self.dialect.read(response, on_chunk)
+            self.dialect.read(response, on_chunk, params)
             return chunks
 
         t0 = time.perf_counter()
@@ -198,11 +258,21 @@ class RemoteSynthesizer:
         check_audio(wave, self.sample_rate, f"{self.label}{where}")
         return Reply(wave, time.perf_counter() - t0)
 
+    def params(self, seed: int, p: SamplingParams, max_bytes: int) -> Params:
+        """One request's settings, checked against what the engine takes (before sending)."""
+        params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes,
+                        self.model, self.sample_rate,
+                        reply_budget(p.max_new_tokens, self.sample_rate))
+        self.dialect.check(params)
+        return params
+
     def _run(self, jobs: list[tuple[str, Voice | None, int]], p: SamplingParams, max_bytes: int,
              on_progress: Progress | None, cancel) -> list[Reply]:
         """The requests ``(text, voice, seed)`` in order, with progress per received chunk in
         frames (each request counted as ``max_new_tokens`` frames at most)."""
         total = len(jobs) * p.max_new_tokens
+        if jobs:
+            self.params(jobs[0][2], p, max_bytes)  # a field the engine refuses: before any request
         replies = []
         for i, (text, voice, seed) in enumerate(jobs):
             received = [0]
@@ -213,7 +283,7 @@ class RemoteSynthesizer:
                     done = min(received[0] // FRAME_LENGTH, p.max_new_tokens - 1)
                     on_progress(i * p.max_new_tokens + done, total)
 
-            params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes)
+            params = self.params(seed, p, max_bytes)
             replies.append(self._request(text, voice, params, cancel, on_samples))
             if on_progress is not None:
                 on_progress((i + 1) * p.max_new_tokens, total)
@@ -231,6 +301,7 @@ class RemoteSynthesizer:
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         one = single_voice(voice, "tts")
+        self.check_speakers(text)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         seed = pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
@@ -249,20 +320,59 @@ class RemoteSynthesizer:
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
                  ) -> Speech | list[Speech]:
-        """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (always turn
-        by turn: an engine request speaks one voice)."""
-        turns, voice_list = script_turns(script, voices, require_voices, pause)
+        """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (an S2
+        request speaks one voice, so S2 is always turn by turn).
+
+        On Drama 3: up to 16 speakers; speakers without a voice get one the model invents
+        (unless ``require_voices``); with ``turn_by_turn=False`` the whole script is one
+        request (each take), every voice's clips sent as the references of its speaker, so
+        an invented voice stays the same across its turns (the timeline then holds one
+        segment, as a local conversation batch does, and ``pause`` does not apply)."""
+        if require_voices is None and self.spec.invents_voices:
+            require_voices = False  # Drama 3 invents a voice for a speaker given none
+        turns, voice_list = script_turns(script, voices, require_voices, pause,
+                                         self.spec.max_speakers, self.spec.label)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         seed = pick_seed(seed)
-        batches = [Batch(t.tagged, t.speaker) for t in turns]
+        whole = not turn_by_turn and self.spec.family == "drama-3"
+        if whole:
+            script_voice = self._script_voice(voice_list)
+            text = "\n".join(t.tagged for t in turns)
+            batches = [Batch(text, turns[0].speaker)]
+        else:
+            batches = [Batch(t.tagged, t.speaker) for t in turns]
         speeches = []
         for k in range(count_takes(takes)):
             take_seed = batch_seed(seed, k)
-            jobs = [(t.text, speaker_voice(voice_list, t.speaker), batch_seed(take_seed, b))
-                    for b, t in enumerate(turns)]
+            if whole:
+                jobs = [(text, script_voice, take_seed)]
+            else:
+                jobs = [(t.text, speaker_voice(voice_list, t.speaker), batch_seed(take_seed, b))
+                        for b, t in enumerate(turns)]
             replies = self._run(jobs, params, max_bytes, on_progress, cancel)
-            speeches.append(self._speech(replies, batches, take_seed, pause))
+            speeches.append(self._speech(replies, batches, take_seed, 0.0 if whole else pause))
         return speeches if takes is not None else speeches[0]
+
+    def _script_voice(self, voices: list[Voice]) -> RemoteVoice | None:
+        """One voice holding every speaker's clips, each transcript tagged with its speaker
+        (reference i speaks as ``<|speaker:i|>``), for a whole-script request."""
+        clips = []
+        for i, v in enumerate(voices):
+            if not isinstance(v, RemoteVoice) or not v.references:
+                raise ValueError(f"voice {v.name!r} is named from the engine's voice library; a "
+                                 f"whole-script {self.spec.label} request sends each speaker's "
+                                 "reference audio: make it with encode_voice, or speak turn by "
+                                 "turn")
+            clips += [Clip(c.audio, c.sample_rate, textplan.Turn(c.text, i).tagged)
+                      for c in v.references]
+        return RemoteVoice("script", [], self.sample_rate, FRAME_LENGTH, clips,
+                           self.spec.label) if clips else None
+
+    def check_speakers(self, text: str) -> None:
+        """The speaker tags of ``text`` within the model's speakers (Drama 3: 0 … 15)."""
+        if self.spec.max_speakers is not None:
+            check_speaker_count(textplan.split_turns(text), self.spec.max_speakers,
+                                self.spec.label)
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
@@ -292,10 +402,10 @@ class RemoteSynthesizer:
         chunking: ``first_frames``/``chunk_frames`` do not apply)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
+        self.check_speakers(text)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         return RemoteStream(self, text, single_voice(voice, "stream"),
-                            Params(pick_seed(seed), params.temperature, params.top_p,
-                                   params.top_k, params.max_new_tokens, max_bytes))
+                            self.params(pick_seed(seed), params, max_bytes))
 
     # ------------------------------------------------------------------ results
     def _result(self, reply: Reply, batch: Batch) -> BatchResult:
@@ -310,6 +420,15 @@ class RemoteSynthesizer:
         timeline = join_pieces([r.wave for r in replies], results, self.sample_rate, pause)
         return Speech(timeline.waveform, self.sample_rate, empty_codes(results),
                       timeline.segments, seed)
+
+
+def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str | None = None,
+                  *, connect_timeout: float = 10.0, read_timeout: float = 30.0) -> list[str]:
+    """The model ids an engine serves, in its order (its ``/v1/models``; [] for fish-speech,
+    which keeps no list): what a model picker offers. The first is the default."""
+    transport = Transport(url if isinstance(url, str) else list(url), api_key,
+                          Timeouts(connect_timeout, read_timeout), 1, 0.5)
+    return pick_dialect(dialect, transport).models(transport)
 
 
 class RemoteStream:
@@ -349,7 +468,7 @@ class RemoteStream:
                     sent[0] += 1
                     self._queue.put(samples)
 
-                synth.dialect.read(response, on_chunk)
+                synth.dialect.read(response, on_chunk, params)
 
             synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
                                     cancel=self._closed.is_set,
@@ -388,9 +507,9 @@ def single_voice(voice, what: str) -> Voice | None:
 
 
 def speaker_voice(voices: list[Voice], speaker: int | None) -> Voice | None:
-    if not voices:
-        return None
-    return voices[speaker or 0]
+    """The voice of ``speaker``; None (the engine's model picks one) past the voices given."""
+    speaker = speaker or 0
+    return voices[speaker] if speaker < len(voices) else None
 
 
 def empty_codes(results: list[BatchResult]) -> torch.Tensor:

@@ -1,28 +1,19 @@
-"""The request and response shapes of the engines that serve S2-Pro, one class per dialect.
+"""The request and response shapes of the engines that serve S2-Pro and Drama 3, one class
+per dialect. What each engine accepts and answers, the upstream version followed and its limits
+are written down in docs/engines.md; each class's docstring names the version it follows.
 
-Followed (see /work/shared/docs/serving.md for the gathered facts):
-
-* ``sailfish``: our own ``serve`` (fish_core/serve/routes.py, requests.py): OpenAI
-  ``/v1/audio/speech`` + S2 fields, ``stream_format: "audio"`` → one streamed WAV (unknown
-  length); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``, ``text``).
-* ``sglang-omni``: sgl-project/sglang-omni ``docs/basic_usage/tts_s2pro.md`` at commit
-  4f74d89: ``references: [{audio_path | audio, text}]``, ``stream: true`` → SSE events whose
-  ``audio.data`` is one base64 WAV chunk, ending with ``data: [DONE]``; ``seed``, ``top_k``,
-  ``max_new_tokens``, ``temperature``, ``top_p``. We send ``audio`` (base64), not a
-  server-side ``audio_path``.
-* ``vllm-omni``: vllm-project/vllm-omni speech API (as summarized in serving.md, not
-  re-verified): ``ref_audio`` (a data URL) + ``ref_text``, one reference; whole WAV response.
-  The seed and sampling fields are not documented there: not sent, so not seed-reproducible.
-* ``fish-speech``: fishaudio/fish-speech ``tools/server`` at commit 3dd1f85:
-  ``POST /v1/tts`` ``ServeTTSRequest`` (``references: [{audio: base64, text}]``,
-  ``reference_id``, ``streaming: true`` with ``format: "wav"`` → a WAV header then int16 PCM
-  per text segment); voices at ``/v1/references/add|list``.
+Every answer is read within a byte budget derived from the request (``Params.reply_bytes``),
+every event-stream line is capped, and a field an engine cannot take is refused here, before
+anything is sent (``Dialect.check``), with the engine's limit in the message: a value the user
+set is never silently changed.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Callable
@@ -30,9 +21,13 @@ from typing import Callable
 import torch
 
 from .http import Response, Transport
-from .wire import AudioFormatError, WavReader, sse_audio, sse_events, wav_file
+from .models import MODELS_BYTES, model_ids
+from .pcm import S2_RATE, BodyReader, Budget, bounded_lines, bounded_pieces, chunk_audio
+from .wire import AudioFormatError, WavReader, sse_audio, sse_events
 
 OnChunk = Callable[[torch.Tensor, int], None]  # (float32 samples [n], sample rate)
+JSON_BYTES = 4 << 20  # a voice list or a registration answer: JSON, never this long
+VOICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # SGLang-Omni's and vLLM-Omni's voice names
 
 
 @dataclass
@@ -55,38 +50,58 @@ class Clip:
     def base64(self) -> str:
         return base64.b64encode(self.wav()).decode("ascii")
 
+    def data_url(self) -> str:
+        """The clip as a ``data:`` URL, the form SGLang-Omni and vLLM-Omni take inline."""
+        return "data:audio/wav;base64," + self.base64()
+
 
 @dataclass
 class Params:
-    """One speech request's sampling settings."""
+    """One speech request's settings."""
 
     seed: int
     temperature: float
     top_p: float
     top_k: int
     max_new_tokens: int
-    max_bytes: int
+    max_bytes: int  # text bytes per batch (fish-speech's chunk_length)
+    model: str | None = None  # the engine's model id, named in the request where it takes one
+    sample_rate: int = S2_RATE  # of raw PCM answers, which carry no header
+    reply_bytes: int = 64 << 20  # the most bytes the answer may take
 
 
 class Dialect:
     name = ""
     speech_path = "/v1/audio/speech"
     voices_path: str | None = None  # where saved voices are listed (None: no voice library)
+    lists_models = True  # answers GET /v1/models
     carries_seed = True
+    needs_consent = False  # registering a voice needs the speaker's stated consent
     max_clips = 8
+
+    def check(self, p: Params) -> None:
+        """Refuse, before sending, a field this engine cannot take (naming its limit)."""
 
     def body(self, text: str, clips: list[Clip], voice_id: str | None, p: Params) -> dict:
         raise NotImplementedError
 
-    def read(self, response: Response, on_chunk: OnChunk) -> None:
+    def read(self, response: Response, on_chunk: OnChunk, p: Params) -> None:
         """Stream the response's audio to ``on_chunk`` as it arrives."""
-        read_wav_stream(response, on_chunk)
+        read_body(response, on_chunk, p)
+
+    def models(self, transport: Transport) -> list[str]:
+        """The engine's model ids, in its order ([] when it keeps no list)."""
+        if not self.lists_models:
+            return []
+        return model_ids(transport.request("GET", "/v1/models", read_json_limited(MODELS_BYTES)),
+                         f"{transport.endpoints[0].url}/v1/models")
 
     def voice_names(self, transport: Transport) -> list[str]:
         raise ValueError(f"the {self.name} dialect has no voice library: send the voice's "
                          "reference audio instead (Voice Encode / encode_voice)")
 
-    def add_voice(self, transport: Transport, name: str, clip: Clip) -> str:
+    def add_voice(self, transport: Transport, name: str, clip: Clip,
+                  consent: str | None = None) -> str:
         raise ValueError(f"the {self.name} dialect cannot register voices")
 
 
@@ -95,38 +110,103 @@ def sampling(p: Params) -> dict:
             "max_new_tokens": p.max_new_tokens}
 
 
-def multipart(fields: dict[str, str], audio: bytes) -> tuple[bytes, str]:
-    """A multipart/form-data body of text ``fields`` and one ``audio`` file."""
+def with_model(body: dict, p: Params) -> dict:
+    if p.model:
+        body["model"] = p.model
+    return body
+
+
+def multipart(fields: dict[str, str], audio: bytes, file_field: str = "audio"
+              ) -> tuple[bytes, str]:
+    """A multipart/form-data body of text ``fields`` and one WAV file named ``file_field``."""
     boundary = uuid.uuid4().hex
     parts = []
     for key, value in fields.items():
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n'
                      f"{value}\r\n".encode())
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="audio"; '
+    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; '
                  f'filename="reference.wav"\r\nContent-Type: audio/wav\r\n\r\n'.encode()
                  + audio + b"\r\n")
     parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-def read_wav_stream(response: Response, on_chunk: OnChunk) -> None:
-    reader = WavReader(response.where)
-    while piece := response.read():
+def read_body(response: Response, on_chunk: OnChunk, p: Params) -> None:
+    """A streamed audio body: WAV (of unknown length, or whole) or raw s16le PCM at
+    ``p.sample_rate``, within ``p.reply_bytes``."""
+    kind = response.headers.get("Content-Type", "").lower()
+    if "json" in kind or kind.startswith("text/"):
+        raise AudioFormatError(f"{response.where}: the answer is not audio ({kind})")
+    reader = BodyReader(response.where, p.sample_rate, wav="wav" in kind)
+    for piece in bounded_pieces(response.read, Budget(p.reply_bytes, response.where)):
         samples = reader.feed(piece)
         if samples.numel():
             on_chunk(samples, reader.sample_rate)
 
 
-def read_json(response: Response):
-    import json
+def read_wav_stream(response: Response, on_chunk: OnChunk, p: Params) -> None:
+    reader = WavReader(response.where)
+    for piece in bounded_pieces(response.read, Budget(p.reply_bytes, response.where)):
+        samples = reader.feed(piece)
+        if samples.numel():
+            on_chunk(samples, reader.sample_rate)
 
-    try:
-        return json.loads(response.body())
-    except (ValueError, RecursionError):  # RecursionError: a nesting bomb
-        raise AudioFormatError(f"{response.where}: the answer is not JSON") from None
+
+def read_sse(response: Response, on_chunk: OnChunk, p: Params) -> None:
+    """Server-sent events of audio chunks (SGLang-Omni's ``audio.speech.chunk`` with PCM or,
+    from older versions, WAV; OpenAI's ``speech.audio.delta``), up to ``data: [DONE]``."""
+    pieces = bounded_pieces(response.read, Budget(p.reply_bytes, response.where))
+    for payload in sse_events(bounded_lines(pieces, response.where)):
+        _, audio = sse_audio(payload, response.where)
+        if audio:
+            wave, rate = chunk_audio(audio, json.loads(payload), p.sample_rate, response.where)
+            if wave.numel():
+                on_chunk(wave, rate)
+
+
+def read_json_limited(limit: int = JSON_BYTES):
+    """A reader of a JSON answer of at most ``limit`` bytes."""
+
+    def read(response: Response):
+        data = b"".join(bounded_pieces(response.read, Budget(limit, response.where)))
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):  # RecursionError: a nesting bomb
+            raise AudioFormatError(f"{response.where}: the answer is not JSON") from None
+
+    return read
+
+
+read_json = read_json_limited()
+
+
+def listed_names(answer, *keys: str) -> list[str]:
+    """Voice names from a list answer: ``{"data"|"voices": [{"name"|"id"} | "name"]}``."""
+    if not isinstance(answer, dict):
+        return []
+    entries = next((answer[k] for k in keys if isinstance(answer.get(k), list)), [])
+    names = [e if isinstance(e, str) else (e.get("name") or e.get("id"))
+             for e in entries if isinstance(e, (str, dict))]
+    return [n for n in names if isinstance(n, str)]
+
+
+def stated_consent(consent, dialect: str) -> str:
+    """The consent the user stated for registering a voice; never made up here."""
+    if consent is None or (isinstance(consent, str) and not consent.strip()):
+        raise ValueError(f"voice_consent: the {dialect} engine registers a voice only with the "
+                         "speaker's consent, and Sailfish never states it for you: give "
+                         "voice_consent (--voice-consent), e.g. the consent id or statement "
+                         "of the person whose voice this is")
+    if not isinstance(consent, str) or len(consent) > 1000:
+        raise ValueError("voice_consent must be a text of at most 1000 characters")
+    return consent.strip()
 
 
 class Sailfish(Dialect):
+    """Our own ``serve`` (fish_core/serve/routes.py, requests.py): OpenAI
+    ``/v1/audio/speech`` + S2 fields, ``stream_format: "audio"`` → one streamed WAV (unknown
+    length); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``, ``text``)."""
+
     name = "sailfish"
     voices_path = "/v1/audio/voices"
 
@@ -137,59 +217,116 @@ class Sailfish(Dialect):
             body["references"] = [{"audio": c.base64(), "text": c.text} for c in clips]
         if voice_id:
             body["voice"] = voice_id
-        return body
+        return with_model(body, p)
+
+    def read(self, response, on_chunk, p):
+        read_wav_stream(response, on_chunk, p)
 
     def voice_names(self, transport):
-        answer = transport.request("GET", self.voices_path, read_json)
-        return [v.get("name") or v.get("id") for v in answer.get("data", [])]
+        return listed_names(transport.request("GET", self.voices_path, read_json), "data")
 
-    def add_voice(self, transport, name, clip):
+    def add_voice(self, transport, name, clip, consent=None):
         body, kind = multipart({"name": name, "text": clip.text}, clip.wav())
         transport.request("POST", self.voices_path, read_json, body=body, content_type=kind)
         return name
 
 
-class SGLangOmni(Dialect):
+class OmniVoices(Dialect):
+    """The voice store SGLang-Omni and vLLM-Omni share: ``GET /v1/audio/voices``, and
+    ``POST`` multipart ``audio_sample`` (a file), ``consent`` (required), ``name``
+    (``[A-Za-z0-9_.-]+``), ``ref_text``."""
+
+    voices_path = "/v1/audio/voices"
+    needs_consent = True
+
+    def voice_names(self, transport):
+        return listed_names(transport.request("GET", self.voices_path, read_json),
+                            "voices", "data")
+
+    def add_voice(self, transport, name, clip, consent=None):
+        if not isinstance(name, str) or not VOICE_NAME.fullmatch(name):
+            raise ValueError(f"voice name: the {self.name} engine takes names of letters, "
+                             f"digits, '_', '.' and '-' (at most 128), got {name!r}")
+        fields = {"name": name, "consent": stated_consent(consent, self.name),
+                  "ref_text": clip.text}
+        body, kind = multipart(fields, clip.wav(), "audio_sample")
+        transport.request("POST", self.voices_path, read_json, body=body, content_type=kind)
+        return name
+
+
+class SGLangOmni(OmniVoices):
+    """sgl-project/sglang-omni ``docs/basic_usage/tts.md`` at commit 0545bc0 (main as read
+    on 2026-12-01; serves S2-Pro and, since 2026-10-13, ``fishaudio/drama-3``): ``references: [{audio_path, text}]`` with
+    the clip as a ``data:`` base64 URL; ``stream: true`` with ``response_format: "pcm"`` →
+    SSE ``audio.speech.chunk`` objects whose ``audio.data`` is base64 s16le PCM (with
+    ``audio.sample_rate``), ending with ``data: [DONE]``; ``seed``, ``temperature``,
+    ``top_p``, ``top_k`` (−1 or 1..30: a CUDA-graph limit), ``max_new_tokens``. Still read:
+    the older answer (chunks of base64 WAV, commit 4f74d89) and a whole WAV body."""
+
     name = "sglang-omni"
+    max_top_k = 30
+
+    def check(self, p):
+        if not 1 <= p.top_k <= self.max_top_k:
+            raise ValueError(f"top_k: the {self.name} engine takes -1 (off) or 1 .. "
+                             f"{self.max_top_k} (its CUDA-graph sampler's limit), got "
+                             f"{p.top_k}; set top_k to at most {self.max_top_k}")
 
     def body(self, text, clips, voice_id, p):
-        body = {"input": text, "response_format": "wav", "stream": True, **sampling(p)}
+        body = {"input": text, "response_format": "pcm", "stream": True, **sampling(p)}
         if clips:
-            body["references"] = [{"audio": c.base64(), "text": c.text} for c in clips]
+            body["references"] = [{"audio_path": c.data_url(), "text": c.text} for c in clips]
         if voice_id:
             body["voice"] = voice_id
-        return body
+        return with_model(body, p)
 
-    def read(self, response, on_chunk):
+    def read(self, response, on_chunk, p):
         if "event-stream" not in response.headers.get("Content-Type", ""):
-            return read_wav_stream(response, on_chunk)  # an engine that answered in one WAV
-        for payload in sse_events(response.lines()):
-            _, audio = sse_audio(payload, response.where)
-            if audio:
-                wave, rate = wav_file(audio, response.where)
-                if wave.numel():
-                    on_chunk(wave, rate)
+            return read_body(response, on_chunk, p)  # an engine that answered in one body
+        read_sse(response, on_chunk, p)
 
 
-class VLLMOmni(Dialect):
+class VLLMOmni(OmniVoices):
+    """vllm-project/vllm-omni ``docs/serving/speech_api.md`` at commit 078de2d (as read on
+    2026-12-01; one model per server, Fish output 44.1 kHz; Drama 3 since vllm-omni #8900):
+    ``ref_audio`` (a ``data:`` URL) + ``ref_text``, one reference; ``voice`` ``"default"`` for
+    Fish; ``max_new_tokens``; ``stream: true`` + ``stream_format: "audio"`` +
+    ``response_format: "pcm"`` → a raw chunked body of s16le mono PCM at the engine's rate (no
+    header). Versions before ``stream_format`` answer ``stream: true`` + ``pcm`` with that raw
+    body too; ``stream_format: "sse"`` (or ``stream`` alone on newer versions) gives OpenAI
+    ``speech.audio.delta`` events, also read, as is a whole WAV body (older versions). Seed
+    and sampling fields are not documented for Fish models there: not sent, so runs are not
+    seed-reproducible."""
+
     name = "vllm-omni"
     carries_seed = False
     max_clips = 1
 
     def body(self, text, clips, voice_id, p):
-        body = {"input": text, "response_format": "wav"}
+        body = {"input": text, "response_format": "pcm", "stream": True,
+                "stream_format": "audio", "voice": voice_id or "default",
+                "max_new_tokens": p.max_new_tokens}
         if clips:
-            body["ref_audio"] = "data:audio/wav;base64," + clips[0].base64()
+            body["ref_audio"] = clips[0].data_url()
             body["ref_text"] = clips[0].text
-        if voice_id:
-            body["voice"] = voice_id
-        return body
+        return with_model(body, p)
+
+    def read(self, response, on_chunk, p):
+        if "event-stream" in response.headers.get("Content-Type", ""):
+            return read_sse(response, on_chunk, p)
+        read_body(response, on_chunk, p)
 
 
 class FishSpeech(Dialect):
+    """fishaudio/fish-speech ``tools/server`` at commit 3dd1f85: ``POST /v1/tts``
+    ``ServeTTSRequest`` (``references: [{audio: base64, text}]``, ``reference_id``,
+    ``streaming: true`` with ``format: "wav"`` → a WAV header then int16 PCM per text
+    segment); voices at ``/v1/references/add|list``; no model list."""
+
     name = "fish-speech"
     speech_path = "/v1/tts"
     voices_path = "/v1/references/list"
+    lists_models = False
 
     def body(self, text, clips, voice_id, p):
         body = {"text": text, "format": "wav", "streaming": True, "chunk_length": p.max_bytes,
@@ -200,11 +337,15 @@ class FishSpeech(Dialect):
             body["reference_id"] = voice_id
         return body
 
-    def voice_names(self, transport):
-        return list(transport.request("GET", self.voices_path, read_json)
-                    .get("reference_ids", []))
+    def read(self, response, on_chunk, p):
+        read_wav_stream(response, on_chunk, p)
 
-    def add_voice(self, transport, name, clip):
+    def voice_names(self, transport):
+        answer = transport.request("GET", self.voices_path, read_json)
+        ids = answer.get("reference_ids", []) if isinstance(answer, dict) else []
+        return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+    def add_voice(self, transport, name, clip, consent=None):
         body, kind = multipart({"id": name, "text": clip.text}, clip.wav())
         transport.request("POST", "/v1/references/add", read_json, body=body,
                           content_type=kind)
@@ -220,8 +361,9 @@ def detect(transport: Transport) -> Dialect:
     from .http import RemoteError
 
     try:
-        models = transport.request("GET", "/v1/models", read_json)
-        owners = {str(m.get("owned_by", "")).lower() for m in models.get("data", [])}
+        models = transport.request("GET", "/v1/models", read_json_limited(MODELS_BYTES))
+        data = models.get("data", []) if isinstance(models, dict) else []
+        owners = {str(m.get("owned_by", "")).lower() for m in data if isinstance(m, dict)}
         if "sailfish" in owners:
             return DIALECTS["sailfish"]
         if any("vllm" in o for o in owners):

@@ -89,6 +89,7 @@ class EndpointConfig:
         """A ``RemoteSynthesizer`` on this endpoint (``options``: its keyword arguments)."""
         from .client import RemoteSynthesizer
 
+        options.setdefault("model", self.model or None)  # the operator's choice, if any
         return RemoteSynthesizer(list(self.urls), self.dialect, self.api_key(), name=self.name,
                                  **options)
 
