@@ -30,6 +30,7 @@ What differs from the local engine:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import queue
@@ -101,9 +102,24 @@ class RemoteSynthesizer:
         if self.register_voices and self.dialect.needs_consent:
             stated_consent(voice_consent, self.dialect.name)  # before any voice is sent
         self._server_voices: dict[str, str] = {}  # our key → the id the server knows it by
-        self.models = self._list_models()
-        self.model = choose(model, self.models, self.label)
-        self.spec: ModelSpec = model_spec(self.model)
+        self._requested_model = model
+        if model is not None:
+            self.model  # a model asked for by name is checked against the engine's list now
+
+    @functools.cached_property
+    def models(self) -> list[str]:
+        """The engine's models (asked once, when first needed: making a client sends nothing
+        unless the dialect is ``auto``)."""
+        return self._list_models()
+
+    @functools.cached_property
+    def model(self) -> str | None:
+        """The model every request asks for: the one given, else the engine's first."""
+        return choose(self._requested_model, self.models, self.label)
+
+    @functools.cached_property
+    def spec(self) -> ModelSpec:
+        return model_spec(self.model)
 
     def _list_models(self) -> list[str]:
         """The engine's models; [] when it keeps no list (fish-speech, or a 404)."""

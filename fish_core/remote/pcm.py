@@ -28,11 +28,12 @@ MAX_LINE = 8 << 20  # one SSE line: a base64 chunk of several seconds fits many 
 
 def reply_budget(max_new_tokens: int, sample_rate: int) -> int:
     """The most bytes one answer of at most ``max_new_tokens`` frames may take: that audio
-    as 32-bit stereo at ``sample_rate`` (or 48 kHz, whichever is higher), base64-inflated,
-    plus 1 MiB of framing. Generous by design: it stops a runaway server, not a real one."""
+    (plus 16 frames of slack) as 32-bit stereo at ``sample_rate`` (or 48 kHz, whichever is
+    higher), base64-inflated, plus 256 KiB of headers and framing. Generous by design: it stops
+    a runaway server, not a real one."""
     rate = max(int(sample_rate), 48000)
     samples = math.ceil((max_new_tokens + 16) * FRAME_SAMPLES * rate / S2_RATE)
-    return samples * 8 * 4 // 3 + (1 << 20)
+    return samples * 8 * 4 // 3 + (256 << 10)
 
 
 class Budget:
@@ -44,8 +45,8 @@ class Budget:
     def take(self, n: int) -> None:
         self.used += n
         if self.used > self.limit:
-            raise AudioFormatError(f"{self.where}: the answer passed {self.limit} bytes, more "
-                                   "than the audio this request can make; stopped reading")
+            raise AudioFormatError(f"{self.where}: the answer is larger than this request can "
+                                   f"produce ({self.limit} bytes); stopped reading it")
 
 
 def bounded_pieces(read: Callable[[], bytes], budget: Budget) -> Iterator[bytes]:
