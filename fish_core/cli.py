@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import hub
-from .device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Cancelled, SamplingParams, check_seed
+from .loading import hub
+from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
+from .engine.generate import Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_output, write_or_keep)
 from .remote.http import RemoteError
-from .text import check_text, read_text_file
-from .stream import FIRST_FRAMES
+from .text.plan import check_text, read_text_file
+from .synthesis.stream import FIRST_FRAMES
 
 DEFAULT_MODEL = "s2-pro"
 DEFAULTS = SamplingParams()
@@ -48,7 +48,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, Cancelled, RemoteError)
 
 def quantization_modes() -> list[str]:
     """The modes ``quant`` offers (the Model Loader node lists the same)."""
-    from .siblings import quant
+    from .loading.siblings import quant
 
     return list(quant.MODES)
 
@@ -208,7 +208,7 @@ class Bar:
 
 
 def load_synth(args):
-    from .synth import Synthesizer
+    from .synthesis.synthesizer import Synthesizer
 
     if getattr(args, "remote", None):
         from .remote.keys import read_api_key
@@ -223,7 +223,7 @@ def load_synth(args):
 
 def load_codec(args, dtype: torch.dtype | None = None):
     """Only the codec of ``--model`` (float32 unless ``dtype``)."""
-    from .codec import Codec
+    from .codec.model import Codec
 
     folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
     return Codec.from_file(folder, resolve_device(args.device), dtype or torch.float32)
@@ -298,7 +298,7 @@ def read_codes(path: str) -> torch.Tensor:
 
 def load_voice(path: str, synth):
     """A voice file, checked against the local model's sizes (a remote engine checks its own)."""
-    from .voices import Voice
+    from .speech.voices import Voice
 
     config = getattr(synth, "config", None)
     if config is None:
@@ -315,7 +315,7 @@ def read_text(args) -> str:
 
 
 def cmd_say(args) -> str:
-    from .audio import save_audio
+    from .audio.files import save_audio
 
     if len(args.ref_audio) != len(args.ref_text):
         raise ValueError("give one --ref-text per --ref-audio")
@@ -372,7 +372,7 @@ def stream_say(args, synth, voices) -> str:
 
 
 def cmd_codes(args) -> str:
-    from .prompt import conversation
+    from .text.prompt import conversation
 
     if not check_text(args.text, "text").strip():
         raise ValueError("text is empty: nothing to say")
@@ -389,7 +389,7 @@ def cmd_codes(args) -> str:
 
 
 def cmd_voice(args) -> str:
-    from .voices import encode_voice
+    from .speech.voices import encode_voice
 
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
     codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
@@ -400,8 +400,8 @@ def cmd_voice(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from .audio import save_audio
-    from .text import parse_srt
+    from .audio.files import save_audio
+    from .text.plan import parse_srt
 
     document = read_text_file(args.srt, "srt")
     parse_srt(document)  # a bad SRT fails before the model loads
@@ -425,7 +425,7 @@ def cmd_srt(args) -> str:
 
 
 def cmd_encode(args) -> str:
-    from .codec_files import encode_file
+    from .codec.files import encode_file
 
     codes = encode_file(load_codec(args), args.audio)
     save(args.out, lambda p: save_codes(p, codes), "codes")
@@ -433,7 +433,7 @@ def cmd_encode(args) -> str:
 
 
 def cmd_decode(args) -> str:
-    from .codec_files import decode_to_file
+    from .codec.files import decode_to_file
 
     codes = read_codes(args.codes)
     codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools

@@ -19,7 +19,7 @@ import torch
 
 web = pytest.importorskip("aiohttp.web")
 
-from fish_core.generate import Cancelled  # noqa: E402
+from fish_core.engine.generate import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 
@@ -265,7 +265,7 @@ def test_4xx_names_endpoint_and_server_message(sizes):
     rate = sizes.sample_rate
     with StandIn(fish_app(rate, [tone(rate, 100)])) as server:
         synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate)
-        from fish_core.voices import Voice
+        from fish_core.speech.voices import Voice
 
         with pytest.raises(RemoteUserError, match=rf"{server.url}/v1/tts: HTTP 404: reference "
                                                   "missing not found"):

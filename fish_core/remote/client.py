@@ -34,13 +34,13 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from .. import text as textplan
-from ..audio import SAMPLE_RATE, load_audio, prepare_audio
-from ..generate import Cancelled, Generated, SamplingParams, batch_seed
-from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
-from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
-from ..timeline import join_pieces, place_cues
-from ..voices import Voice
+from ..text import plan as textplan
+from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
+from ..engine.generate import Cancelled, Generated, SamplingParams, batch_seed
+from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
+from ..speech.arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..speech.timeline import join_pieces, place_cues
+from ..speech.voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
 from .http import RemoteError, Timeouts, Transport
 from .wire import AudioFormatError, check_audio

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from .. import hub
+from ..loading import hub
 from .requests import Limits
 
 DEFAULT_VOICES = hub.DEFAULT_MODELS_DIR.parent / "voices"  # where the nodes save outside ComfyUI
@@ -36,7 +36,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_service(args):
-    from ..synth import Synthesizer
+    from ..synthesis.synthesizer import Synthesizer
     from .service import Service
 
     def load():

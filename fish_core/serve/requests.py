@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import soundfile as sf
 
-from ..generate import MAX_SEED
+from ..engine.generate import MAX_SEED
 from . import formats
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
@@ -197,7 +197,7 @@ def references(body: dict, name: str, limits: Limits) -> list[Reference]:
 def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
     """Encoded audio bytes → (mono float32 ``[T]``, its sample rate), length-checked before
     decoding; ``encode_voice`` resamples it to the codec's rate."""
-    from ..audio import AudioError, prepare_audio
+    from ..audio.files import AudioError, prepare_audio
 
     try:
         info = sf.info(io.BytesIO(audio))

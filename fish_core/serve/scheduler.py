@@ -21,9 +21,9 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..generate import Cancelled, GenerationError, SamplingParams
-from ..stream import SpeechJob, run_round
-from ..voices import Voice
+from ..engine.generate import Cancelled, GenerationError, SamplingParams
+from ..synthesis.stream import SpeechJob, run_round
+from ..speech.voices import Voice
 from .requests import ApiError, Limits, SpeechRequest, decode_reference
 from .voicelib import VoiceLibrary
 

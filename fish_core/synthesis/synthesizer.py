@@ -26,20 +26,20 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from . import text as textplan
-from .arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
-from .checkpoint import CheckpointError, load_model
-from .codec import CHECKPOINT_NAME, Codec
-from .config import ModelConfig
-from .device import codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Engine, GenerationError, SamplingParams, batch_seed
-from .model import DualAR
-from .prompt import PromptEncoder, conversation
+from ..text import plan as textplan
+from ..speech.arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..loading.checkpoint import CheckpointError, load_model
+from ..codec.model import CHECKPOINT_NAME, Codec
+from ..engine.config import ModelConfig
+from ..engine.device import codec_dtype_for, resolve_device, resolve_dtype
+from ..engine.generate import Engine, GenerationError, SamplingParams, batch_seed
+from ..engine.model import DualAR
+from ..text.prompt import PromptEncoder, conversation
 from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
-from .speech import Batch, BatchResult, Speech, SubtitleSpeech
-from .timeline import join_batches, place_cues
-from .tokenizer import FishTokenizer
-from .voices import Voice, encode_voice
+from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
+from ..speech.timeline import join_batches, place_cues
+from ..text.tokenizer import FishTokenizer
+from ..speech.voices import Voice, encode_voice
 
 Progress = Callable[[int, int], None]
 
@@ -69,7 +69,7 @@ class Synthesizer:
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768)."""
-        from .hub import resolve
+        from ..loading.hub import resolve
 
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)

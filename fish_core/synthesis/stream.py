@@ -25,10 +25,10 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from . import text as textplan
-from .generate import Cancelled, Generated, GenerationError, SamplingParams, batch_seed, \
+from ..text import plan as textplan
+from ..engine.generate import Cancelled, Generated, GenerationError, SamplingParams, batch_seed, \
     check_seed, random_seed
-from .voices import Voice
+from ..speech.voices import Voice
 
 FIRST_FRAMES = 4  # first audio after this many frames (~0.19 s of speech)
 CHUNK_FRAMES = 32  # later chunks double up to this many frames (~1.5 s)

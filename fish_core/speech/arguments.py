@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .generate import SamplingParams, check_seed, random_seed
-from .script import check_script
-from .speech import MAX_TAKES
+from ..engine.generate import SamplingParams, check_seed, random_seed
+from ..text.script import check_script
+from .results import MAX_TAKES
 from .voices import Voice
 
 DEFAULTS = SamplingParams()  # the one source of the sampling defaults

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .graphs import FrameGraph
+from .cuda_graph import FrameGraph
 from .model import Caches, DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 

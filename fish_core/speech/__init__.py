@@ -1,0 +1,3 @@
+"""What both synthesizers (local and remote) take and return, with no engine: results
+(``Speech``, ``Segment``, takes, tracks), ``timeline`` (placing audio), ``voices`` (``Voice``)
+and ``arguments`` (the checks of the arguments both take)."""
