@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fish_core.loading.checkpoint import load_model  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
-from fish_core.engine.generate import Engine, SamplingParams  # noqa: E402
+from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.params import SamplingParams  # noqa: E402
 from fish_core.engine.model import DualAR  # noqa: E402
 
 REAL_CONFIG = Path(__file__).resolve().parents[1] / "tests/fixtures/real-s2-config.json"

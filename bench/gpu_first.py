@@ -168,7 +168,8 @@ def decode(args, stage: Stage) -> dict:
     import torch
 
     import bench_decode
-    from fish_core.engine.generate import Engine, SamplingParams
+    from fish_core.engine.generate import Engine
+    from fish_core.params import SamplingParams
 
     device, dtype = torch.device(args.device), torch.bfloat16
     t0 = time.perf_counter()

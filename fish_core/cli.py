@@ -30,15 +30,14 @@ import torch
 
 from .loading import hub
 from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
-from .engine.generate import Cancelled, SamplingParams, check_seed
+from .params import DEFAULTS, FIRST_FRAMES, Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_output, write_or_keep)
 from .remote.http import RemoteError
 from .text.plan import check_text, read_text_file
-from .synthesis.stream import FIRST_FRAMES
 
 DEFAULT_MODEL = "s2-pro"
-DEFAULTS = SamplingParams()
+
 # What a user's mistake raises: every error class of ours is a ValueError (GenerationError,
 # CheckpointError, ScriptError …) or a FileNotFoundError (ModelNotFound), and Ctrl-C in the
 # progress bar is Cancelled; a remote engine's failure is a RemoteError. Anything else is

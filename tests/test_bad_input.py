@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from fish_core.engine.config import ConfigError, ModelConfig
-from fish_core.engine.generate import Cancelled, GenerationError
+from fish_core.params import Cancelled, GenerationError
 from fish_core.loading.hub import ModelNotFound
 from fish_core.text.prompt import conversation
 from fish_core.synthesis.synthesizer import Synthesizer

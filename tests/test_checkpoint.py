@@ -110,7 +110,7 @@ def test_inside_a_package_fish_core_loads_through_the_pack_quant(ckpt_dir, tmp_p
         pack = types.ModuleType("pack")
         pack.__path__ = [{str(root)!r}]
         sys.modules["pack"] = pack
-        from pack.fish_core.checkpoint import load_model
+        from pack.fish_core.loading.checkpoint import load_model
         model = load_model({str(ckpt_dir)!r}, quantization="fp8")
         assert sys.modules["pack.fish_core.loading.siblings"].quant is sys.modules["pack.quant"]
         assert "quant" not in sys.modules and "fish_core" not in sys.modules

@@ -11,7 +11,7 @@ import soundfile as sf
 
 from fish_core import cli
 from fish_core.loading import hub
-from fish_core.engine.generate import GenerationError
+from fish_core.params import GenerationError
 
 ROOT = Path(__file__).resolve().parents[1]
 

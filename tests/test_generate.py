@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from fish_core.loading.checkpoint import load_model
-from fish_core.engine.generate import (MAX_SEED, Cancelled, Engine, GenerationError, SamplingParams,
-                                cache_length, check_seed, random_seed)
+from fish_core.engine.generate import Engine, cache_length
+from fish_core.params import MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed, \
+    random_seed
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ from fish_core.loading.checkpoint import CheckpointError, assign, build_meta, it
 from fish_core.engine.config import ModelConfig
 from fish_core.loading.export import export_fp8
 from fish_core.loading.fp8_checkpoint import is_fp8_checkpoint
-from fish_core.engine.generate import Engine, SamplingParams
+from fish_core.engine.generate import Engine
+from fish_core.params import SamplingParams
 from quant import fp8 as fp8mod
 from quant import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
 

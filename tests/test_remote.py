@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("aiohttp")
 
 from conftest import served, tone  # noqa: E402
-from fish_core.engine.generate import batch_seed  # noqa: E402
+from fish_core.params import batch_seed  # noqa: E402
 from fish_core.remote.client import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.serve import formats  # noqa: E402
@@ -153,7 +153,7 @@ def test_progress_and_cancel(server, synth):
     remote(server, synth).tts("Progress please.", seed=2, on_progress=lambda d, t:
                               seen.append((d, t)), **FAST)
     assert seen and seen[-1][0] == seen[-1][1] and all(d <= t for d, t in seen)
-    from fish_core.engine.generate import Cancelled
+    from fish_core.params import Cancelled
 
     with pytest.raises(Cancelled):
         remote(server, synth).tts("Never mind.", seed=2, cancel=lambda: True, **FAST)

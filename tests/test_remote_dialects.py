@@ -19,7 +19,7 @@ import torch
 
 web = pytest.importorskip("aiohttp.web")
 
-from fish_core.engine.generate import Cancelled  # noqa: E402
+from fish_core.params import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 

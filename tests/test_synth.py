@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fish_core.engine.generate import Cancelled
+from fish_core.params import Cancelled
 from fish_core.synthesis.synthesizer import Synthesizer
 from fish_core.text.plan import ScriptError, parse_srt
 
@@ -176,7 +176,7 @@ def test_bad_reference_audio_is_named(synth):
 
 
 def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
-    from fish_core.engine.generate import GenerationError, Generated
+    from fish_core.params import Generated, GenerationError
 
     eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
     eos[0] = synth.config.eos_token_id

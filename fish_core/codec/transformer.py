@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .layers import State, Stateful
-from ..engine.model import FeedForward, RMSNorm, apply_rope, rope_table
+from ..engine.layers import FeedForward, RMSNorm, apply_rope, rope_table
 
 
 def window_mask(n_query: int, n_key: int, window: int, device) -> Tensor:

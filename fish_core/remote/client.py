@@ -36,9 +36,10 @@ import torch
 
 from ..text import plan as textplan
 from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
-from ..engine.generate import Cancelled, Generated, SamplingParams, batch_seed
+from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
+    batch_seed, pick_seed
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
-from ..speech.arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
+from ..speech.arguments import as_voices, count_takes, script_turns
 from ..speech.timeline import join_pieces, place_cues
 from ..speech.voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
@@ -204,17 +205,15 @@ class RemoteSynthesizer:
 
     # ------------------------------------------------------------------ the Synthesizer API
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-            top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-            ) -> Speech | list[Speech]:
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+            **sampling) -> Speech | list[Speech]:
         """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         one = single_voice(voice, "tts")
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "tts")
         seed = pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
         replies = self._run([(text, one, s) for s in seeds], params, max_bytes, on_progress,
@@ -224,18 +223,16 @@ class RemoteSynthesizer:
         return speeches if takes is not None else speeches[0]
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, turn_by_turn: bool = True,
+                 pause: float = 0.0, turn_by_turn: bool = False,
                  require_voices: bool | None = None,
-                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                 top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> Speech | list[Speech]:
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+                 **sampling) -> Speech | list[Speech]:
         """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (always turn
         by turn: an engine request speaks one voice)."""
         turns, voice_list = script_turns(script, voices, require_voices, pause)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "dialogue")
         seed = pick_seed(seed)
         batches = [Batch(t.tagged, t.speaker) for t in turns]
         speeches = []
@@ -248,15 +245,13 @@ class RemoteSynthesizer:
         return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
-                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
         """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i), placed at
         the cue times by the shared timeline code."""
         cues = textplan.parse_srt(srt)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "subtitles")
         one = single_voice(voice, "subtitles")
         seed = pick_seed(seed)
         jobs = [(c.text, one, batch_seed(seed, i)) for i, c in enumerate(cues)]
@@ -267,15 +262,14 @@ class RemoteSynthesizer:
                               timeline.segments, seed, timeline.cues, timeline.overruns)
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-               temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-               top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-               history_turns: int = 3, **_chunking) -> "RemoteStream":
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES, **sampling) -> "RemoteStream":
         """``tts`` as an iterator of float32 chunks as the engine sends them (its own
         chunking: ``first_frames``/``chunk_frames`` do not apply)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "stream")
         return RemoteStream(self, text, single_voice(voice, "stream"),
                             Params(pick_seed(seed), params.temperature, params.top_p,
                                    params.top_k, params.max_new_tokens, max_bytes))

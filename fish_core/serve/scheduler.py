@@ -21,8 +21,8 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..engine.generate import Cancelled, GenerationError, SamplingParams
-from ..synthesis.stream import SpeechJob, run_round
+from ..params import Cancelled, GenerationError, SamplingParams
+from ..synthesis.driver import SpeechJob, run_round
 from ..speech.voices import Voice
 from .requests import ApiError, Limits, SpeechRequest, decode_reference
 from .voicelib import VoiceLibrary

@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 
 from ..text import plan as textplan
-from ..engine.generate import Generated
+from ..params import Generated
 
 MAX_TAKES = 8  # takes of one request, generated together
 
