@@ -96,20 +96,27 @@ def imports(path: Path) -> list[tuple[str, int]]:
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".") if package else []
-                up = node.level - 1
-                if up > len(base):
-                    continue  # above the pack: not one of ours
-                base = base[:len(base) - up]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = resolve(package, node)
+            if target is None:
+                continue  # above the pack: not one of ours
             # ``from pkg import mod`` names a module when pkg/mod.py exists
             for alias in node.names:
                 sub = f"{target}.{alias.name}" if target else alias.name
                 found.append((sub if is_module(sub) else target, node.lineno))
     return [(m, line) for m, line in found if layer_of(m) is not None and m != ""]
+
+
+def resolve(package: str, node: ast.ImportFrom) -> str | None:
+    """The absolute module a ``from … import`` names, seen from ``package``; None when a
+    relative import climbs above the pack root."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".") if package else []
+    up = node.level - 1
+    if up > len(base):
+        return None
+    base = base[:len(base) - up]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def is_module(name: str) -> bool:
@@ -136,6 +143,21 @@ def test_every_import_follows_an_allowed_edge():
         elif (a, b) in NARROW and imported not in NARROW[a, b]:
             wrong.append(f"{file}:{line}: {a} → {imported} (only {sorted(NARROW[a, b])})")
     assert not wrong, "imports against ARCHITECTURE.md:\n" + "\n".join(wrong)
+
+
+def test_every_import_of_the_pack_names_an_existing_module():
+    """A lazy import is only run when its function is: a moved module must not leave one behind
+    pointing at the old place."""
+    missing = []
+    for path in source_files():
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = resolve(package, node)
+                if target and not is_module(target):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target}")
+    assert not missing, missing
 
 
 def test_the_walk_sees_lazy_and_relative_imports():

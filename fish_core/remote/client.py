@@ -230,7 +230,7 @@ class RemoteSynthesizer:
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
                  **sampling) -> Speech | list[Speech]:
         """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (always turn
-        by turn: an engine request speaks one voice)."""
+        by turn, whatever ``turn_by_turn`` says: an engine request speaks one voice)."""
         turns, voice_list = script_turns(script, voices, require_voices, pause)
         params = SamplingParams.from_options(sampling, "dialogue")
         seed = pick_seed(seed)
