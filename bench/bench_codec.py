@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from fish_core.codec import DEFAULT_CHUNK_FRAMES, Codec, CodecConfig, build_codec  # noqa: E402
+from fish_core.codec.model import DEFAULT_CHUNK_FRAMES, Codec, CodecConfig, build_codec  # noqa: E402
 
 
 def maxrss_mb() -> float:

@@ -24,10 +24,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fish_core.checkpoint import load_model  # noqa: E402
-from fish_core.config import ModelConfig  # noqa: E402
-from fish_core.generate import Engine, SamplingParams  # noqa: E402
-from fish_core.model import DualAR  # noqa: E402
+from fish_core.loading.checkpoint import load_model  # noqa: E402
+from fish_core.engine.config import ModelConfig  # noqa: E402
+from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.params import SamplingParams  # noqa: E402
+from fish_core.engine.model import DualAR  # noqa: E402
 
 REAL_CONFIG = Path(__file__).resolve().parents[1] / "tests/fixtures/real-s2-config.json"
 SIZES = {
@@ -150,7 +151,7 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
             compiled = torch.compile(Engine.slow_step, fullgraph=True)
             slow = lambda col, p: compiled(engine, col, p)  # noqa: E731
         if engine.cuda_graph:
-            from fish_core.graphs import FrameGraph
+            from fish_core.engine.cuda_graph import FrameGraph
 
             slow_graph = FrameGraph(lambda col, p: [slow(col, p)], (column, pos))
             slow = slow_graph
@@ -177,7 +178,7 @@ def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repe
 
 
 def load_codec(args, device):
-    from fish_core.codec import CHECKPOINT_NAME, Codec, build_codec
+    from fish_core.codec.model import CHECKPOINT_NAME, Codec, build_codec
 
     if args.model and (Path(args.model) / CHECKPOINT_NAME).is_file():
         return Codec.from_file(args.model, device=device)

@@ -41,9 +41,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import quant  # noqa: E402
 from bench_decode import make_config, measure, prompt_for, random_model  # noqa: E402
-from fish_core.checkpoint import assign, build_meta, load_model  # noqa: E402
-from fish_core.generate import Engine, SamplingParams  # noqa: E402
-from fish_core.config import ModelConfig  # noqa: E402
+from fish_core.loading.checkpoint import assign, build_meta, load_model  # noqa: E402
+from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.params import SamplingParams  # noqa: E402
+from fish_core.engine.config import ModelConfig  # noqa: E402
 from quant.convert import Converter, embedding_targets, linear_weights, skipped  # noqa: E402
 
 FIXTURE = ROOT / "tests/fixtures/tiny-s2"

@@ -30,14 +30,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_decode import make_config, random_model  # noqa: E402
-from fish_core.codec import Codec  # noqa: E402
-from fish_core.config import ModelConfig  # noqa: E402
+from fish_core.codec.model import Codec  # noqa: E402
+from fish_core.engine.config import ModelConfig  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from fish_core.stream import FIRST_FRAMES  # noqa: E402
-from fish_core.synth import Synthesizer  # noqa: E402
-from fish_core.tokenizer import FishTokenizer  # noqa: E402
+from fish_core.synthesis.stream import FIRST_FRAMES  # noqa: E402
+from fish_core import Synthesizer  # noqa: E402
+from fish_core.text.tokenizer import FishTokenizer  # noqa: E402
 
 TINY = ROOT / "tests" / "fixtures" / "tiny-s2"
 TEXT = "The quick brown fox jumps over the lazy dog, and then it rests for a while."

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_decode import SIZES, make_config, prompt_for, random_model, sync  # noqa: E402
-from fish_core.generate import Engine, SamplingParams  # noqa: E402
+from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.params import SamplingParams  # noqa: E402
 
 
 def decode_fps(engine: Engine, prompt: torch.Tensor, takes: int, frames: int,

@@ -136,7 +136,7 @@ def random_model(config, device, dtype):
     N(0, 0.02) matrices and unit norms: no fp32 copy at any time."""
     import torch
 
-    from fish_core.checkpoint import build_meta
+    from fish_core.loading.checkpoint import build_meta
 
     model = build_meta(config, dtype).to_empty(device=device)
     gen = torch.Generator(device).manual_seed(0)
@@ -168,7 +168,8 @@ def decode(args, stage: Stage) -> dict:
     import torch
 
     import bench_decode
-    from fish_core.generate import Engine, SamplingParams
+    from fish_core.engine.generate import Engine
+    from fish_core.params import SamplingParams
 
     device, dtype = torch.device(args.device), torch.bfloat16
     t0 = time.perf_counter()
@@ -216,7 +217,7 @@ def decode(args, stage: Stage) -> dict:
 
 
 def make_codec(args, device):
-    from fish_core.codec import Codec
+    from fish_core.codec.model import Codec
 
     if args.config == "real":
         from bench_codec import random_real_codec

@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import quant  # noqa: E402
-from fish_core.checkpoint import build_meta, load_model  # noqa: E402
-from fish_core.config import ModelConfig  # noqa: E402
-from fish_core.generate import Engine, SamplingParams  # noqa: E402
+from fish_core.loading.checkpoint import build_meta, load_model  # noqa: E402
+from fish_core.engine.config import ModelConfig  # noqa: E402
+from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.params import SamplingParams  # noqa: E402
 from quant.fp8 import FP8Linear  # noqa: E402
 
 FIXTURE = ROOT / "tests/fixtures/tiny-s2"

@@ -30,17 +30,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import hub
-from .device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Cancelled, SamplingParams, check_seed
+from .loading import hub
+from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
+from .params import DEFAULTS, FIRST_FRAMES, Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_output, write_or_keep)
 from .remote.http import RemoteError
-from .text import check_text, read_text_file
-from .stream import FIRST_FRAMES
+from .text.plan import check_text, read_text_file
 
 DEFAULT_MODEL = "s2-pro"
-DEFAULTS = SamplingParams()
+
 # What a user's mistake raises: every error class of ours is a ValueError (GenerationError,
 # CheckpointError, ScriptError …) or a FileNotFoundError (ModelNotFound), and Ctrl-C in the
 # progress bar is Cancelled; a remote engine's failure is a RemoteError. Anything else is
@@ -50,7 +49,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, Cancelled, RemoteError)
 
 def quantization_modes() -> list[str]:
     """The modes ``quant`` offers (the Model Loader node lists the same)."""
-    from .siblings import quant
+    from .loading.siblings import quant
 
     return list(quant.MODES)
 
@@ -225,7 +224,7 @@ class Bar:
 
 
 def load_synth(args):
-    from .synth import Synthesizer
+    from .synthesis.synthesizer import Synthesizer
 
     if getattr(args, "remote", None):
         from .remote.keys import read_api_key
@@ -242,7 +241,7 @@ def load_synth(args):
 
 def load_codec(args, dtype: torch.dtype | None = None):
     """Only the codec of ``--model`` (float32 unless ``dtype``)."""
-    from .codec import Codec
+    from .codec.model import Codec
 
     folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
     return Codec.from_file(folder, resolve_device(args.device), dtype or torch.float32)
@@ -317,7 +316,7 @@ def read_codes(path: str) -> torch.Tensor:
 
 def load_voice(path: str, synth):
     """A voice file, checked against the local model's sizes (a remote engine checks its own)."""
-    from .voices import Voice
+    from .speech.voices import Voice
 
     config = getattr(synth, "config", None)
     if config is None:
@@ -334,7 +333,7 @@ def read_text(args) -> str:
 
 
 def cmd_say(args) -> str:
-    from .audio import save_audio
+    from .audio.files import save_audio
 
     if len(args.ref_audio) != len(args.ref_text):
         raise ValueError("give one --ref-text per --ref-audio")
@@ -391,7 +390,7 @@ def stream_say(args, synth, voices) -> str:
 
 
 def cmd_codes(args) -> str:
-    from .prompt import conversation
+    from .text.prompt import conversation
 
     if not check_text(args.text, "text").strip():
         raise ValueError("text is empty: nothing to say")
@@ -408,7 +407,7 @@ def cmd_codes(args) -> str:
 
 
 def cmd_voice(args) -> str:
-    from .voices import encode_voice
+    from .speech.voices import encode_voice
 
     if args.voice_command == "register":
         return cmd_voice_register(args)
@@ -435,8 +434,8 @@ def cmd_voice_register(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from .audio import save_audio
-    from .text import parse_srt
+    from .audio.files import save_audio
+    from .text.plan import parse_srt
 
     document = read_text_file(args.srt, "srt")
     parse_srt(document)  # a bad SRT fails before the model loads
@@ -460,7 +459,7 @@ def cmd_srt(args) -> str:
 
 
 def cmd_encode(args) -> str:
-    from .codec_files import encode_file
+    from .codec.files import encode_file
 
     codes = encode_file(load_codec(args), args.audio)
     save(args.out, lambda p: save_codes(p, codes), "codes")
@@ -468,7 +467,7 @@ def cmd_encode(args) -> str:
 
 
 def cmd_decode(args) -> str:
-    from .codec_files import decode_to_file
+    from .codec.files import decode_to_file
 
     codes = read_codes(args.codes)
     codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools

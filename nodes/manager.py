@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
-from ..fish_core.device import resolve_device
+from ..fish_core.engine.device import resolve_device
 from . import host
 from .remote import RemoteHandle, remote_synthesizer
 
-if TYPE_CHECKING:  # fish_core.synth is imported when a model is loaded, not at ComfyUI start-up
-    from ..fish_core.synth import Synthesizer
+if TYPE_CHECKING:  # fish_core.synthesis.synthesizer is imported when a model is loaded, not at ComfyUI start-up
+    from ..fish_core.synthesis.synthesizer import Synthesizer
 
 log = logging.getLogger("sailfish")
 BUSY_RETRY_SECONDS = 30.0
@@ -71,7 +71,7 @@ class ModelHandle:
 
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
-    from ..fish_core.synth import Synthesizer
+    from ..fish_core.synthesis.synthesizer import Synthesizer
 
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
@@ -311,7 +311,7 @@ def load_size(handle: ModelHandle) -> int:
 def kv_cache_size(handle: ModelHandle) -> int:
     """Bytes of the slow AR's K and V caches at ``handle``'s context length, batch 1, in its
     precision (0 if the folder has no readable config: loading will say why)."""
-    from ..fish_core.config import ModelConfig
+    from ..fish_core.engine.config import ModelConfig
 
     try:
         text = ModelConfig.from_file(handle.folder).text

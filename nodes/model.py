@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..fish_core.device import PRECISIONS, available_devices
+from ..fish_core.engine.device import PRECISIONS, available_devices
 from . import paths
 from .manager import MANAGER, ModelHandle
 from .remote import RemoteHandle

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from ..fish_core import hub
+from ..fish_core.loading import hub
 from . import host
 
 MODELS = "fish_speech"

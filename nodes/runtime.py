@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..fish_core.generate import Cancelled
+from ..fish_core.params import Cancelled
 from . import host
 from .manager import MANAGER, ModelHandle
 

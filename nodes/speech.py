@@ -3,10 +3,10 @@ takes), per-speaker tracks and a JSON timeline."""
 
 from __future__ import annotations
 
-from ..fish_core import text as textplan
-from ..fish_core.generate import MAX_SEED, SamplingParams
-from ..fish_core.script import check_script
-from ..fish_core.speech import MAX_TAKES, timeline_json
+from ..fish_core.text import plan as textplan
+from ..fish_core.params import MAX_SEED, SamplingParams
+from ..fish_core.text.script import check_script
+from ..fish_core.speech.results import MAX_TAKES, timeline_json
 from .runtime import generate, require_text, sampling, to_audio, tracks_to_audio
 from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 

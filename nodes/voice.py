@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..fish_core.voices import Voice
+from ..fish_core.speech.voices import Voice
 from . import paths
 from .manager import MANAGER
 from .runtime import require_text

@@ -1,7 +1,7 @@
 """Weight bytes: what a model holds (``weight_bytes``), and what it would hold once quantized
 (``planned_bytes``, from the shapes alone, so it works on a ``meta`` model of the full size).
 
-    meta = fish_core.checkpoint.build_meta(ModelConfig.from_file("s2-pro"))
+    meta = fish_core.loading.checkpoint.build_meta(ModelConfig.from_file("s2-pro"))
     quant.planned_bytes(meta, "int4")     # int4 Linear layers, FP8 embedding tables
 """
 

@@ -119,7 +119,7 @@ def golden(golden_dir) -> Golden:
 def tiny_synth(ckpt_dir):
     """The fixture checkpoint as a float32 CPU Synthesizer, shared by the streaming and server
     tests."""
-    from fish_core.synth import Synthesizer
+    from fish_core.synthesis.synthesizer import Synthesizer
 
     return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
 
@@ -167,8 +167,8 @@ def clone_prompt(fixtures, ckpt_dir) -> torch.Tensor:
     same way from the set's tokenizer with seeded reference codes."""
     if (fixtures / "golden").is_dir():
         return Golden(fixtures / "golden").tensors("prompts")["b_clone.batch0.prompt"]
-    from fish_core.prompt import PromptEncoder, Reference, conversation
-    from fish_core.tokenizer import FishTokenizer
+    from fish_core.text.prompt import PromptEncoder, Reference, conversation
+    from fish_core.text.tokenizer import FishTokenizer
 
     size = read_sizes()
     generator = torch.Generator().manual_seed(0)

@@ -5,7 +5,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from fish_core.audio import (MAX_SECONDS, SAMPLE_RATE, AudioError, load_audio, prepare_audio,
+from fish_core.audio.files import (MAX_SECONDS, SAMPLE_RATE, AudioError, load_audio, prepare_audio,
                              save_audio)
 
 

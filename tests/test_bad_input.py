@@ -21,14 +21,14 @@ import soundfile as sf
 import torch
 from safetensors.torch import save_file
 
-from fish_core.config import ConfigError, ModelConfig
-from fish_core.generate import Cancelled, GenerationError
-from fish_core.hub import ModelNotFound
-from fish_core.prompt import conversation
-from fish_core.synth import Synthesizer
-from fish_core.text import (MAX_SRT_CUES, ScriptError, SubtitleError, format_time,
+from fish_core.engine.config import ConfigError, ModelConfig
+from fish_core.params import Cancelled, GenerationError
+from fish_core.loading.hub import ModelNotFound
+from fish_core.text.prompt import conversation
+from fish_core.synthesis.synthesizer import Synthesizer
+from fish_core.text.plan import (MAX_SRT_CUES, ScriptError, SubtitleError, format_time,
                             read_text_file)
-from fish_core.voices import Voice, VoiceError
+from fish_core.speech.voices import Voice, VoiceError
 import comfy_stubs
 from test_cli import run_cli
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from fish_core.checkpoint import CheckpointError, iter_tensors, load_model, to_hf, to_internal
+from fish_core.loading.checkpoint import CheckpointError, iter_tensors, load_model, to_hf, to_internal
 
 
 def copy_ckpt(src, dst):
@@ -103,16 +103,16 @@ def test_empty_folder(tmp_path):
 
 def test_inside_a_package_fish_core_loads_through_the_pack_quant(ckpt_dir, tmp_path):
     """As in ComfyUI: the repository root is package ``pack`` and not on sys.path, so fish_core
-    must reach ``pack.quant`` (fish_core/siblings.py), never a top-level ``quant``."""
+    must reach ``pack.quant`` (fish_core/loading/siblings.py), never a top-level ``quant``."""
     root = Path(__file__).resolve().parents[1]
     script = textwrap.dedent(f"""
         import sys, types
         pack = types.ModuleType("pack")
         pack.__path__ = [{str(root)!r}]
         sys.modules["pack"] = pack
-        from pack.fish_core.checkpoint import load_model
+        from pack.fish_core.loading.checkpoint import load_model
         model = load_model({str(ckpt_dir)!r}, quantization="fp8")
-        assert sys.modules["pack.fish_core.siblings"].quant is sys.modules["pack.quant"]
+        assert sys.modules["pack.fish_core.loading.siblings"].quant is sys.modules["pack.quant"]
         assert "quant" not in sys.modules and "fish_core" not in sys.modules
         print("ok")
     """)

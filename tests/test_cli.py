@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fish_core import cli, hub
-from fish_core.generate import GenerationError
+from fish_core import cli
+from fish_core.loading import hub
+from fish_core.params import GenerationError
 
 ROOT = Path(__file__).resolve().parents[1]
 

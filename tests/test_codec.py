@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import read_sizes
-from fish_core.audio import load_audio
-from fish_core.codec import Codec, build_codec
-from fish_core.codec_checkpoint import read_checkpoint
-from fish_core.codec_config import CodecConfig, CodecLoadError
-from fish_core.codec_files import decode_to_file, encode_file
-from fish_core.codec_layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from fish_core.audio.files import load_audio
+from fish_core.codec.model import Codec, build_codec
+from fish_core.codec.checkpoint import read_checkpoint
+from fish_core.codec.config import CodecConfig, CodecLoadError
+from fish_core.codec.files import decode_to_file, encode_file
+from fish_core.codec.layers import WN_LEGACY, WN_PARAMETRIZATIONS
 
 TESTS_DIR = Path(__file__).resolve().parent
 

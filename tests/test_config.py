@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from fish_core.config import ConfigError, ModelConfig
+from fish_core.engine.config import ConfigError, ModelConfig
 
 
 def load(ckpt_dir):

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fish_core.checkpoint import build_meta
-from fish_core.config import ModelConfig
+from fish_core.loading.checkpoint import build_meta
+from fish_core.engine.config import ModelConfig
 from quant import fp8 as fp8mod
 from quant import fp8_gemv
 from quant.convert import linear_weights

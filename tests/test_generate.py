@@ -5,9 +5,10 @@ import shutil
 import pytest
 import torch
 
-from fish_core.checkpoint import load_model
-from fish_core.generate import (MAX_SEED, Cancelled, Engine, GenerationError, SamplingParams,
-                                cache_length, check_seed, random_seed)
+from fish_core.loading.checkpoint import load_model
+from fish_core.engine.generate import Engine, cache_length
+from fish_core.params import MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed, \
+    random_seed
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +265,7 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
 def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
     import os
 
-    from fish_core.generate import inductor_cache_dir
+    from fish_core.engine.generate import inductor_cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with inductor_cache_dir(tmp_path / "a"):
@@ -346,7 +347,7 @@ class CpuFrameGraph:
 
 
 def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, monkeypatch):
-    import fish_core.generate as generate
+    import fish_core.engine.generate as generate
 
     monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
@@ -363,7 +364,7 @@ def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, m
 
 def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
                                                                           monkeypatch):
-    import fish_core.generate as generate
+    import fish_core.engine.generate as generate
 
     monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
@@ -382,7 +383,7 @@ def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_
 
 
 def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
-    import fish_core.generate as generate
+    import fish_core.engine.generate as generate
 
     def broken(fn, args):
         raise RuntimeError("operation not permitted when stream is capturing")

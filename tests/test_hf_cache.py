@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fish_core.checkpoint import CheckpointError, load_model
-from fish_core.codec import Codec
-from fish_core.config import ModelConfig
-from fish_core.hub import resolve
-from fish_core.shards import INDEX_FILE, shard_files
-from fish_core.tokenizer import FishTokenizer
+from fish_core.loading.checkpoint import CheckpointError, load_model
+from fish_core.codec.model import Codec
+from fish_core.engine.config import ModelConfig
+from fish_core.loading.hub import resolve
+from fish_core.loading.shards import INDEX_FILE, shard_files
+from fish_core.text.tokenizer import FishTokenizer
 
 
 def hf_snapshot(src: Path, cache: Path) -> Path:

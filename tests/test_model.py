@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from fish_core.checkpoint import build_meta, load_model, to_hf
-from fish_core.config import ModelConfig
-from fish_core.generate import Engine
-from fish_core.model import rope_table
+from fish_core.loading.checkpoint import build_meta, load_model, to_hf
+from fish_core.engine.config import ModelConfig
+from fish_core.engine.generate import Engine
+from fish_core.engine.layers import rope_table
 
 ATOL = 1e-4
 

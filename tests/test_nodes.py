@@ -20,7 +20,7 @@ import torch
 
 import comfy_stubs
 from conftest import fixtures_dir, read_sizes
-from fish_core.config import ModelConfig
+from fish_core.engine.config import ModelConfig
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}

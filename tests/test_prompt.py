@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from conftest import read_sizes
-from fish_core.config import ModelConfig
-from fish_core.prompt import (PromptEncoder, PromptError, Reference, conversation,
+from fish_core.engine.config import ModelConfig
+from fish_core.text.prompt import (PromptEncoder, PromptError, Reference, conversation,
                               system_message)
-from fish_core.tokenizer import FishTokenizer, TokenizerError
+from fish_core.text.tokenizer import FishTokenizer, TokenizerError
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,13 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import quant
-from fish_core.checkpoint import CheckpointError, assign, build_meta, iter_tensors, load_model, \
+from fish_core.loading.checkpoint import CheckpointError, assign, build_meta, iter_tensors, load_model, \
     to_hf, to_internal
-from fish_core.config import ModelConfig
-from fish_core.export import export_fp8
-from fish_core.fp8_checkpoint import is_fp8_checkpoint
-from fish_core.generate import Engine, SamplingParams
+from fish_core.engine.config import ModelConfig
+from fish_core.loading.export import export_fp8
+from fish_core.loading.fp8_checkpoint import is_fp8_checkpoint
+from fish_core.engine.generate import Engine
+from fish_core.params import SamplingParams
 from quant import fp8 as fp8mod
 from quant import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
 
@@ -443,7 +444,7 @@ def test_export_cli_with_shards(ckpt_dir, tmp_path):
     bf16_bytes = json.loads((ckpt_dir / "model.safetensors.index.json").read_text())["metadata"][
         "total_size"]
     shard_mb = f"{bf16_bytes / 3 / 1e6:.3f}"  # the FP8 export is about half: 2 shards or more
-    subprocess.run([sys.executable, "-m", "fish_core.export", str(ckpt_dir), str(dst),
+    subprocess.run([sys.executable, "-m", "fish_core.loading.export", str(ckpt_dir), str(dst),
                     "--names", "internal", "--shard-mb", shard_mb, "--fp8-embeddings"], cwd=ROOT,
                    check=True, capture_output=True)
     shards = sorted(p.name for p in dst.glob("*.safetensors"))

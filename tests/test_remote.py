@@ -11,14 +11,14 @@ import torch
 pytest.importorskip("aiohttp")
 
 from conftest import served, tone  # noqa: E402
-from fish_core.generate import batch_seed  # noqa: E402
+from fish_core.params import batch_seed  # noqa: E402
 from fish_core.remote.client import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.serve import formats  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
-from fish_core.speech import Batch  # noqa: E402
-from fish_core.synth import Synthesizer  # noqa: E402
-from fish_core.timeline import join_pieces  # noqa: E402
+from fish_core.speech.results import Batch  # noqa: E402
+from fish_core.synthesis.synthesizer import Synthesizer  # noqa: E402
+from fish_core.speech.timeline import join_pieces  # noqa: E402
 
 KEY = "remote-key-42"
 FAST = dict(max_new_tokens=12, temperature=0.8, top_p=0.8, top_k=30)
@@ -94,7 +94,7 @@ def test_registered_voice_is_reused_by_id(server, synth):
 
 
 def test_saved_voice_is_named_from_the_library(server, synth, voices_dir):
-    from fish_core.voices import Voice
+    from fish_core.speech.voices import Voice
 
     saved = Voice.load(voices_dir / "alice.safetensors")
     local = synth.tts("Alice speaks.", saved, seed=6, **FAST)
@@ -153,7 +153,7 @@ def test_progress_and_cancel(server, synth):
     remote(server, synth).tts("Progress please.", seed=2, on_progress=lambda d, t:
                               seen.append((d, t)), **FAST)
     assert seen and seen[-1][0] == seen[-1][1] and all(d <= t for d, t in seen)
-    from fish_core.generate import Cancelled
+    from fish_core.params import Cancelled
 
     with pytest.raises(Cancelled):
         remote(server, synth).tts("Never mind.", seed=2, cancel=lambda: True, **FAST)
@@ -172,7 +172,7 @@ def test_cli_say_and_srt_through_remote(server, synth, tmp_path, monkeypatch):
     import soundfile as sf
 
     from fish_core import cli
-    from fish_core.audio import save_audio
+    from fish_core.audio.files import save_audio
 
     monkeypatch.setenv("TEST_ENGINE_KEY", KEY)
     engine = ["--remote", server.url, "--dialect", "auto", "--api-key-env", "TEST_ENGINE_KEY",

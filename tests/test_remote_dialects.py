@@ -22,10 +22,10 @@ import torch
 
 web = pytest.importorskip("aiohttp.web")
 
-from fish_core.generate import Cancelled  # noqa: E402
+from fish_core.params import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.remote import engine_models  # noqa: E402
-from fish_core.synth import Synthesizer  # noqa: E402
+from fish_core import Synthesizer  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 
 FAST = dict(max_new_tokens=8, seed=1)
@@ -394,7 +394,7 @@ def test_4xx_names_endpoint_and_server_message(sizes):
     rate = sizes.sample_rate
     with StandIn(fish_app(rate, [tone(rate, 100)])) as server:
         synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate)
-        from fish_core.voices import Voice
+        from fish_core.speech.voices import Voice
 
         with pytest.raises(RemoteUserError, match=rf"{server.url}/v1/tts: HTTP 404: reference "
                                                   "missing not found"):
@@ -677,10 +677,22 @@ def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
         assert cli.main(["say", "--script", str(tmp_path / "play.txt"), "--ref-audio",
                          str(tmp_path / "me.wav"), "--ref-text", "My words.", "-o",
                          str(tmp_path / "play.wav"), *engine, "--remote-model", "drama-3"]) == 0
+        # Drama 3 without a pause: the whole script is one request (as a local conversation),
+        # each turn tagged with its speaker, the direction untouched, Ann's clip as speaker 0's.
+        [body] = server.requests
+        assert body["model"] == "drama-3"
+        assert body["input"] == ("<|speaker:0|>[cheerful] Hi!\n<|speaker:1|>Hello.\n"
+                                 "<|speaker:2|>Hey.")
+        assert [r["text"] for r in body["references"]] == ["<|speaker:0|>My words."]
+        assert sf.info(tmp_path / "play.wav").frames == 700
+        server.requests.clear()
+        assert cli.main(["say", "--script", str(tmp_path / "play.txt"), "--ref-audio",
+                         str(tmp_path / "me.wav"), "--ref-text", "My words.", "-o",
+                         str(tmp_path / "play.wav"), *engine, "--remote-model", "drama-3",
+                         "--pause", "0.2"]) == 0  # a pause: one request per turn
         assert [b["model"] for b in server.requests] == ["drama-3"] * 3
         assert server.requests[0]["input"] == "[cheerful] Hi!"
         assert "references" in server.requests[0] and "references" not in server.requests[1]
-        assert sf.info(tmp_path / "play.wav").frames == 3 * 700
         capsys.readouterr()
         assert cli.main(["say", "Hi.", "-o", str(tmp_path / "x.wav"), *engine,
                          "--remote-model", "nope"]) == 2

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from fish_core.checkpoint import load_model
-from fish_core.generate import Engine
-from fish_core.sampling import logits_to_probs, ras_select, sample
+from fish_core.loading.checkpoint import load_model
+from fish_core.engine.generate import Engine
+from fish_core.engine.sampling import logits_to_probs, ras_select, sample
 
 
 def sampler_cases(golden):

@@ -449,7 +449,7 @@ def test_errors_quote_a_configured_server_short_and_clean(comfy):
 def test_downloads_are_pinned_to_the_reviewed_revision(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from fish_core import hub
+    from fish_core.loading import hub
 
     calls = []  # what would be asked of Hugging Face (nothing is written: resolve then fails)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -469,8 +469,8 @@ def test_downloads_are_pinned_to_the_reviewed_revision(tmp_path, monkeypatch):
 
 
 def test_codec_pth_is_not_unpickled_on_a_bypassable_torch(ckpt_dir, monkeypatch):
-    from fish_core import codec_checkpoint
-    from fish_core.codec_config import CodecLoadError
+    from fish_core.codec import checkpoint as codec_checkpoint
+    from fish_core.codec.config import CodecLoadError
 
     assert codec_checkpoint.read_checkpoint(ckpt_dir / "codec.pth")  # this torch: fine
     loads = []
@@ -497,7 +497,7 @@ def test_a_remote_error_carries_no_url_of_an_unconfigured_host():
 
 
 def test_a_huge_voice_list_is_quoted_short():
-    from fish_core.voices import Voice
+    from fish_core.speech.voices import Voice
 
     names = json.dumps({"data": [{"name": f"voice-{i}-" + "x" * 100} for i in range(20_000)]})
     def voices(path, send):  # the model list, asked first, is a 404: an engine without one

@@ -73,7 +73,7 @@ def pcm_of(wave: torch.Tensor) -> np.ndarray:
 
 # ---------------------------------------------------------------- OpenAI dialect
 def test_openai_speech_equals_python_api(client, synth, voices_dir):
-    from fish_core.voices import Voice
+    from fish_core.speech.voices import Voice
 
     text = "Hello from the server."
     voice = Voice.load(voices_dir / "alice.safetensors")

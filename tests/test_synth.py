@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from fish_core.generate import Cancelled
-from fish_core.synth import Synthesizer
-from fish_core.text import ScriptError, parse_srt
+from fish_core.params import Cancelled
+from fish_core.synthesis.synthesizer import Synthesizer
+from fish_core.text.plan import ScriptError, parse_srt
 
 FAST = dict(max_new_tokens=6, temperature=0.8, top_p=0.8, top_k=30)
 
@@ -84,7 +84,7 @@ def test_history_is_trimmed_to_fit_the_context(ckpt_dir, monkeypatch):
 
 
 def test_clone_voice_save_load_same_codes(synth, voice, sizes, tmp_path):
-    from fish_core.voices import Voice
+    from fish_core.speech.voices import Voice
 
     # 0.5 s of reference audio, resampled to the codec's rate
     assert voice.frames == math.ceil(0.5 * sizes.sample_rate / sizes.frame_length)
@@ -176,7 +176,7 @@ def test_bad_reference_audio_is_named(synth):
 
 
 def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
-    from fish_core.generate import GenerationError, Generated
+    from fish_core.params import Generated, GenerationError
 
     eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
     eos[0] = synth.config.eos_token_id
@@ -248,7 +248,7 @@ def test_tracks_with_pauses_and_mixed_batches(synth, voice):
 
 
 def test_timeline_json_has_one_shape(synth, voice):
-    from fish_core.speech import timeline_json
+    from fish_core.speech.results import timeline_json
 
     takes = synth.tts("A timeline. In two batches.", seed=3, takes=2, max_bytes=16, **FAST)
     data = json.loads(timeline_json(takes))

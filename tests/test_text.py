@@ -2,7 +2,7 @@
 
 import pytest
 
-from fish_core.text import (SPEAKER_TAG, Cue, ScriptError, SubtitleError, assign_speakers,
+from fish_core.text.plan import (SPEAKER_TAG, Cue, ScriptError, SubtitleError, assign_speakers,
                             format_srt, group_turns, nbytes, parse_script, parse_srt, plan_batches,
                             split_sentences, split_turns)
 

@@ -3,8 +3,8 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import read_sizes
-from fish_core.prompt import Reference
-from fish_core.voices import Voice, VoiceError
+from fish_core.text.prompt import Reference
+from fish_core.speech.voices import Voice, VoiceError
 
 K, C = read_sizes().num_codebooks, read_sizes().codebook_size  # rows and values of a code tensor
 

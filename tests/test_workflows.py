@@ -24,7 +24,7 @@ CONTROL = {"fixed", "increment", "decrement", "randomize"}
 @pytest.fixture(scope="module")
 def nodes():
     pack = comfy_stubs.load_pack("sailfish_workflows")
-    yield {n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD, pack.fish_core.hub
+    yield {n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD, pack.fish_core.loading.hub
     comfy_stubs.unload_pack("sailfish_workflows")
 
 

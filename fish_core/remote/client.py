@@ -41,14 +41,15 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from .. import text as textplan
-from ..audio import SAMPLE_RATE, load_audio, prepare_audio
-from ..generate import Cancelled, Generated, SamplingParams, batch_seed
-from ..speech import Batch, BatchResult, Speech, SubtitleSpeech
-from ..arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
-from ..script import check_speaker_count
-from ..timeline import join_pieces, place_cues
-from ..voices import Voice
+from ..text import plan as textplan
+from ..text.script import check_speaker_count
+from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
+from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
+    batch_seed, pick_seed
+from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
+from ..speech.arguments import as_voices, count_takes, script_turns
+from ..speech.timeline import join_pieces, place_cues
+from ..speech.voices import Voice
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect, stated_consent
 from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
 from .models import ModelSpec, choose, spec as model_spec
@@ -307,18 +308,16 @@ class RemoteSynthesizer:
 
     # ------------------------------------------------------------------ the Synthesizer API
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-            top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-            ) -> Speech | list[Speech]:
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+            **sampling) -> Speech | list[Speech]:
         """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         one = single_voice(voice, "tts")
+        params = SamplingParams.from_options(sampling, "tts")
         self.check_speakers(text)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         seed = pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
         replies = self._run([(text, one, s) for s in seeds], params, max_bytes, on_progress,
@@ -328,29 +327,28 @@ class RemoteSynthesizer:
         return speeches if takes is not None else speeches[0]
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, turn_by_turn: bool = True,
+                 pause: float = 0.0, turn_by_turn: bool = False,
                  require_voices: bool | None = None,
-                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                 top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> Speech | list[Speech]:
-        """``Synthesizer.dialogue`` as one request per turn, in its speaker's voice (an S2
-        request speaks one voice, so S2 is always turn by turn).
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+                 **sampling) -> Speech | list[Speech]:
+        """``Synthesizer.dialogue`` on the engine. S2 speaks one voice per request, so it is
+        always one request per turn, in its speaker's voice, whatever ``turn_by_turn`` says.
 
         On Drama 3: up to 16 speakers; speakers without a voice get one the model invents
-        (unless ``require_voices``); with ``turn_by_turn=False`` the whole script is one
-        request (each take), every voice's clips sent as the references of its speaker, so
-        an invented voice stays the same across its turns (the timeline then holds one
-        segment, as a local conversation batch does, and ``pause`` does not apply)."""
+        (unless ``require_voices``); without ``turn_by_turn`` or a pause (the default, as
+        locally) the whole script is one request (each take), every voice's clips sent as the
+        references of its speaker, so an invented voice stays the same across its turns (the
+        timeline then holds one segment, as a local conversation batch does); with
+        ``turn_by_turn=True`` or a pause, one request per turn."""
+        params = SamplingParams.from_options(sampling, "dialogue")
         if require_voices is None and self.spec.invents_voices:
             require_voices = False  # Drama 3 invents a voice for a speaker given none
         turns, voice_list = script_turns(script, voices, require_voices, pause,
                                          self.spec.max_speakers, self.spec.label)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         seed = pick_seed(seed)
-        whole = not turn_by_turn and self.spec.family == "drama-3"
+        whole = not (turn_by_turn or pause > 0) and self.spec.family == "drama-3"
         if whole:
             script_voice = self._script_voice(voice_list)
             text = "\n".join(t.tagged for t in turns)
@@ -391,15 +389,13 @@ class RemoteSynthesizer:
                                 self.spec.label)
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
-                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
         """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i), placed at
         the cue times by the shared timeline code."""
         cues = textplan.parse_srt(srt)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "subtitles")
         one = single_voice(voice, "subtitles")
         seed = pick_seed(seed)
         jobs = [(c.text, one, batch_seed(seed, i)) for i, c in enumerate(cues)]
@@ -410,16 +406,15 @@ class RemoteSynthesizer:
                               timeline.segments, seed, timeline.cues, timeline.overruns)
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-               temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-               top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-               history_turns: int = 3, **_chunking) -> "RemoteStream":
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES, **sampling) -> "RemoteStream":
         """``tts`` as an iterator of float32 chunks as the engine sends them (its own
         chunking: ``first_frames``/``chunk_frames`` do not apply)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
+        params = SamplingParams.from_options(sampling, "stream")
         self.check_speakers(text)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         return RemoteStream(self, text, single_voice(voice, "stream"),
                             self.params(pick_seed(seed), params, max_bytes))
 

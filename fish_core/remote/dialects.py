@@ -40,7 +40,7 @@ class Clip:
 
     def wav(self) -> bytes:
         """A float WAV (no 16-bit rounding: the engine encodes exactly our samples)."""
-        from ..audio import import_soundfile
+        from ..audio.files import import_soundfile
 
         out = io.BytesIO()
         import_soundfile().write(out, self.audio.numpy(), self.sample_rate, format="WAV",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 from urllib.parse import urlsplit
 
-from ..generate import Cancelled
+from ..params import Cancelled
 
 T = TypeVar("T")
 RETRY_STATUSES = {500, 502, 503, 504}

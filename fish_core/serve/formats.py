@@ -27,7 +27,7 @@ def writable() -> list[str]:
 
 def pcm16(wave: torch.Tensor) -> bytes:
     """float32 ``[T]`` → little-endian signed 16-bit samples, converted by libsndfile as
-    ``fish_core.audio.save_audio`` converts them (sample by sample, so chunks concatenate to
+    ``fish_core.audio.files.save_audio`` converts them (sample by sample, so chunks concatenate to
     the whole)."""
     x = np.clip(wave.detach().cpu().numpy().astype(np.float32), -1.0, 1.0)
     out = io.BytesIO()

@@ -13,7 +13,7 @@ import logging
 import os
 from pathlib import Path
 
-from .. import hub
+from ..loading import hub
 from .guard import Guard, is_loopback
 from .requests import Limits
 
@@ -110,7 +110,7 @@ def guard(args) -> Guard:
 
 
 def build_service(args, key: str | None = None):
-    from ..synth import Synthesizer
+    from ..synthesis.synthesizer import Synthesizer
     from .service import Service
 
     def load():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import soundfile as sf
 
-from ..generate import MAX_SEED
+from ..params import DEFAULTS, MAX_SEED
 from . import formats
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
@@ -74,10 +74,10 @@ class SpeechRequest:
     format: str = "wav"
     stream: str | None = None  # None, "audio" or "sse"
     seed: int | None = None
-    temperature: float = 0.8
-    top_p: float = 0.8
-    top_k: int = 30
-    max_new_tokens: int = 1024
+    temperature: float = DEFAULTS.temperature
+    top_p: float = DEFAULTS.top_p
+    top_k: int = DEFAULTS.top_k
+    max_new_tokens: int = DEFAULTS.max_new_tokens
     max_bytes: int = 300  # text batch size
 
 
@@ -227,7 +227,7 @@ def references(body: dict, name: str, limits: Limits) -> list[Reference]:
 def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
     """Encoded audio bytes → (mono float32 ``[T]``, its sample rate), length-checked before
     decoding; ``encode_voice`` resamples it to the codec's rate."""
-    from ..audio import AudioError, prepare_audio
+    from ..audio.files import AudioError, prepare_audio
 
     try:
         info = sf.info(io.BytesIO(audio))
@@ -249,10 +249,12 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
 # ---------------------------------------------------------------- the two dialects
 def sampling(body: dict, request: SpeechRequest, limits: Limits) -> None:
     request.seed = integer(body, "seed", None, 0, MAX_SEED)
-    request.temperature = number(body, "temperature", 0.8, 0, 2, low_open=True, high_open=True)
-    request.top_p = number(body, "top_p", 0.8, 0, 1, low_open=True)
-    request.top_k = integer(body, "top_k", 30, 1, 1 << 20)
-    request.max_new_tokens = integer(body, "max_new_tokens", min(1024, limits.max_new_tokens), 1,
+    request.temperature = number(body, "temperature", DEFAULTS.temperature, 0, 2, low_open=True,
+                                 high_open=True)
+    request.top_p = number(body, "top_p", DEFAULTS.top_p, 0, 1, low_open=True)
+    request.top_k = integer(body, "top_k", DEFAULTS.top_k, 1, 1 << 20)
+    request.max_new_tokens = integer(body, "max_new_tokens",
+                                     min(DEFAULTS.max_new_tokens, limits.max_new_tokens), 1,
                                      limits.max_new_tokens)
 
 

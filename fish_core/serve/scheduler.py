@@ -20,9 +20,9 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..generate import Cancelled, GenerationError, SamplingParams
-from ..stream import SpeechJob, run_round
-from ..voices import Voice
+from ..params import Cancelled, GenerationError, SamplingParams
+from ..synthesis.driver import SpeechJob, run_round
+from ..speech.voices import Voice
 from .logs import log
 from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
 from .voicelib import VoiceLibrary

@@ -1,5 +1,5 @@
 """The voice library behind the HTTP routes: ``<voices folder>/<name>.safetensors`` files (the
-format ``fish_core.voices`` writes, in the folder the ComfyUI Voice Save node uses).
+format ``fish_core.speech.voices`` writes, in the folder the ComfyUI Voice Save node uses).
 
 A name is path segments of ``[A-Za-z0-9_\\- ]`` joined by ``/`` (``alice``, ``sailfish/voice_00001``);
 it is checked before any file is touched, and the resolved file must lie inside its folder, so no
@@ -12,7 +12,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..voices import Voice, VoiceError
+from ..speech.voices import Voice, VoiceError
 from .requests import ApiError, bad, detail, voice_name
 
 SUFFIX = ".safetensors"

@@ -12,9 +12,7 @@ fish-speech exactly in eager mode.
 
 from __future__ import annotations
 
-import operator
 import os
-import secrets
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,85 +22,13 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from .graphs import FrameGraph
+from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
+    random_seed
+from .cuda_graph import FrameGraph
 from .model import Caches, DualAR
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
-MAX_SEED = 2**63 - 1  # seeds are 0 .. MAX_SEED everywhere (engine, Synthesizer, CLI, nodes)
-
-
-class GenerationError(ValueError):
-    """A generation request cannot be served (bad parameter, prompt too long …)."""
-
-
-class Cancelled(RuntimeError):
-    """Generation was cancelled by the caller's ``cancel`` callback."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.8
-    top_p: float = 0.8
-    top_k: int = 30
-    max_new_tokens: int = 1024
-
-    def validate(self) -> "SamplingParams":
-        def bad(field, expected, value):
-            raise GenerationError(f"{field} must be {expected}, got {value!r}")
-
-        if not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < 2:
-            bad("temperature", "a number in (0, 2)", self.temperature)
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            bad("top_p", "a number in (0, 1]", self.top_p)
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
-            bad("top_k", "an integer >= 1", self.top_k)
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
-                or self.max_new_tokens < 1:
-            bad("max_new_tokens", "an integer >= 1", self.max_new_tokens)
-        return self
-
-
-@dataclass
-class Generated:
-    """One row's result. ``codes [K, frames]``: every generated frame; the ``<|im_end|>`` column
-    is dropped, and unlike the reference the last frame is kept when the length limit stops us.
-    ``columns [1 + K, n]``: every column the model produced (row 0 = main token id)."""
-
-    codes: Tensor
-    columns: Tensor
-    stopped_on_eos: bool
-    prompt_length: int
-    seed: int | None = None
-
-
-def random_seed() -> int:
-    """A fresh seed in 0 .. MAX_SEED."""
-    return secrets.randbits(63)
-
-
-def batch_seed(seed: int, index: int) -> int:
-    """Text batch (or take) ``index`` of a request seeded ``seed`` draws with ``seed + index``,
-    wrapping within the seed range."""
-    return (seed + index) % (MAX_SEED + 1)
-
-
-def check_seed(seed, field: str = "seed") -> int:
-    """``seed`` as an int in 0 .. MAX_SEED; any int-like (``operator.index``: int, numpy ints)
-    is accepted. A bool, a float, a string or an out-of-range value raises GenerationError
-    naming ``field``."""
-    allowed = f"an integer in 0 .. {MAX_SEED}"
-    if isinstance(seed, bool):
-        raise GenerationError(f"{field} must be {allowed}, got {seed!r}")
-    try:
-        value = operator.index(seed)
-    except TypeError:
-        raise GenerationError(f"{field} must be {allowed}, got {seed!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise GenerationError(f"{field} must be {allowed}, got {value}")
-    return value
-
-
 def cache_length(needed: int, limit: int) -> int:
     """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
     compiled decode step sees few distinct cache shapes."""

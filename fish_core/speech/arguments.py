@@ -1,19 +1,15 @@
-"""Checks of the arguments every synthesizer takes, local (``synth.Synthesizer``) or remote
-(``remote.RemoteSynthesizer``): voices, takes, seeds, dialogue scripts and pauses, and the
-sampling defaults (``DEFAULTS``, from ``SamplingParams``)."""
+"""Checks of the arguments every synthesizer takes, local (``synthesis.Synthesizer``) or remote
+(``remote.RemoteSynthesizer``): voices, takes, dialogue scripts and pauses (seeds and sampling
+parameters are checked in ``fish_core.params``)."""
 
 from __future__ import annotations
 
 import math
 from typing import Mapping, Sequence
 
-from .generate import SamplingParams, check_seed, random_seed
-from .script import check_script
-from .speech import MAX_TAKES
+from ..text.script import check_script
+from .results import MAX_TAKES
 from .voices import Voice
-
-DEFAULTS = SamplingParams()  # the one source of the sampling defaults
-
 
 def script_turns(script: str, voices: Mapping[str, Voice] | Sequence[Voice],
                  require_voices: bool | None, pause: float, max_speakers: int | None = None,
@@ -54,8 +50,3 @@ def as_voices(voice) -> list[Voice]:
             raise ValueError(f"voice must be a Voice (read a file with Voice.load), got "
                              f"{type(v).__name__} {str(v)[:60]!r}")
     return voices
-
-
-def pick_seed(seed: int | None) -> int:
-    """The request's base seed: ``seed`` (checked), or a fresh random one."""
-    return random_seed() if seed is None else check_seed(seed)

@@ -10,8 +10,8 @@ from typing import Sequence
 
 import torch
 
-from . import text as textplan
-from .generate import Generated
+from ..text import plan as textplan
+from ..params import Generated
 
 MAX_TAKES = 8  # takes of one request, generated together
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from .audio import MAX_SECONDS, load_audio, save_audio
-from .codec import DEFAULT_CHUNK_FRAMES, Codec
+from ..audio.files import MAX_SECONDS, load_audio, save_audio
+from .model import DEFAULT_CHUNK_FRAMES, Codec
 
 
 def encode_file(codec: Codec, path, *, max_seconds: float = MAX_SECONDS,

@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .codec_config import CodecConfig
-from .codec_layers import WN_LEGACY, CausalConv1d, CausalConvTranspose1d, Chain, ConvNeXtBlock, \
+from .config import CodecConfig
+from .layers import WN_LEGACY, CausalConv1d, CausalConvTranspose1d, Chain, ConvNeXtBlock, \
     State
-from .codec_transformer import WindowedTransformer
+from .transformer import WindowedTransformer
 
 
 def _pointwise_wn(c_in: int, c_out: int) -> nn.Conv1d:

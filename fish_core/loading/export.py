@@ -1,6 +1,6 @@
 """Write an FP8 checkpoint in the community layout (``quant.layout``) from a bf16 one.
 
-    python -m fish_core.export SRC_DIR DST_DIR [--skip fast_output] [--fp8-embeddings] …
+    python -m fish_core.loading.export SRC_DIR DST_DIR [--skip fast_output] [--fp8-embeddings] …
 
 Steps: check every stored name and shape against the config (from the headers, before writing
 anything), stream the tensors into new shards (Linear weights, and the embedding tables when
@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from .checkpoint import build_meta
-from .config import ModelConfig
+from ..engine.config import ModelConfig
 from .shards import CheckpointError, ShardWriter, iter_tensors, read_headers
 from .siblings import quant
 from .tensor_names import to_hf, to_internal
@@ -125,7 +125,7 @@ def copy_side_files(src: Path, dst: Path) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m fish_core.export",
+    ap = argparse.ArgumentParser(prog="python -m fish_core.loading.export",
                                  description="Write an FP8 checkpoint in the community layout.")
     ap.add_argument("src", help="bf16 checkpoint folder (config.json + safetensors)")
     ap.add_argument("dst", help="new folder for the FP8 checkpoint")

@@ -32,13 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .codec_checkpoint import fold_weight_norm, infer_config, load_weights, normalize_keys, \
+from .checkpoint import fold_weight_norm, infer_config, load_weights, normalize_keys, \
     read_checkpoint
-from .codec_config import CONFIG_NAME, CodecConfig
-from .codec_layers import Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake, \
+from .config import CONFIG_NAME, CodecConfig
+from .layers import Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake, \
     State, Stateful
-from .codec_quantizer import Quantizer
-from .codec_transformer import WindowedTransformer
+from .quantizer import Quantizer
+from .transformer import WindowedTransformer
 
 CHECKPOINT_NAME = "codec.pth"
 # Frames per chunk when encode/decode chunk automatically: ~1.5 s of audio, ~1 GB of fp32
@@ -170,10 +170,10 @@ class Codec(nn.Module):
             audio = audio[:, None]
         if not audio.dtype.is_floating_point:
             raise ValueError(f"audio must be float samples in [-1, 1], got {audio.dtype} "
-                             f"(use fish_core.audio.prepare_audio to convert PCM)")
+                             f"(use fish_core.audio.files.prepare_audio to convert PCM)")
         if audio.ndim != 3 or audio.shape[1] != 1 or audio.shape[-1] == 0:
             raise ValueError(f"audio must be mono, shaped [T], [B, T] or [B, 1, T] with T >= 1, "
-                             f"got {list(audio.shape)} (use fish_core.audio.prepare_audio to "
+                             f"got {list(audio.shape)} (use fish_core.audio.files.prepare_audio to "
                              "downmix)")
         frames = -(-audio.shape[-1] // self.frame_length)
         audio = audio.to(self.device, self.dtype)

@@ -16,8 +16,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .prompt import Reference
-from .text import Turn, check_text
+from ..text.prompt import Reference
+from ..text.plan import Turn, check_text
 
 FORMAT = "sailfish-voice"
 VERSION = 1
@@ -118,8 +118,8 @@ def check_codes(codes, where: str, num_codebooks: int | None = None,
 def encode_voice(codec, audio, text: str, name: str = "voice", sample_rate: int | None = None
                  ) -> Voice:
     """Encode a reference clip (file path, tensor/array with ``sample_rate``, or a ComfyUI AUDIO
-    dict) and its transcript into a reusable voice with ``codec`` (a ``fish_core.codec.Codec``)."""
-    from .audio import load_audio, prepare_audio
+    dict) and its transcript into a reusable voice with ``codec`` (a ``fish_core.codec.model.Codec``)."""
+    from ..audio.files import load_audio, prepare_audio
 
     if not check_text(text, "reference transcript").strip():
         raise ValueError("reference transcript must be the words spoken in the reference "

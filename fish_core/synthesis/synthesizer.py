@@ -8,38 +8,43 @@
     result = synth.subtitles(open("film.srt").read(), voice=voice)
     takes = synth.tts("Take it again.", seed=7, takes=4)     # 4 Speech: seeds 7, 8, 9, 10
 
-Takes are generated together, one batched decode per text batch: take k of ``takes=N`` with seed
-s is exactly a single run with seed ``s + k``.
+Every method runs through the one generation driver (``driver``: ``SpeechJob`` + ``run_round``):
+a take is a job, the takes of a request are generated together (one engine batch per text
+batch), so take k of ``takes=N`` with seed s is exactly a single run with seed ``s + k``.
 
-Long text is planned into sentence-bounded batches (``text.plan_batches``); every batch sees the
-references plus the last ``history_turns`` generated turns, trimmed further if the prompt would
-not leave room for ``max_new_tokens``. All batches' codes go through one causal codec state, cut
-into chunks exactly as ``stream`` cuts them, so the joins have no clicks and a stream equals the
-whole.
+Long text is planned into sentence-bounded batches (``text.plan.plan_batches``); every batch sees
+the references plus the last ``history_turns`` generated turns, trimmed further if the prompt
+would not leave room for ``max_new_tokens``. A job's codes go through one causal codec state,
+cut into chunks exactly as ``stream`` cuts them, so the joins have no clicks and a stream equals
+the whole. Sampling keywords (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``) are
+checked once, by ``params.SamplingParams.from_options``; the interface is
+``speech.interface.SpeechSynthesizer``.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import torch
 
-from . import text as textplan
-from .arguments import DEFAULTS, as_voices, count_takes, pick_seed, script_turns
-from .checkpoint import CheckpointError, load_model
-from .codec import CHECKPOINT_NAME, Codec
-from .config import ModelConfig
-from .device import codec_dtype_for, resolve_device, resolve_dtype
-from .generate import Engine, GenerationError, SamplingParams, batch_seed
-from .model import DualAR
-from .prompt import PromptEncoder, conversation
-from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
-from .speech import Batch, BatchResult, Speech, SubtitleSpeech
-from .timeline import join_batches, place_cues
-from .tokenizer import FishTokenizer
-from .voices import Voice, encode_voice
+from ..codec.model import CHECKPOINT_NAME, Codec
+from ..engine.config import ModelConfig
+from ..engine.device import codec_dtype_for, resolve_device, resolve_dtype
+from ..engine.generate import Engine
+from ..engine.model import DualAR
+from ..loading.checkpoint import CheckpointError, load_model
+from ..params import CHUNK_FRAMES, FIRST_FRAMES, GenerationError, SamplingParams, batch_seed, \
+    pick_seed
+from ..speech.arguments import as_voices, count_takes, script_turns
+from ..speech.results import Batch, Speech, SubtitleSpeech
+from ..speech.timeline import join_batches, place_cues
+from ..speech.voices import Voice, encode_voice
+from ..text import plan as textplan
+from ..text.prompt import PromptEncoder, conversation
+from ..text.tokenizer import FishTokenizer
+from .driver import SpeechJob, decode_batches, run_round
+from .stream import AudioStream
 
 Progress = Callable[[int, int], None]
 
@@ -69,7 +74,7 @@ class Synthesizer:
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768)."""
-        from .hub import resolve
+        from ..loading.hub import resolve
 
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)
@@ -90,7 +95,7 @@ class Synthesizer:
         engine's model by name, e.g. ``"drama-3"``; default the first its ``/v1/models``
         lists), ``voice_consent`` (stated consent, needed to register voices on SGLang-Omni /
         vLLM-Omni), ``register_voices``, ``sample_rate`` and timeouts (docs/engines.md)."""
-        from .remote import RemoteSynthesizer
+        from ..remote import RemoteSynthesizer
 
         return RemoteSynthesizer(url, dialect, api_key, **options)
 
@@ -113,12 +118,10 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ synthesis
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-            top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-            ) -> Speech | list[Speech]:
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+            **sampling) -> Speech | list[Speech]:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
         ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
@@ -126,23 +129,21 @@ class Synthesizer:
             raise ValueError("text is empty: nothing to say")
         voices = as_voices(voice)
         batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "tts")
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
                                0.0, on_progress, cancel)
         return speeches if takes is not None else speeches[0]
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-               temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-               top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES) -> AudioStream:
+               chunk_frames: int = CHUNK_FRAMES, **sampling) -> AudioStream:
         """``tts`` as an iterator of float32 waveform chunks, the first after ``first_frames``
         frames; with the default chunking the chunks concatenate to ``tts``'s waveform."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
-        job = SpeechJob(self, text, as_voices(voice), params=params, seed=pick_seed(seed),
+        params = SamplingParams.from_options(sampling, "stream")
+        job = SpeechJob(self, text, as_voices(voice), params=params, seed=seed,
                         max_bytes=max_bytes, history_turns=history_turns,
                         first_frames=first_frames, chunk_frames=chunk_frames)
         return AudioStream(self, job)
@@ -150,12 +151,10 @@ class Synthesizer:
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
                  pause: float = 0.0, turn_by_turn: bool = False,
                  require_voices: bool | None = None,
-                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                 top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> Speech | list[Speech]:
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+                 **sampling) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
@@ -169,106 +168,50 @@ class Synthesizer:
         else:
             tagged = "".join(t.tagged for t in turns)
             batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
+        params = SamplingParams.from_options(sampling, "dialogue")
         speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
                                history_turns, pause, on_progress, cancel)
         return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
-                  temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p,
-                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
         """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
         the next cue is kept whole: the later cues move back, and the overrun is reported."""
         cues = textplan.parse_srt(srt)
-        params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
-        voices = as_voices(voice)
-        seed = pick_seed(seed)
-        (results,) = self._generate([Batch(c.text) for c in cues], voices, params, [seed],
-                                    history_turns, on_progress, cancel)
-        waves = [self.decode(r.generated.codes) for r in results]
-        timeline = place_cues(cues, waves, results, self.sample_rate)
-        codes = torch.cat([r.generated.codes for r in results], dim=1)
+        params = SamplingParams.from_options(sampling, "subtitles")
+        job = SpeechJob(self, [Batch(c.text) for c in cues], as_voices(voice), params=params,
+                        seed=seed, history_turns=history_turns, live=False, keep=True,
+                        clip_per_batch=True)
+        self._drive([job], on_progress, cancel)
+        waves = [torch.cat(w) if w else torch.zeros(0) for w in job.batch_waves]
+        timeline = place_cues(cues, waves, job.results, self.sample_rate)
+        codes = torch.cat([r.generated.codes for r in job.results], dim=1)
         return SubtitleSpeech(timeline.waveform, self.sample_rate, codes, timeline.segments,
-                              seed, timeline.cues, timeline.overruns)
+                              job.seed, timeline.cues, timeline.overruns)
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * frame_length]`` on
-        the CPU."""
-        if codes.shape[1] == 0:
-            return torch.zeros(0)
-        return self.require_codec().decode(codes)[0, 0].cpu()
+        the CPU, decoded as a job decodes one text batch."""
+        return decode_batches(self.require_codec(), [codes])
 
-    # ------------------------------------------------------------------ steps
-    def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-               seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
-               cancel) -> list[Speech]:
-        """Generate the batches (every take at once), decode each take's codes in one causal
-        pass (no clicks at the joins), and lay its batches out on the output waveform."""
-        codec = self.require_codec()
-        seed = pick_seed(seed)
-        seeds = [batch_seed(seed, k) for k in range(takes)]  # take k: a run with seed + k
-        per_take = self._generate(batches, voices, params, seeds, history_turns, on_progress,
-                                  cancel)
-        speeches = []
-        for take_seed, results in zip(seeds, per_take):
-            codes = torch.cat([r.generated.codes for r in results], dim=1)  # [K, frames]
-            if codes.shape[1] == 0:
-                raise GenerationError(f"the model ended the speech (seed {take_seed}) before "
-                                      "producing any audio; try another seed or rephrase the "
-                                      "text")
-            # Cut into chunks as a stream of these batches would be, so streams match exactly.
-            wave = decode_batches(codec, [r.generated.codes for r in results])
-            timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
-            speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
-                                   timeline.segments, take_seed))
-        return speeches
+    # ------------------------------------------------------------------ what jobs use
+    @property
+    def max_context(self) -> int:
+        """Prompt + generated tokens the engine holds at most."""
+        return self.engine.max_context
 
-    def _generate(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-                  seeds: list[int], history_turns: int, on_progress, cancel
-                  ) -> list[list[BatchResult]]:
-        """Generate every batch in order for each take (``[take][batch]``): batch b of the take
-        with seed s draws with ``batch_seed(s, b)``, and hears the voices' references and the
-        take's own last ``history_turns`` batches. The takes of a batch decode together."""
-        if isinstance(history_turns, bool) or not isinstance(history_turns, int) \
-                or history_turns < 0:
-            raise ValueError(f"history_turns must be an integer >= 0, got {history_turns!r}")
-        references = self._references(voices)
-        frames = min(params.max_new_tokens, self.engine.max_context)  # at most, per batch
-        total = len(batches) * frames
-        per_take: list[list[BatchResult]] = [[] for _ in seeds]
-        for b, batch in enumerate(batches):
-            prompts = [self._prompt(batch.text, references,
-                                    recent(results, history_turns), params.max_new_tokens)
-                       for results in per_take]
-            done = b * frames
-
-            def on_frame(i, n, done=done):
-                if on_progress is not None:
-                    on_progress(done + i, total)
-
-            t0 = time.perf_counter()
-            generated = self.engine.generate(prompts, params,
-                                             seeds=[batch_seed(s, b) for s in seeds],
-                                             on_frame=on_frame, cancel=cancel)
-            seconds = time.perf_counter() - t0
-            for results, gen in zip(per_take, generated):
-                results.append(BatchResult(batch, gen, seconds))
-            if on_progress is not None:
-                on_progress(done + frames, total)
-        return per_take
-
-    def _references(self, voices: Sequence[Voice]) -> list:
+    def references(self, voices: Sequence[Voice]) -> list:
         """The voices' clips as prompt references (voice i speaks as ``<|speaker:i|>``)."""
         for v in voices:
             for clip in v.clips:
                 self.encoder.check_codes(clip.codes, f"voice {v.name!r}")
         return [ref for i, v in enumerate(voices) for ref in v.tagged(i)]
 
-    def _prompt(self, text, references, history, max_new_tokens) -> torch.Tensor:
-        """Encode the prompt, dropping the oldest history turns until generation fits."""
+    def prompt(self, text: str, references, history, max_new_tokens: int) -> torch.Tensor:
+        """Encode the prompt ``[1 + K, T]``, dropping the oldest history turns until generation
+        fits."""
         limit = self.engine.max_context
         history = list(history)
         while True:
@@ -282,8 +225,47 @@ class Synthesizer:
                 "use shorter or fewer reference clips, or a smaller text batch")
         return prompt
 
+    def generate(self, prompts, params, **options) -> list:
+        """``Engine.generate`` on this model's engine (one ``Generated`` per prompt)."""
+        return self.engine.generate(prompts, params, **options)
 
-def recent(results: list[BatchResult], turns: int) -> list[tuple[str, torch.Tensor]]:
-    """The last ``turns`` generated batches, as prompt history ``[(text, codes [K, n])]``."""
-    kept = results[-turns:] if turns else []
-    return [(r.batch.text, r.generated.codes) for r in kept]
+    # ------------------------------------------------------------------ steps
+    def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
+               seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
+               cancel) -> list[Speech]:
+        """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
+        each take decoded in one causal pass (no clicks at the joins), and lay its batches out
+        on the output waveform."""
+        codec = self.require_codec()
+        seed = pick_seed(seed)
+        jobs = [SpeechJob(self, batches, voices, params=params, seed=batch_seed(seed, k),
+                          history_turns=history_turns, live=False, keep=True)
+                for k in range(takes)]
+        self._drive(jobs, on_progress, cancel)
+        speeches = []
+        for job in jobs:
+            timeline = join_batches(job.waveform, job.results, codec.sample_rate,
+                                    codec.frame_length, pause)
+            codes = torch.cat([r.generated.codes for r in job.results], dim=1)  # [K, frames]
+            speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
+                                   timeline.segments, job.seed))
+        return speeches
+
+    def _drive(self, jobs: list[SpeechJob], on_progress: Progress | None, cancel) -> None:
+        """Run the jobs (in step: one round per text batch) to the end, reporting progress in
+        frames; a job's failure is raised."""
+        frames = min(jobs[0].params.max_new_tokens, self.engine.max_context)  # at most, per batch
+        total = len(jobs[0].batches) * frames
+        while not jobs[0].done:
+            done = jobs[0].batch * frames
+
+            def on_frame(i, n, done=done):
+                if on_progress is not None:
+                    on_progress(done + i, total)
+
+            run_round(self, jobs, on_frame=on_frame, cancel=cancel)
+            for job in jobs:
+                if job.error is not None:
+                    raise job.error
+            if on_progress is not None:
+                on_progress(done + frames, total)

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .codec_config import TransformerConfig
-from .codec_layers import State, Stateful
-from .model import FeedForward, RMSNorm, apply_rope, rope_table
+from .config import TransformerConfig
+from .layers import State, Stateful
+from ..engine.layers import FeedForward, RMSNorm, apply_rope, rope_table
 
 
 def window_mask(n_query: int, n_key: int, window: int, device) -> Tensor:

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .codec_config import CodecConfig, CodecLoadError
-from .codec_layers import WN_LEGACY, WN_PARAMETRIZATIONS
-from .weights import StreamedLoad
+from .config import CodecConfig, CodecLoadError
+from .layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from ..loading.weights import StreamedLoad
 
 LABELS = {"missing": "missing keys", "unexpected": "unexpected keys",
           "misshaped": "shape mismatches"}

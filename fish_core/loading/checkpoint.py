@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
+from ..engine.config import ModelConfig
 from .fp8_checkpoint import is_fp8_checkpoint, load_fp8, stored_fp8
-from .model import DualAR
+from ..engine.model import DualAR
 from .shards import CheckpointError, iter_tensors
 from .siblings import quant
 from .tensor_names import to_hf, to_internal

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import text as textplan
+from . import plan as textplan
 
 
 def check_script(script: str, names: Sequence[str], require_voices: bool = True,

@@ -15,43 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
-
-
-def rope_table(length: int, head_dim: int, base: float, device=None, start: int = 0) -> Tensor:
-    """``[length, head_dim // 2, 2]`` (cos, sin) table for positions ``start …``, computed in
-    fp32 and rounded to bf16 (each row on its own: a slice of a longer table is the same).
-
-    The bf16 rounding is what the model was trained with; an exact fp32 table garbles audio.
-    """
-    freqs = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float()
-                           / head_dim)
-    angles = torch.outer(torch.arange(start, start + length, device=device).float(), freqs)
-    unit = torch.polar(torch.ones_like(angles), angles)
-    table = torch.stack([unit.real, unit.imag], dim=-1)
-    return table.to(torch.bfloat16).float()
-
-
-def apply_rope(x: Tensor, table: Tensor) -> Tensor:
-    """Rotate interleaved pairs (x0, x1) of ``x [B, S, H, Dh]`` by ``table [B or 1, S, Dh/2, 2]``."""
-    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-    cos, sin = table[..., 0].unsqueeze(2), table[..., 1].unsqueeze(2)  # [B, S, 1, Dh/2]
-    x0, x1 = pairs[..., 0], pairs[..., 1]
-    rotated = torch.stack([x0 * cos - x1 * sin, x1 * cos + x0 * sin], dim=-1)
-    return rotated.flatten(3).type_as(x)
-
-
-class RMSNorm(nn.Module):
-    """Normalise in fp32, cast back, then scale by the (model-dtype) weight."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
+from .layers import FeedForward, RMSNorm, apply_rope, rope_table
 
 
 class HeadNorm(RMSNorm):
@@ -167,18 +131,7 @@ def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     return (probs @ v).view(B, H, S, Dh)
 
 
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Block(nn.Module):
+class TransformerBlock(nn.Module):
     def __init__(self, dim, n_head, n_kv, head_dim, hidden, qk_norm, eps):
         super().__init__()
         self.attention = Attention(dim, n_head, n_kv, head_dim, qk_norm, eps)
@@ -202,13 +155,13 @@ class DualAR(nn.Module):
         self.embeddings = nn.Embedding(t.vocab_size, t.dim)
         self.codebook_embeddings = nn.Embedding(K * C, t.dim)
         self.layers = nn.ModuleList(
-            Block(t.dim, t.n_head, t.n_local_heads, t.head_dim, t.intermediate_size,
+            TransformerBlock(t.dim, t.n_head, t.n_local_heads, t.head_dim, t.intermediate_size,
                   t.attention_qk_norm, t.norm_eps) for _ in range(t.n_layer))
         self.norm = RMSNorm(t.dim, t.norm_eps)
         # Fast AR. The reference builds it with the text norm_eps and rope_base.
         self.fast_embeddings = nn.Embedding(C, f.dim)
         self.fast_layers = nn.ModuleList(
-            Block(f.dim, f.n_head, f.n_local_heads, f.head_dim, f.intermediate_size,
+            TransformerBlock(f.dim, f.n_head, f.n_local_heads, f.head_dim, f.intermediate_size,
                   f.attention_qk_norm, t.norm_eps) for _ in range(f.n_layer))
         self.fast_norm = RMSNorm(f.dim, t.norm_eps)
         self.fast_output = nn.Linear(f.dim, C, bias=False)

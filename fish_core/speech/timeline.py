@@ -9,8 +9,8 @@ from typing import Sequence
 
 import torch
 
-from . import text as textplan
-from .speech import BatchResult, Segment
+from ..text import plan as textplan
+from .results import BatchResult, Segment
 
 FADE_SECONDS = 0.01
 

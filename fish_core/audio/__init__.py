@@ -1,0 +1,1 @@
+"""Audio in and out: reading, downmix, resampling, writing (``files``)."""

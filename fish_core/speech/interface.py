@@ -1,0 +1,63 @@
+"""``SpeechSynthesizer``: the one interface of every synthesizer, local
+(``fish_core.synthesis.synthesizer.Synthesizer``) or remote (``fish_core.remote.RemoteSynthesizer``).
+
+Both have the same methods with the same keywords and defaults (``tests/test_interface.py``
+checks the signatures against this Protocol). Sampling parameters are the ``**sampling``
+keywords ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens`` (``fish_core.params``:
+defaults ``DEFAULTS``, checked by ``SamplingParams.from_options``); any other keyword is a
+``TypeError`` naming it, on either synthesizer.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from ..params import CHUNK_FRAMES, FIRST_FRAMES
+from ..text.plan import DEFAULT_MAX_BYTES
+from .results import Speech, SubtitleSpeech
+from .voices import Voice
+
+Progress = Callable[[int, int], None]
+
+
+@runtime_checkable
+class SpeechSynthesizer(Protocol):
+    @property
+    def sample_rate(self) -> int:
+        """Samples per second of every waveform it returns."""
+
+    def release_caches(self) -> None:
+        """Free what the next call can re-make (KV caches; nothing for a remote engine)."""
+
+    def encode_voice(self, audio, text: str, name: str = "voice",
+                     sample_rate: int | None = None) -> Voice:
+        """A reusable voice from a reference clip and its transcript."""
+
+    def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+            seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+            history_turns: int = 3, takes: int | None = None,
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+            **sampling) -> Speech | list[Speech]:
+        """Speak ``text``; with ``takes=N`` a list of N Speech (take k seeded ``seed + k``)."""
+
+    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+               seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES, **sampling):
+        """``tts`` as an iterator of float32 waveform chunks (``.sample_rate``, ``.seed``,
+        ``close()``)."""
+
+    def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
+                 pause: float = 0.0, turn_by_turn: bool = False,
+                 require_voices: bool | None = None,
+                 seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 history_turns: int = 3, takes: int | None = None,
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+                 **sampling) -> Speech | list[Speech]:
+        """A multi-speaker script, voices by name or in speaker order."""
+
+    def subtitles(self, srt: str, voice: Voice | None = None, *,
+                  seed: int | None = None, history_turns: int = 3,
+                  on_progress: Progress | None = None,
+                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
+        """Each SRT cue spoken at its start time."""

@@ -1,0 +1,255 @@
+"""The picture in ARCHITECTURE.md, enforced: which layer may import which.
+
+Every import in ``fish_core/``, ``nodes/``, ``quant/`` and the pack's ``__init__.py`` is read
+with an AST walk (module-level and lazy ones inside functions, relative and absolute) and
+resolved to the module it names; each must follow an edge of ``ALLOWED``. The layers form no
+cycle, and neither do the modules. Importing the pack the way ComfyUI does at start-up loads no
+engine, codec, loader or synthesizer module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Layer → the layers it may import (besides itself). Lower layers never import higher ones.
+ALLOWED: dict[str, set[str]] = {
+    "params": set(),  # fish_core/params.py: options, seeds, errors, the engine's result type
+    "text": {"params"},
+    "audio": {"params"},
+    "engine": {"params"},
+    "loading": {"params", "engine", "quant"},
+    "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
+    "speech": {"params", "text", "audio"},  # results, timeline, voices: shared, no engine
+    "remote": {"params", "text", "audio", "speech"},  # never the engine or the loader
+    "synthesis": {"params", "text", "audio", "engine", "codec", "loading", "speech",
+                  "remote"},  # remote: only ``Synthesizer.remote``, lazily
+    "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
+    "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+            "remote", "serve", "quant"},
+    "api": {"synthesis"},  # fish_core/__init__.py: ``from fish_core import Synthesizer``
+    "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+              "remote", "serve", "quant", "api"},
+    "quant": set(),  # knows nothing of fish_core
+    "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
+}
+
+# Edges allowed only to these modules of the imported layer: the codec shares the engine's
+# transformer layers and the loader's streamed weight check, nothing else of either.
+NARROW: dict[tuple[str, str], set[str]] = {
+    ("codec", "engine"): {"fish_core.engine.layers"},
+    ("codec", "loading"): {"fish_core.loading.weights"},
+    ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
+}
+
+# What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
+# the synthesizer (they come with the first model load).
+HEAVY = ("fish_core.engine.model", "fish_core.engine.generate", "fish_core.engine.sampling",
+         "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
+         "fish_core.synthesis.synthesizer")
+
+
+def layer_of(module: str) -> str | None:
+    """``fish_core.engine.generate`` → ``engine``; None for modules outside the pack."""
+    parts = module.split(".")
+    if parts[0] == "fish_core":
+        if len(parts) == 1:
+            return "api"
+        if parts[1] in ("cli", "outputs", "__main__"):
+            return "cli"
+        return parts[1]
+    if parts[0] in ("nodes", "quant"):
+        return parts[0]
+    if module == "":
+        return "pack"
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> list[Path]:
+    files = [ROOT / "__init__.py"]
+    for folder in ("fish_core", "nodes", "quant"):
+        files += sorted((ROOT / folder).rglob("*.py"))
+    return files
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    """Every pack module ``path`` imports (``(module, line)``), lazy ones included. A relative
+    import climbing above the pack root (``from .. import quant`` inside ComfyUI) resolves to
+    the sibling it names."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = resolve(package, node)
+            if target is None:
+                continue  # above the pack: not one of ours
+            # ``from pkg import mod`` names a module when pkg/mod.py exists
+            for alias in node.names:
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.append((sub if is_module(sub) else target, node.lineno))
+    return [(m, line) for m, line in found if layer_of(m) is not None and m != ""]
+
+
+def resolve(package: str, node: ast.ImportFrom) -> str | None:
+    """The absolute module a ``from … import`` names, seen from ``package``; None when a
+    relative import climbs above the pack root."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".") if package else []
+    up = node.level - 1
+    if up > len(base):
+        return None
+    base = base[:len(base) - up]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def edges() -> list[tuple[str, str, str, int]]:
+    """``(importer, imported, file, line)`` for every import between pack modules."""
+    out = []
+    for path in source_files():
+        name = module_name(path)
+        for target, line in imports(path):
+            out.append((name, target, str(path.relative_to(ROOT)), line))
+    return out
+
+
+def test_every_import_follows_an_allowed_edge():
+    wrong = []
+    for importer, imported, file, line in edges():
+        a, b = layer_of(importer), layer_of(imported)
+        if a != b and b not in ALLOWED[a]:
+            wrong.append(f"{file}:{line}: {a} → {b} ({imported})")
+        elif (a, b) in NARROW and imported not in NARROW[a, b]:
+            wrong.append(f"{file}:{line}: {a} → {imported} (only {sorted(NARROW[a, b])})")
+    assert not wrong, "imports against ARCHITECTURE.md:\n" + "\n".join(wrong)
+
+
+def test_every_import_of_the_pack_names_an_existing_module():
+    """A lazy import is only run when its function is: a moved module must not leave one behind
+    pointing at the old place."""
+    missing = []
+    for path in source_files():
+        name = module_name(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = resolve(package, node)
+                if target and not is_module(target):
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {target}")
+    assert not missing, missing
+
+
+def test_the_walk_sees_lazy_and_relative_imports():
+    """The checker itself: a lazy relative import inside a function is found and resolved."""
+    found = dict(imports(ROOT / "fish_core" / "synthesis" / "synthesizer.py"))
+    assert "fish_core.remote" in found  # lazy, inside Synthesizer.remote
+    assert "fish_core.engine.generate" in found  # module-level, relative
+    nodes_found = {m for m, _ in imports(ROOT / "nodes" / "routes.py")}
+    assert any(m.startswith("fish_core.serve") for m in nodes_found)  # lazy, two dots up
+
+
+def test_layers_form_no_cycle():
+    order: list[str] = []
+    seen: dict[str, int] = {}
+
+    def visit(layer, path):
+        state = seen.get(layer)
+        assert state != 1, f"layer cycle: {' → '.join(path + [layer])}"
+        if state == 2:
+            return
+        seen[layer] = 1
+        for dep in sorted(ALLOWED[layer]):
+            visit(dep, path + [layer])
+        seen[layer] = 2
+        order.append(layer)
+
+    for layer in ALLOWED:
+        visit(layer, [])
+    assert set(order) == set(ALLOWED)
+
+
+def test_modules_form_no_cycle():
+    graph: dict[str, set[str]] = {}
+    for importer, imported, _, _ in edges():
+        if importer != imported and not imported.startswith(importer + "."):
+            graph.setdefault(importer, set()).add(imported)
+    state: dict[str, int] = {}
+
+    def visit(module, path):
+        if state.get(module) == 1:
+            pytest.fail(f"import cycle: {' → '.join(path[path.index(module):] + [module])}")
+        if state.get(module) == 2:
+            return
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            visit(dep, path + [module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_comfyui_start_up_imports_nothing_heavy(tmp_path):
+    """The pack imported as ComfyUI imports it (with the routes mounted on a server stand-in)
+    loads no engine, codec, loader or synthesizer module."""
+    script = f"""
+import sys, types
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+import comfy_stubs
+from pathlib import Path
+comfy_stubs.install(Path({str(tmp_path)!r}))
+server = types.ModuleType("server")
+class Routes:
+    def route(self, method, path):
+        return lambda handler: handler
+class PromptServer:
+    instance = types.SimpleNamespace(routes=Routes())
+server.PromptServer = PromptServer
+sys.modules["server"] = server
+pack = comfy_stubs.load_pack("pack")
+assert "pack.fish_core.serve.routes" in sys.modules, "the routes were not mounted"
+heavy = [m for m in sys.modules if m.startswith("pack.") and
+         any(m[5:] == h or (h.endswith(".") and m[5:].startswith(h)) for h in {HEAVY!r})]
+print("HEAVY", sorted(heavy))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "HEAVY []" in result.stdout, result.stdout[-2000:]
+
+
+def test_the_driver_uses_only_the_synthesizers_public_interface():
+    """``synthesis.driver`` and ``synthesis.stream`` reach the model through the Synthesizer's
+    public methods (``prompt``, ``references``, ``generate`` …), never its private ones or its
+    engine and prompt encoder."""
+    wrong = []
+    for name in ("driver.py", "stream.py"):
+        path = ROOT / "fish_core" / "synthesis" / name
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+                owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+                if owner == "synth" and (node.attr.startswith("_")
+                                         or node.attr in ("engine", "encoder", "model")):
+                    wrong.append(f"{name}:{node.lineno}: synth.{node.attr}")
+    assert not wrong, wrong
