@@ -7,19 +7,21 @@ two is exported, because ComfyUI ignores ``comfy_entrypoint`` when ``NODE_CLASS_
 exists.
 """
 
-from .nodes import host, paths, routes
-
 WEB_DIRECTORY = "./web"
 
-paths.register_folders()
-routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
+if __package__:  # loaded as the pack (ComfyUI's custom_nodes); pytest, run from a checkout whose
+    # folder name is not a Python identifier (e.g. sailfish-tts), imports this file on its own
+    from .nodes import host, paths, routes
 
-if host.v3_api() is not None:
-    from .nodes import comfy_entrypoint
+    paths.register_folders()
+    routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
 
-    __all__ = ["comfy_entrypoint", "WEB_DIRECTORY"]
-else:
-    from .nodes import v1_mappings
+    if host.v3_api() is not None:
+        from .nodes import comfy_entrypoint
 
-    NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS = v1_mappings()
-    __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]
+        __all__ = ["comfy_entrypoint", "WEB_DIRECTORY"]
+    else:
+        from .nodes import v1_mappings
+
+        NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS = v1_mappings()
+        __all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

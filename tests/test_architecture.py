@@ -253,3 +253,16 @@ def test_the_driver_uses_only_the_synthesizers_public_interface():
                                          or node.attr in ("engine", "encoder", "model")):
                     wrong.append(f"{name}:{node.lineno}: synth.{node.attr}")
     assert not wrong, wrong
+
+
+def test_the_pack_root_imports_on_its_own_without_registering_anything():
+    """pytest imports the root ``__init__.py`` as a plain module when the checkout's folder
+    name is no identifier (``sailfish-tts``, as ComfyUI-Manager names it): that must not fail
+    on its relative imports, and registers nothing outside a package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("__init__", ROOT / "__init__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.WEB_DIRECTORY == "./web"
+    assert not hasattr(module, "NODE_CLASS_MAPPINGS") and not hasattr(module, "comfy_entrypoint")
