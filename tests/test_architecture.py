@@ -46,6 +46,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
     ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
+    ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
 }
 
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,

@@ -24,7 +24,7 @@ import torch
 import comfy_stubs
 from fish_core.remote import RemoteError, RemoteSynthesizer, endpoints
 from fish_core.remote.http import Credential, Endpoint, MAX_QUOTE, Transport
-from fish_core.remote.wire import AudioFormatError, MAX_CHUNKS, WavReader
+from fish_core.audio.wav import AudioFormatError, MAX_CHUNKS, WavReader
 
 SECRETS = {
     "HF_TOKEN": "hf_SECRET_hf_token_0001",

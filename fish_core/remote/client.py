@@ -44,6 +44,7 @@ import torch
 from ..text import plan as textplan
 from ..text.script import check_speaker_count
 from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
+from ..audio.wav import AudioFormatError
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
     batch_seed, pick_seed
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
@@ -54,7 +55,7 @@ from .dialects import Clip, Dialect, Params, dialect as pick_dialect, stated_con
 from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
-from .wire import AudioFormatError, check_audio
+from .wire import check_audio
 
 Progress = Callable[[int, int], None]
 FRAME_LENGTH = 2048  # samples per S2 codec frame: progress is counted in frames

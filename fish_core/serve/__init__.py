@@ -9,7 +9,7 @@
     routes.py     the aiohttp handlers (one set for both hosts)
     service.py    model + queue (bounded) + voices + limits + API key + guard
     voicelib.py   voice files by name, confined to the voices folder
-    formats.py    wav / pcm / flac / mp3 / opus bytes
+    formats.py    wav / pcm / flac / mp3 / opus bytes (WAV and PCM from fish_core.audio.wav)
     main.py       ``python -m fish_core serve``; background.py runs a server on a thread
 
 Inside ComfyUI the same routes are mounted under ``/sailfish`` (``nodes/routes.py``). Nothing
