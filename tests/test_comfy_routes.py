@@ -6,6 +6,7 @@ import asyncio
 import sys
 import types
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,27 @@ def test_not_mounted_without_a_server_or_when_switched_off(comfy, monkeypatch):
     monkeypatch.delitem(sys.modules, "server")
     monkeypatch.setenv("SAILFISH_SERVE", "1")
     assert comfy.pack.nodes.routes.mount() is False
+
+
+def test_the_model_folders_are_scanned_once_not_per_round(comfy, monkeypatch):
+    """Every scheduler round asks for the served model; the folders are scanned when a choice is
+    first seen, and again only when the folder found is no longer a checkpoint."""
+    routes_module = comfy.pack.nodes.routes
+    paths = comfy.pack.nodes.paths
+    monkeypatch.delenv("SAILFISH_SERVE_MODEL", raising=False)
+    monkeypatch.setattr(routes_module, "_FOUND", {})
+    scans = []
+    real_scan = paths.local_models
+    monkeypatch.setattr(paths, "local_models", lambda: scans.append(1) or real_scan())
+    first = routes_module.model_handle()
+    assert [routes_module.model_handle().folder for _ in range(3)] == [first.folder] * 3
+    assert Path(first.folder).name == "tiny-s2"
+    scanned = len(scans)
+    assert scanned >= 1
+    routes_module.model_handle()
+    assert len(scans) == scanned  # no scan per round
+    monkeypatch.setattr(comfy.pack.fish_core.loading.hub, "is_model_dir",
+                        lambda path, codec=False: False)  # the folder went away
+    with pytest.raises(Exception, match="model"):
+        routes_module.model_handle()
+    assert len(scans) > scanned
