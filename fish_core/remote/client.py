@@ -162,9 +162,9 @@ class RemoteSynthesizer:
     # ------------------------------------------------------------------ voices
     def encode_voice(self, audio, text: str, name: str = "voice",
                      sample_rate: int | None = None) -> RemoteVoice:
-        """A voice from a reference clip (file path, tensor/array with ``sample_rate``, or a
-        ComfyUI AUDIO dict) and its transcript, checked and resampled here; the engine encodes
-        it when a request uses it."""
+        """A voice from a reference clip (file path, or tensor/array with ``sample_rate``; a
+        ``{"waveform", "sample_rate"}`` dict as ``audio.files.from_mapping`` takes it) and its
+        transcript, checked and resampled here; the engine encodes it when a request uses it."""
         if not textplan.check_text(text, "reference transcript").strip():
             raise ValueError("reference transcript must be the words spoken in the reference "
                              "audio, got an empty text")
