@@ -220,14 +220,10 @@ sys.path.insert(0, {str(ROOT / 'tests')!r})
 import comfy_stubs
 from pathlib import Path
 comfy_stubs.install(Path({str(tmp_path)!r}))
-server = types.ModuleType("server")
 class Routes:
     def route(self, method, path):
         return lambda handler: handler
-class PromptServer:
-    instance = types.SimpleNamespace(routes=Routes())
-server.PromptServer = PromptServer
-sys.modules["server"] = server
+sys.modules["server"] = comfy_stubs.server_module(Routes())
 pack = comfy_stubs.load_pack("pack")
 assert "pack.fish_core.serve.routes" in sys.modules, "the routes were not mounted"
 heavy = [m for m in sys.modules if m.startswith("pack.") and

@@ -25,12 +25,8 @@ def a_voice(name: str) -> Voice:
 def paths(tmp_path):
     """``nodes.paths`` of the pack loaded under ComfyUI stand-ins; its voices folder is
     ``tmp_path/models/fish_speech_voices``."""
-    with comfy_stubs.swapped(tmp_path):
-        pack = comfy_stubs.load_pack("sailfish_library")
-        try:
-            yield pack.nodes.paths
-        finally:
-            comfy_stubs.unload_pack("sailfish_library")
+    with comfy_stubs.pack_in_comfy(tmp_path, "sailfish_library") as (pack, _):
+        yield pack.nodes.paths
 
 
 @pytest.mark.parametrize("name", ["alice", "émile", "Zoë Dupont", "chœur/ténor-2",

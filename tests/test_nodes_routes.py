@@ -19,21 +19,18 @@ from conftest import fixtures_dir  # noqa: E402
 @pytest.fixture(scope="module")
 def comfy(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
-    stubs = comfy_stubs.install(base)
     models = base / "models" / "fish_speech"
     models.mkdir(parents=True)
     (models / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
-    server = types.ModuleType("server")
-    server.PromptServer = types.SimpleNamespace(
-        instance=types.SimpleNamespace(routes=web.RouteTableDef()))
-    sys.modules["server"] = server
-    pack = comfy_stubs.load_pack("sailfish_routes")
-    yield types.SimpleNamespace(pack=pack, stubs=stubs, routes=server.PromptServer.instance.routes,
-                                manager=pack.nodes.manager.MANAGER)
-    pack.nodes.manager.MANAGER.unload()
-    comfy_stubs.unload_pack("sailfish_routes")
-    comfy_stubs.uninstall()
-    sys.modules.pop("server", None)
+    server = sys.modules["server"] = comfy_stubs.server_module(web.RouteTableDef())
+    try:
+        with comfy_stubs.pack_in_comfy(base, "sailfish_routes") as (pack, stubs):
+            yield types.SimpleNamespace(pack=pack, stubs=stubs,
+                                        routes=server.PromptServer.instance.routes,
+                                        manager=pack.nodes.manager.MANAGER)
+            pack.nodes.manager.MANAGER.unload()
+    finally:
+        sys.modules.pop("server", None)
 
 
 @asynccontextmanager
