@@ -101,12 +101,6 @@ def voice_library() -> VoiceFolders:
     return VoiceFolders(roots(VOICES))
 
 
-def voice_files() -> dict[str, Path]:
-    """Voice files by combo name (the library's name + ``.safetensors``)."""
-    library = voice_library()
-    return {name + SUFFIX: library.find(name) for name in library.names()}
-
-
 def voice_choices() -> list[str]:
     return [name + SUFFIX for name in voice_library().names()]
 
