@@ -362,7 +362,7 @@ def cmd_say(args) -> str:
 
 def stream_say(args, synth, voices) -> str:
     """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
-    from .serve.formats import StreamEncoder, wav_header
+    from .audio.wav import StreamEncoder, wav_header
 
     if args.script:
         raise ValueError("--stream speaks a text (or --text-file), not a --script")

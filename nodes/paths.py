@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 
 from ..fish_core.loading import hub
+from ..fish_core.speech import library
+from ..fish_core.speech.library import SUFFIX, VoiceFolders
 from . import host
 
 MODELS = "fish_speech"
@@ -93,32 +95,27 @@ def resolve_model(choice: str) -> Path:
 
 
 # ---------------------------------------------------------------- voices
-def voice_files() -> dict[str, Path]:
-    """Voice files by combo name (path relative to its voices folder)."""
-    found: dict[str, Path] = {}
-    for root in roots(VOICES):
-        if not root.is_dir():
-            continue
-        for folder, dirs, files in os.walk(root, followlinks=True):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".safetensors"):
-                    path = Path(folder, name)
-                    found.setdefault(path.relative_to(root).as_posix(), path)
-    return found
+def voice_library() -> VoiceFolders:
+    """The voices folders, by the rule the HTTP service uses too (``speech.library``: names,
+    sub-folders, symlinks only while they stay inside a folder)."""
+    return VoiceFolders(roots(VOICES))
 
 
 def voice_choices() -> list[str]:
-    return list(voice_files())
+    return [name + SUFFIX for name in voice_library().names()]
 
 
 def resolve_voice(choice: str) -> Path:
-    files = voice_files()
-    if choice not in files:
+    """The file of a Voice Load combo value (looked up by name, no folder scan)."""
+    path = None
+    if isinstance(choice, str) and choice.endswith(SUFFIX) \
+            and library.is_name(choice[: -len(SUFFIX)]):
+        path = voice_library().find(choice[: -len(SUFFIX)])
+    if path is None:
         where = ", ".join(str(r) for r in roots(VOICES))
         raise FileNotFoundError(f"voice: {choice!r} is not a voice file in {where} "
                                 "(save one with Sailfish Voice Save)")
-    return files[choice]
+    return path
 
 
 def voice_name(path: Path) -> str:
@@ -127,8 +124,8 @@ def voice_name(path: Path) -> str:
 
 
 def check_name(value: str, field: str, limit: int = MAX_NAME) -> str:
-    """A name typed into a node: a string without control characters (NUL …), each ``/`` part
-    at most ``limit`` characters (file systems stop at 255 bytes)."""
+    """A speaker name typed into a node: a string without control characters (NUL …), each
+    ``/`` part at most ``limit`` characters."""
     if not isinstance(value, str):
         raise ValueError(f"{field} must be text, got {type(value).__name__}")
     bad = sorted({repr(ch) for ch in value if ord(ch) < 32 or ord(ch) == 127})
@@ -141,14 +138,15 @@ def check_name(value: str, field: str, limit: int = MAX_NAME) -> str:
 
 
 def new_voice_path(prefix: str) -> Path:
-    """``<voices>/<prefix>_00001.safetensors`` with the next free number; ``prefix`` may hold
-    sub-folders but must stay inside the voices folder."""
-    prefix = check_name(prefix, "filename_prefix").strip()
+    """``<voices>/<prefix>_00001.safetensors`` with the next free number; ``prefix`` is a voice
+    name by the library's rule (it may hold sub-folders and stays inside the voices folder)."""
+    if isinstance(prefix, str):
+        prefix = prefix.strip()
+    library.check_name(prefix, "filename_prefix", limit=MAX_NAME)
     root = roots(VOICES)[0].resolve()
-    target = (root / prefix).resolve()
-    if not prefix or root not in target.parents:
-        raise ValueError(f"filename_prefix: {prefix!r} must name a file inside {root}")
-    pattern = re.compile(re.escape(target.name) + r"_(\d{5})\.safetensors")
+    target = VoiceFolders([root]).new_path(prefix, "filename_prefix")
+    stem = target.name[: -len(SUFFIX)]
+    pattern = re.compile(re.escape(stem) + r"_(\d{5})" + re.escape(SUFFIX))
     taken = [int(m.group(1)) for f in (os.listdir(target.parent) if target.parent.is_dir() else [])
              if (m := pattern.fullmatch(f))]
-    return target.parent / f"{target.name}_{max(taken, default=0) + 1:05d}.safetensors"
+    return target.parent / f"{stem}_{max(taken, default=0) + 1:05d}{SUFFIX}"

@@ -35,24 +35,39 @@ log = logging.getLogger("sailfish")
 
 
 def model_handle() -> ModelHandle:
-    """The served model, from the environment (read at each load, so it can change)."""
+    """The served model, from the environment (read at each load, so it can change). The
+    folder a choice names is looked up once (``served_folder``), not per text batch."""
+    return ModelHandle(str(served_folder(os.environ.get("SAILFISH_SERVE_MODEL", ""))),
+                       precision=os.environ.get("SAILFISH_SERVE_PRECISION", "auto"),
+                       quantization=os.environ.get("SAILFISH_SERVE_QUANTIZATION", "none"))
+
+
+_FOUND: dict[str, Path] = {}  # SAILFISH_SERVE_MODEL → its checkpoint folder, as last found
+
+
+def served_folder(choice: str) -> Path:
+    """The checkpoint folder of ``choice`` (a folder, a combo name, or "" for the first local
+    checkpoint). The model folders are scanned when a choice is first seen, or when the folder
+    found for it is no longer a checkpoint; every round of the scheduler asks again."""
+    from ..fish_core.loading import hub
     from ..fish_core.serve.requests import ApiError, detail
 
-    choice = os.environ.get("SAILFISH_SERVE_MODEL", "")
     if choice and Path(choice).is_dir():
-        folder = Path(choice)
-    else:
-        local = paths.local_models()
-        if not choice and not local:
-            raise ApiError(503, "no model: put a checkpoint folder into models/fish_speech or "
-                                "set SAILFISH_SERVE_MODEL", code="model_not_found")
-        try:
-            folder = paths.resolve_model(choice or next(iter(local)))
-        except (ValueError, FileNotFoundError) as e:
-            raise ApiError(503, f"SAILFISH_SERVE_MODEL: {detail(e)}",
-                           code="model_not_found") from None
-    return ModelHandle(str(folder), precision=os.environ.get("SAILFISH_SERVE_PRECISION", "auto"),
-                       quantization=os.environ.get("SAILFISH_SERVE_QUANTIZATION", "none"))
+        return Path(choice)
+    found = _FOUND.get(choice)
+    if found is not None and hub.is_model_dir(found, codec=True):
+        return found
+    local = paths.local_models()
+    if not choice and not local:
+        raise ApiError(503, "no model: put a checkpoint folder into models/fish_speech or "
+                            "set SAILFISH_SERVE_MODEL", code="model_not_found")
+    try:
+        folder = paths.resolve_model(choice or next(iter(local)))
+    except (ValueError, FileNotFoundError) as e:
+        raise ApiError(503, f"SAILFISH_SERVE_MODEL: {detail(e)}",
+                       code="model_not_found") from None
+    _FOUND[choice] = folder
+    return folder
 
 
 def guard():

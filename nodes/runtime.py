@@ -3,6 +3,7 @@ Cancel, and fish_core results as ComfyUI AUDIO."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Callable, Sequence
 
 import torch
@@ -56,6 +57,16 @@ def tracks_to_audio(speeches: Sequence, count: int) -> list[dict]:
     tracks = [s.tracks(count) for s in speeches]  # per take: [speakers, T]
     return [waves_to_audio([t[i] for t in tracks], speeches[0].sample_rate)
             for i in range(count)]
+
+
+def from_audio(audio, field: str) -> dict:
+    """A ComfyUI AUDIO input (``{"waveform": [B, C, T], "sample_rate": sr}``) as the keywords
+    fish_core takes: ``audio`` (a tensor; item 0 of the batch is used) and ``sample_rate``."""
+    if not isinstance(audio, Mapping) or "waveform" not in audio or "sample_rate" not in audio:
+        got = sorted(audio) if isinstance(audio, Mapping) else type(audio).__name__
+        raise ValueError(f"{field}: expected ComfyUI AUDIO (a 'waveform' and a 'sample_rate'), "
+                         f"got {got}")
+    return {"audio": audio["waveform"], "sample_rate": audio["sample_rate"]}
 
 
 def waves_to_audio(waves: Sequence[torch.Tensor], sample_rate: int) -> dict:

@@ -7,7 +7,7 @@ from ..fish_core.text import plan as textplan
 from ..fish_core.params import MAX_SEED, SamplingParams
 from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
-from .runtime import generate, require_text, sampling, to_audio, tracks_to_audio
+from .runtime import from_audio, generate, require_text, sampling, to_audio, tracks_to_audio
 from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 
 DEFAULTS = SamplingParams()
@@ -56,7 +56,8 @@ def voice_clone(model, reference_audio, reference_text, text, seed, temperature,
     require_text("text", text, "type what to say")
 
     def run(synth, **progress):
-        voice = synth.encode_voice(reference_audio, reference_text, name="reference")
+        voice = synth.encode_voice(**from_audio(reference_audio, "reference_audio"),
+                                   text=reference_text, name="reference")
         return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
                                                               max_new_tokens), **progress)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..fish_core.speech.voices import Voice
 from . import paths
 from .manager import MANAGER
-from .runtime import require_text
+from .runtime import from_audio, require_text
 from .schema import MODEL, VOICE, Combo, Node, Output, Socket, String
 
 
@@ -14,7 +14,8 @@ def voice_encode(model, audio, transcript, name):
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
     paths.check_name(name, "name")
     with MANAGER.use(model) as synth:
-        return (synth.encode_voice(audio, transcript, name=name.strip()),)
+        return (synth.encode_voice(**from_audio(audio, "audio"), text=transcript,
+                                   name=name.strip()),)
 
 
 def voice_save(voice, filename_prefix):

@@ -6,7 +6,9 @@ an already-loaded model (``unpatch_all=False``) before loading it again; ``free_
 unloads first and pops afterwards; ``ProgressBar`` takes the hook at construction; V3 input
 classes accept only their documented keyword arguments (``advanced`` only when asked).
 
-``load_pack(name)`` imports the repository root as a package, the way ComfyUI does.
+``load_pack(name)`` imports the repository root as a package, the way ComfyUI does;
+``pack_in_comfy(base, name)`` does it under the stand-ins (every test file that needs the pack
+inside ComfyUI uses it), and ``server_module(routes)`` stands in for ComfyUI's ``server``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,28 @@ def swapped(base: Path, **options):
     finally:
         uninstall()
         sys.modules.update(saved)
+
+
+@contextmanager
+def pack_in_comfy(base: Path, name: str, configure=None, **options):
+    """The pack imported as package ``name`` under the stand-ins (``options``: ``install``'s;
+    ``configure(stubs)`` runs before the import, as ``extra_model_paths.yaml`` would); yields
+    ``(pack, stubs)``, then unloads the pack and puts back what was there."""
+    with swapped(base, **options) as stubs:
+        if configure is not None:
+            configure(stubs)
+        pack = load_pack(name)
+        try:
+            yield pack, stubs
+        finally:
+            unload_pack(name)
+
+
+def server_module(routes) -> types.ModuleType:
+    """A stand-in for ComfyUI's ``server``: ``PromptServer.instance.routes`` is ``routes``."""
+    server = types.ModuleType("server")
+    server.PromptServer = types.SimpleNamespace(instance=types.SimpleNamespace(routes=routes))
+    return server
 
 
 # ---------------------------------------------------------------- folder_paths

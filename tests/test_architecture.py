@@ -46,6 +46,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
     ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
+    ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
 }
 
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
@@ -219,14 +220,10 @@ sys.path.insert(0, {str(ROOT / 'tests')!r})
 import comfy_stubs
 from pathlib import Path
 comfy_stubs.install(Path({str(tmp_path)!r}))
-server = types.ModuleType("server")
 class Routes:
     def route(self, method, path):
         return lambda handler: handler
-class PromptServer:
-    instance = types.SimpleNamespace(routes=Routes())
-server.PromptServer = PromptServer
-sys.modules["server"] = server
+sys.modules["server"] = comfy_stubs.server_module(Routes())
 pack = comfy_stubs.load_pack("pack")
 assert "pack.fish_core.serve.routes" in sys.modules, "the routes were not mounted"
 heavy = [m for m in sys.modules if m.startswith("pack.") and

@@ -522,10 +522,9 @@ def test_output_kept_when_the_write_fails(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
     """The pack's V1 node classes under stand-ins for ComfyUI (no model is loaded)."""
-    with comfy_stubs.swapped(tmp_path_factory.mktemp("comfy")):
-        pack = comfy_stubs.load_pack("sailfish_bad_input")
+    with comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_bad_input") \
+            as (pack, _):
         yield pack.nodes.v1_mappings()[0]
-        comfy_stubs.unload_pack("sailfish_bad_input")
 
 
 def run_node(nodes, node_id, **inputs):

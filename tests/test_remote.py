@@ -199,12 +199,10 @@ def test_cli_say_and_srt_through_remote(server, synth, tmp_path, monkeypatch):
 def nodes_env(tmp_path_factory):
     import comfy_stubs
 
-    stubs = comfy_stubs.install(tmp_path_factory.mktemp("comfy"))
-    pack = comfy_stubs.load_pack("sailfish_remote")
-    yield pack, stubs
-    pack.nodes.remote.forget()
-    comfy_stubs.unload_pack("sailfish_remote")
-    comfy_stubs.uninstall()
+    with comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_remote") \
+            as (pack, stubs):
+        yield pack, stubs
+        pack.nodes.remote.forget()
 
 
 def run_node(pack, node_id, **inputs):

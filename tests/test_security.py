@@ -24,7 +24,7 @@ import torch
 import comfy_stubs
 from fish_core.remote import RemoteError, RemoteSynthesizer, endpoints
 from fish_core.remote.http import Credential, Endpoint, MAX_QUOTE, Transport
-from fish_core.remote.wire import AudioFormatError, MAX_CHUNKS, WavReader
+from fish_core.audio.wav import AudioFormatError, MAX_CHUNKS, WavReader
 
 SECRETS = {
     "HF_TOKEN": "hf_SECRET_hf_token_0001",
@@ -143,12 +143,9 @@ def comfy(tmp_path, monkeypatch):
     (home / ".cache" / "huggingface" / "token").write_text(HF_FILE_TOKEN + "\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv(endpoints.ENV_VAR, raising=False)
-    stubs = comfy_stubs.install(tmp_path / "comfy")
-    pack = comfy_stubs.load_pack("sailfish_security")
-    yield pack, stubs
-    pack.nodes.remote.forget()
-    comfy_stubs.unload_pack("sailfish_security")
-    comfy_stubs.uninstall()
+    with comfy_stubs.pack_in_comfy(tmp_path / "comfy", "sailfish_security") as (pack, stubs):
+        yield pack, stubs
+        pack.nodes.remote.forget()
 
 
 def write_endpoints(stubs, entries: dict) -> Path:

@@ -37,7 +37,7 @@ from fish_core.serve.guard import Guard  # noqa: E402
 from fish_core.serve.requests import ApiError, Limits  # noqa: E402
 from fish_core.serve.routes import SERVICE  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from test_comfy_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
+from test_nodes_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
 
 KEY = "sec-key-456"
 LIMITS = Limits(max_body_bytes=2**20, max_text_chars=300, max_references=2,

@@ -89,14 +89,11 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
     """Validate in-memory audio -> mono float32 [T] at ``target_sr``.
 
     ``audio``: tensor or ndarray shaped [T], [C, T] or [B, C, T] (ComfyUI style; item 0 is
-    used), or a ComfyUI AUDIO dict ``{"waveform": [B, C, T], "sample_rate": sr}``. Float samples
-    are taken as is; integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1].
+    used), or a ``{"waveform", "sample_rate"}`` dict (``from_mapping``). Float samples are taken
+    as is; integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1].
     """
     if isinstance(audio, Mapping):
-        if "waveform" not in audio or "sample_rate" not in audio:
-            raise AudioError(f"{name}: an audio dict needs 'waveform' and 'sample_rate' keys, "
-                             f"got {sorted(audio)}")
-        audio, sample_rate = audio["waveform"], audio["sample_rate"]
+        audio, sample_rate = from_mapping(audio, name)
     sr = _check_rate(sample_rate, name)
     x = _channels_first(_as_float32(audio, name), name)  # [C, T]
 
@@ -118,6 +115,16 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
     if sr != target_sr:
         mono = import_soxr().resample(mono, sr, target_sr, quality="HQ")
     return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))
+
+
+def from_mapping(audio: Mapping, name: str = "audio"):
+    """``{"waveform": [B, C, T], "sample_rate": sr}`` → (waveform, sample rate): the shape of
+    ComfyUI's AUDIO, kept for scripts that pass one to ``encode_voice``. The nodes unpack AUDIO
+    themselves (``nodes/runtime.py``); fish_core otherwise takes tensors, arrays and paths."""
+    if "waveform" not in audio or "sample_rate" not in audio:
+        raise AudioError(f"{name}: an audio dict needs 'waveform' and 'sample_rate' keys, "
+                         f"got {sorted(audio)}")
+    return audio["waveform"], audio["sample_rate"]
 
 
 def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | None = None) -> Path:

@@ -44,6 +44,7 @@ import torch
 from ..text import plan as textplan
 from ..text.script import check_speaker_count
 from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
+from ..audio.wav import AudioFormatError
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
     batch_seed, pick_seed
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
@@ -54,7 +55,7 @@ from .dialects import Clip, Dialect, Params, dialect as pick_dialect, stated_con
 from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
-from .wire import AudioFormatError, check_audio
+from .wire import check_audio
 
 Progress = Callable[[int, int], None]
 FRAME_LENGTH = 2048  # samples per S2 codec frame: progress is counted in frames
@@ -161,9 +162,9 @@ class RemoteSynthesizer:
     # ------------------------------------------------------------------ voices
     def encode_voice(self, audio, text: str, name: str = "voice",
                      sample_rate: int | None = None) -> RemoteVoice:
-        """A voice from a reference clip (file path, tensor/array with ``sample_rate``, or a
-        ComfyUI AUDIO dict) and its transcript, checked and resampled here; the engine encodes
-        it when a request uses it."""
+        """A voice from a reference clip (file path, or tensor/array with ``sample_rate``; a
+        ``{"waveform", "sample_rate"}`` dict as ``audio.files.from_mapping`` takes it) and its
+        transcript, checked and resampled here; the engine encodes it when a request uses it."""
         if not textplan.check_text(text, "reference transcript").strip():
             raise ValueError("reference transcript must be the words spoken in the reference "
                              "audio, got an empty text")

@@ -20,10 +20,11 @@ from typing import Callable
 
 import torch
 
+from ..audio.wav import AudioFormatError, WavReader
 from .http import Response, Transport
 from .models import MODELS_BYTES, model_ids
 from .pcm import S2_RATE, BodyReader, Budget, bounded_lines, bounded_pieces, chunk_audio
-from .wire import AudioFormatError, WavReader, sse_audio, sse_events
+from .wire import sse_audio, sse_events
 
 OnChunk = Callable[[torch.Tensor, int], None]  # (float32 samples [n], sample rate)
 JSON_BYTES = 4 << 20  # a voice list or a registration answer: JSON, never this long

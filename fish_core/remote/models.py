@@ -52,7 +52,7 @@ def spec(name: str | None) -> ModelSpec:
 
 def model_ids(answer, where: str) -> list[str]:
     """The model ids of a ``/v1/models`` answer, in the engine's order."""
-    from .wire import AudioFormatError
+    from ..audio.wav import AudioFormatError
 
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, list):

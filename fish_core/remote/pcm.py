@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from .wire import MAX_RATE, MIN_RATE, AudioFormatError, WavReader
+from ..audio.wav import MAX_RATE, MIN_RATE, AudioFormatError, WavReader, wav_file
 
 S2_RATE = 44100  # the ModifiedDAC codec of S2 and Drama 3
 FRAME_SAMPLES = 2048  # codec samples per generated frame
@@ -120,8 +120,6 @@ def chunk_audio(audio: bytes, event: dict, default_rate: int, where: str
     """The samples of one SGLang-Omni ``audio.speech.chunk``: PCM (``audio.format`` ``pcm``,
     at ``audio.sample_rate`` or ``default_rate``) or, from older versions, one WAV file; or of
     one OpenAI ``speech.audio.delta`` (base64 ``audio``, ``response_format`` pcm)."""
-    from .wire import wav_file
-
     meta = event.get("audio") if isinstance(event.get("audio"), dict) else {}
     fmt = str(meta.get("format") or event.get("response_format") or "").lower()
     if audio[:4] == b"RIFF" or fmt == "wav":

@@ -1,140 +1,18 @@
-"""Audio as remote engines send it: WAV (whole, or streamed with an unknown length), SSE events
-carrying base64 audio, and the checks every piece passes before it reaches a caller.
-
-``WavReader`` takes bytes as they arrive and gives float32 mono samples as soon as whole
-samples are there; it accepts 16-bit PCM and 32-bit float WAV, mono or stereo (averaged). It
-parses each header byte once (linear time, whatever the chunking), and a header is at most
-``MAX_HEADER_BYTES`` in at most ``MAX_CHUNKS`` chunks. Server text in errors goes through
-``http.quote`` (short, no control characters)."""
+"""Audio as remote engines send it: server-sent events carrying base64 audio, and the check every
+piece passes before it reaches a caller. WAV bodies (whole, or streamed with an unknown length)
+are parsed by ``fish_core.audio.wav.WavReader``, with its bounds. Server text in errors goes
+through ``http.quote`` (short, no control characters)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import struct
 from typing import Iterator
 
-import numpy as np
 import torch
 
+from ..audio.wav import AudioFormatError
 from .http import quote
-
-PCM, FLOAT = 1, 3  # WAVE format tags
-EXTENSIBLE = 0xFFFE
-MIN_RATE, MAX_RATE = 8000, 192000
-MAX_HEADER_BYTES = 1 << 20  # RIFF chunks before ``data`` (fmt, LIST, …): a real one is < 1 KiB
-MAX_CHUNKS = 64
-
-
-class AudioFormatError(ValueError):
-    """A response whose audio is not what the client can use (names the endpoint)."""
-
-
-class WavReader:
-    """Incremental WAV parser: ``feed(bytes)`` → float32 ``[n]`` samples decoded so far."""
-
-    def __init__(self, where: str):
-        self.where = where
-        self.header = bytearray()  # header bytes not parsed yet
-        self.header_bytes = 0  # header bytes received so far
-        self.chunks = 0
-        self.riff = False  # the 12-byte RIFF/WAVE preamble was read
-        self.sample_rate: int | None = None
-        self.channels = 0
-        self.kind = PCM
-        self.width = 2  # bytes per sample of one channel
-        self.in_data = False
-        self.pending = b""
-
-    def feed(self, data: bytes) -> torch.Tensor:
-        if not self.in_data:
-            self.header_bytes += len(data)
-            self.header += data
-            data = self._parse_header()
-            if not self.in_data and self.header_bytes > MAX_HEADER_BYTES:
-                raise AudioFormatError(f"{self.where}: the WAV header is larger than "
-                                       f"{MAX_HEADER_BYTES} bytes; not audio this client takes")
-            if not self.in_data:
-                return torch.zeros(0)
-        data = self.pending + data
-        frame = self.width * self.channels
-        usable = len(data) - len(data) % frame
-        self.pending = data[usable:]
-        return self._samples(data[:usable])
-
-    def _parse_header(self) -> bytes:
-        """Read RIFF chunks until ``data``; returns the bytes after its header (or b""). Parsed
-        bytes are dropped from ``header``, so each byte is looked at once."""
-        h = self.header
-        if not self.riff:
-            if len(h) < 12:
-                return b""
-            if h[:4] != b"RIFF" or h[8:12] != b"WAVE":
-                raise AudioFormatError(f"{self.where}: the response is not WAV audio")
-            self.riff = True
-            at = 12
-        else:
-            at = 0
-        try:
-            while len(h) >= at + 8:
-                chunk, size = bytes(h[at:at + 4]), struct.unpack("<I", h[at + 4:at + 8])[0]
-                if chunk == b"data":
-                    if self.sample_rate is None:
-                        raise AudioFormatError(f"{self.where}: WAV data before its fmt chunk")
-                    self.in_data = True
-                    return bytes(h[at + 8:])
-                if size > MAX_HEADER_BYTES:
-                    raise AudioFormatError(f"{self.where}: a WAV header chunk of {size} bytes; "
-                                           "not audio this client takes")
-                if len(h) < at + 8 + size:
-                    break  # wait for the whole chunk
-                self.chunks += 1
-                if self.chunks > MAX_CHUNKS:
-                    raise AudioFormatError(f"{self.where}: the WAV header has more than "
-                                           f"{MAX_CHUNKS} chunks; not audio this client takes")
-                if chunk == b"fmt ":
-                    self._format(bytes(h[at + 8:at + 8 + size]))
-                at += 8 + size + size % 2
-        finally:
-            del h[:min(at, len(h))]
-        return b""
-
-    def _format(self, fmt: bytes) -> None:
-        if len(fmt) < 16:
-            raise AudioFormatError(f"{self.where}: the WAV fmt chunk is too short")
-        tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", fmt[:16])
-        if tag == EXTENSIBLE and len(fmt) >= 26:
-            tag = struct.unpack("<H", fmt[24:26])[0]
-        if (tag, bits) not in ((PCM, 16), (FLOAT, 32)):
-            raise AudioFormatError(f"{self.where}: WAV of format {tag} with {bits}-bit samples "
-                                   "is not supported; ask for 16-bit PCM or float WAV")
-        if channels not in (1, 2):
-            raise AudioFormatError(f"{self.where}: WAV with {channels} channels; expected "
-                                   "mono (or stereo)")
-        if not MIN_RATE <= rate <= MAX_RATE:
-            raise AudioFormatError(f"{self.where}: WAV sample rate {rate} Hz is not plausible")
-        self.sample_rate, self.channels, self.kind, self.width = rate, channels, tag, bits // 8
-
-    def _samples(self, data: bytes) -> torch.Tensor:
-        if not data:
-            return torch.zeros(0)
-        if self.kind == PCM:
-            x = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
-        else:
-            x = np.frombuffer(data, dtype="<f4").astype(np.float32)
-        x = x.reshape(-1, self.channels).mean(axis=1)  # [n] mono
-        if not np.isfinite(x).all():
-            raise AudioFormatError(f"{self.where}: the audio holds NaN or infinite samples")
-        return torch.from_numpy(np.ascontiguousarray(x))
-
-
-def wav_file(data: bytes, where: str) -> tuple[torch.Tensor, int]:
-    """One whole WAV file → (float32 mono ``[n]``, sample rate)."""
-    reader = WavReader(where)
-    wave = reader.feed(data)
-    if reader.sample_rate is None:
-        raise AudioFormatError(f"{where}: the WAV response ended inside its header")
-    return wave, reader.sample_rate
 
 
 def sse_events(lines: Iterator[bytes]) -> Iterator[str]:

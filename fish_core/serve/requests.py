@@ -1,4 +1,5 @@
-"""Speech request bodies of both dialects → one ``SpeechRequest``, every field checked.
+"""What both dialects' request bodies share: ``SpeechRequest`` (what every dialect's parser,
+``openai.parse_openai`` and ``fish.parse_fish``, makes), ``Limits``, and the field checks.
 
 A bad field raises ``ApiError`` (status 4xx) whose message and ``param`` name the field as the
 client sent it; the handlers turn it into OpenAI's error shape ``{"error": {"message", "type",
@@ -18,15 +19,9 @@ from dataclasses import dataclass, field
 import soundfile as sf
 
 from ..params import DEFAULTS, MAX_SEED
+from ..speech.library import VoiceNameError, check_name
 from . import formats
 
-OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
-                 "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
-                 "top_p", "top_k", "max_new_tokens", "repetition_penalty"}
-FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
-               "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
-               "repetition_penalty", "temperature", "top_k"}
-VOICE_NAME = re.compile(r"[A-Za-z0-9_\- ]+")  # fish-speech's reference id rule, per path segment
 REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
 PATH = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\'\"<>:]+[/\\])+[^\s/\\'\"<>:,;)]*")
 URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -165,15 +160,12 @@ def audio_format(body: dict, name: str, default: str) -> str:
 
 
 def voice_name(value, param: str = "voice") -> str:
-    """A voice name: path segments of ``[A-Za-z0-9_\\- ]``, at most 255 characters."""
-    if not isinstance(value, str):
-        raise bad(param, f"must be a string, got {type(value).__name__}")
-    parts = value.split("/")
-    if not value or len(value) > 255 or not all(VOICE_NAME.fullmatch(p) for p in parts) \
-            or any(p.strip() != p or not p.strip() for p in parts):
-        raise bad(param, "must be 1-255 characters of letters, digits, '_', '-', ' ' "
-                         f"(and '/' between folders), got {value!r}")
-    return value
+    """A voice name by the library's rule (``fish_core.speech.library.check_name``: the one the
+    ComfyUI nodes use)."""
+    try:
+        return check_name(value, param)
+    except VoiceNameError as e:  # its text starts with the field's name
+        raise ApiError(400, str(e), param) from None
 
 
 def audio_bytes(value, param: str) -> bytes:
@@ -246,7 +238,7 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
         raise bad(param, detail(str(e).removeprefix(f"{param}: "))) from None
 
 
-# ---------------------------------------------------------------- the two dialects
+# ---------------------------------------------------------------- sampling (both dialects)
 def sampling(body: dict, request: SpeechRequest, limits: Limits) -> None:
     request.seed = integer(body, "seed", None, 0, MAX_SEED)
     request.temperature = number(body, "temperature", DEFAULTS.temperature, 0, 2, low_open=True,
@@ -256,68 +248,3 @@ def sampling(body: dict, request: SpeechRequest, limits: Limits) -> None:
     request.max_new_tokens = integer(body, "max_new_tokens",
                                      min(DEFAULTS.max_new_tokens, limits.max_new_tokens), 1,
                                      limits.max_new_tokens)
-
-
-def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
-    """OpenAI ``POST /v1/audio/speech`` plus the S2 extensions of SGLang-Omni / vLLM-Omni."""
-    body = require_object(body)
-    reject_unknown(body, OPENAI_FIELDS)
-    model = body.get("model")
-    if model is not None and model not in models:
-        raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
-                  404, "model_not_found")
-    text = text_field(body, "input", limits)
-    instructions = text_field(body, "instructions", limits, required=False)
-    if instructions is not None:
-        if any(c in instructions for c in "[]<>") or len(instructions) > 200:
-            raise bad("instructions", "must be a short style cue (at most 200 characters, no "
-                                      "brackets), e.g. 'whispering'")
-        text = f"[{instructions.strip()}] {text}"
-    voice = body.get("voice")
-    if isinstance(voice, dict):
-        voice = voice.get("id")
-    request = SpeechRequest(text, None if voice is None else voice_name(voice))
-    request.format = audio_format(body, "response_format", "wav")
-    speed = number(body, "speed", 1.0, 0.25, 4.0)
-    if speed != 1.0:
-        raise bad("speed", f"only 1.0 is supported (S2 has no speed control), got {speed:g}")
-    request.stream = choice(body, "stream_format", None, ("audio", "sse"))
-    if request.stream and request.format not in formats.STREAMABLE:
-        raise bad("response_format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.references = references(body, "references", limits)
-    if body.get("ref_audio") is not None:
-        ref_text = text_field(body, "ref_text", limits)
-        request.references.append(Reference(audio_bytes(body["ref_audio"], "ref_audio"),
-                                            ref_text, "ref_audio"))
-        if len(request.references) > limits.max_references:
-            raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
-                                   f"{limits.max_references}")
-    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
-    sampling(body, request, limits)
-    return request
-
-
-def parse_fish(body, limits: Limits) -> SpeechRequest:
-    """fish-speech ``POST /v1/tts`` (``ServeTTSRequest``)."""
-    body = require_object(body)
-    reject_unknown(body, FISH_FIELDS)
-    request = SpeechRequest(text_field(body, "text", limits))
-    reference_id = body.get("reference_id")
-    request.voice = None if reference_id is None else voice_name(reference_id, "reference_id")
-    request.voice_param = "reference_id"
-    request.references = references(body, "references", limits)
-    request.format = audio_format(body, "format", "wav")
-    streaming = body.get("streaming", False)
-    if not isinstance(streaming, bool):
-        raise bad("streaming", f"must be true or false, got {streaming!r}")
-    if streaming and request.format not in formats.STREAMABLE:
-        raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.stream = "audio" if streaming else None
-    request.max_bytes = integer(body, "chunk_length", 300, 100, 1000)
-    choice(body, "latency", "normal", ("normal", "balanced"))
-    choice(body, "use_memory_cache", "off", ("on", "off"))
-    if not isinstance(body.get("normalize", True), bool):
-        raise bad("normalize", "must be true or false")
-    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
-    sampling(body, request, limits)
-    return request

@@ -117,8 +117,9 @@ def check_codes(codes, where: str, num_codebooks: int | None = None,
 
 def encode_voice(codec, audio, text: str, name: str = "voice", sample_rate: int | None = None
                  ) -> Voice:
-    """Encode a reference clip (file path, tensor/array with ``sample_rate``, or a ComfyUI AUDIO
-    dict) and its transcript into a reusable voice with ``codec`` (a ``fish_core.codec.model.Codec``)."""
+    """Encode a reference clip (file path, or tensor/array with ``sample_rate``; a
+    ``{"waveform", "sample_rate"}`` dict through ``audio.files.from_mapping``) and its
+    transcript into a reusable voice with ``codec`` (a ``fish_core.codec.model.Codec``)."""
     from ..audio.files import load_audio, prepare_audio
 
     if not check_text(text, "reference transcript").strip():

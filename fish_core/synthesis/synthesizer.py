@@ -112,8 +112,9 @@ class Synthesizer:
     # ------------------------------------------------------------------ voices
     def encode_voice(self, audio, text: str, name: str = "voice", sample_rate: int | None = None
                      ) -> Voice:
-        """Encode a reference clip (file path, tensor/array with ``sample_rate``, or a ComfyUI
-        AUDIO dict) and its transcript into a reusable voice."""
+        """Encode a reference clip (file path, or tensor/array with ``sample_rate``; a
+        ``{"waveform", "sample_rate"}`` dict is unpacked by ``audio.files.from_mapping``) and
+        its transcript into a reusable voice."""
         return encode_voice(self.require_codec(), audio, text, name, sample_rate)
 
     # ------------------------------------------------------------------ synthesis
@@ -125,10 +126,8 @@ class Synthesizer:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
         ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
-        if not textplan.check_text(text, "text").strip():
-            raise ValueError("text is empty: nothing to say")
+        batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]  # checks the text
         voices = as_voices(voice)
-        batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         params = SamplingParams.from_options(sampling, "tts")
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
                                0.0, on_progress, cancel)

@@ -6,6 +6,7 @@ import asyncio
 import sys
 import types
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
@@ -18,21 +19,18 @@ from conftest import fixtures_dir  # noqa: E402
 @pytest.fixture(scope="module")
 def comfy(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
-    stubs = comfy_stubs.install(base)
     models = base / "models" / "fish_speech"
     models.mkdir(parents=True)
     (models / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
-    server = types.ModuleType("server")
-    server.PromptServer = types.SimpleNamespace(
-        instance=types.SimpleNamespace(routes=web.RouteTableDef()))
-    sys.modules["server"] = server
-    pack = comfy_stubs.load_pack("sailfish_routes")
-    yield types.SimpleNamespace(pack=pack, stubs=stubs, routes=server.PromptServer.instance.routes,
-                                manager=pack.nodes.manager.MANAGER)
-    pack.nodes.manager.MANAGER.unload()
-    comfy_stubs.unload_pack("sailfish_routes")
-    comfy_stubs.uninstall()
-    sys.modules.pop("server", None)
+    server = sys.modules["server"] = comfy_stubs.server_module(web.RouteTableDef())
+    try:
+        with comfy_stubs.pack_in_comfy(base, "sailfish_routes") as (pack, stubs):
+            yield types.SimpleNamespace(pack=pack, stubs=stubs,
+                                        routes=server.PromptServer.instance.routes,
+                                        manager=pack.nodes.manager.MANAGER)
+            pack.nodes.manager.MANAGER.unload()
+    finally:
+        sys.modules.pop("server", None)
 
 
 @asynccontextmanager
@@ -88,3 +86,27 @@ def test_not_mounted_without_a_server_or_when_switched_off(comfy, monkeypatch):
     monkeypatch.delitem(sys.modules, "server")
     monkeypatch.setenv("SAILFISH_SERVE", "1")
     assert comfy.pack.nodes.routes.mount() is False
+
+
+def test_the_model_folders_are_scanned_once_not_per_round(comfy, monkeypatch):
+    """Every scheduler round asks for the served model; the folders are scanned when a choice is
+    first seen, and again only when the folder found is no longer a checkpoint."""
+    routes_module = comfy.pack.nodes.routes
+    paths = comfy.pack.nodes.paths
+    monkeypatch.delenv("SAILFISH_SERVE_MODEL", raising=False)
+    monkeypatch.setattr(routes_module, "_FOUND", {})
+    scans = []
+    real_scan = paths.local_models
+    monkeypatch.setattr(paths, "local_models", lambda: scans.append(1) or real_scan())
+    first = routes_module.model_handle()
+    assert [routes_module.model_handle().folder for _ in range(3)] == [first.folder] * 3
+    assert Path(first.folder).name == "tiny-s2"
+    scanned = len(scans)
+    assert scanned >= 1
+    routes_module.model_handle()
+    assert len(scans) == scanned  # no scan per round
+    monkeypatch.setattr(comfy.pack.fish_core.loading.hub, "is_model_dir",
+                        lambda path, codec=False: False)  # the folder went away
+    with pytest.raises(Exception, match="model"):
+        routes_module.model_handle()
+    assert len(scans) > scanned

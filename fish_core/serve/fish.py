@@ -1,0 +1,80 @@
+"""The fish-speech dialect: ``POST /v1/tts`` (``ServeTTSRequest``, JSON or msgpack) and the
+reference library at ``/v1/references/list|add|delete|update``. The shared field checks are in
+``requests.py``; the answer in ``speak.py``; voices are stored by ``voicelib.py``."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from . import formats
+from .bodies import read_object
+from .requests import (Limits, SpeechRequest, audio_format, bad, choice, integer, number,
+                       references, reject_unknown, require_object, sampling, text_field,
+                       voice_name)
+from .service import Service
+from .speak import speak
+from .voices_api import added_voice
+
+FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
+               "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
+               "repetition_penalty", "temperature", "top_k"}
+
+
+def parse_fish(body, limits: Limits) -> SpeechRequest:
+    """fish-speech ``POST /v1/tts`` (``ServeTTSRequest``)."""
+    body = require_object(body)
+    reject_unknown(body, FISH_FIELDS)
+    request = SpeechRequest(text_field(body, "text", limits))
+    reference_id = body.get("reference_id")
+    request.voice = None if reference_id is None else voice_name(reference_id, "reference_id")
+    request.voice_param = "reference_id"
+    request.references = references(body, "references", limits)
+    request.format = audio_format(body, "format", "wav")
+    streaming = body.get("streaming", False)
+    if not isinstance(streaming, bool):
+        raise bad("streaming", f"must be true or false, got {streaming!r}")
+    if streaming and request.format not in formats.STREAMABLE:
+        raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
+    request.stream = "audio" if streaming else None
+    request.max_bytes = integer(body, "chunk_length", 300, 100, 1000)
+    choice(body, "latency", "normal", ("normal", "balanced"))
+    choice(body, "use_memory_cache", "off", ("on", "off"))
+    if not isinstance(body.get("normalize", True), bool):
+        raise bad("normalize", "must be true or false")
+    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
+    sampling(body, request, limits)
+    return request
+
+
+async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:
+    body = await read_object(request, service.limits, msgpack=True)
+    return await speak(service, request, parse_fish(body, service.limits))
+
+
+async def fish_list(service: Service, request: web.Request) -> web.Response:
+    return web.json_response({"success": True, "reference_ids": service.voices.names()})
+
+
+async def fish_add(service: Service, request: web.Request) -> web.Response:
+    name = await added_voice(service, request, "id")
+    return web.json_response({"success": True, "reference_id": name,
+                              "message": f"reference {name!r} added"})
+
+
+async def fish_delete(service: Service, request: web.Request) -> web.Response:
+    body = await read_object(request, service.limits, msgpack=True)
+    if not isinstance(body, dict):
+        raise bad("body", "must be a JSON object")
+    service.voices.delete(voice_name(body.get("reference_id"), "reference_id"), "reference_id")
+    return web.json_response({"success": True, "reference_id": body["reference_id"]})
+
+
+async def fish_update(service: Service, request: web.Request) -> web.Response:
+    body = await read_object(request, service.limits, msgpack=True)
+    if not isinstance(body, dict):
+        raise bad("body", "must be a JSON object")
+    old = voice_name(body.get("old_reference_id"), "old_reference_id")
+    new = voice_name(body.get("new_reference_id"), "new_reference_id")
+    service.voices.rename(old, new, "old_reference_id", "new_reference_id")
+    return web.json_response({"success": True, "old_reference_id": old,
+                              "new_reference_id": new})

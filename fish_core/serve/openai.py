@@ -1,0 +1,70 @@
+"""The OpenAI dialect: ``POST /v1/audio/speech`` (its request shape, plus the S2 extensions of
+SGLang-Omni / vLLM-Omni) and ``GET /v1/models``. The shared field checks are in
+``requests.py``; the answer in ``speak.py``; the voice routes in ``voices_api.py``."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from . import formats
+from .bodies import read_object
+from .requests import (Limits, Reference, SpeechRequest, audio_bytes, audio_format, bad, choice,
+                       number, references, reject_unknown, require_object, sampling, text_field,
+                       voice_name)
+from .service import Service
+from .speak import speak
+
+OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
+                 "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
+                 "top_p", "top_k", "max_new_tokens", "repetition_penalty"}
+
+
+def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
+    """OpenAI ``POST /v1/audio/speech`` plus the S2 extensions of SGLang-Omni / vLLM-Omni."""
+    body = require_object(body)
+    reject_unknown(body, OPENAI_FIELDS)
+    model = body.get("model")
+    if model is not None and model not in models:
+        raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
+                  404, "model_not_found")
+    text = text_field(body, "input", limits)
+    instructions = text_field(body, "instructions", limits, required=False)
+    if instructions is not None:
+        if any(c in instructions for c in "[]<>") or len(instructions) > 200:
+            raise bad("instructions", "must be a short style cue (at most 200 characters, no "
+                                      "brackets), e.g. 'whispering'")
+        text = f"[{instructions.strip()}] {text}"
+    voice = body.get("voice")
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    request = SpeechRequest(text, None if voice is None else voice_name(voice))
+    request.format = audio_format(body, "response_format", "wav")
+    speed = number(body, "speed", 1.0, 0.25, 4.0)
+    if speed != 1.0:
+        raise bad("speed", f"only 1.0 is supported (S2 has no speed control), got {speed:g}")
+    request.stream = choice(body, "stream_format", None, ("audio", "sse"))
+    if request.stream and request.format not in formats.STREAMABLE:
+        raise bad("response_format", f"{request.format} cannot be streamed; stream wav or pcm")
+    request.references = references(body, "references", limits)
+    if body.get("ref_audio") is not None:
+        ref_text = text_field(body, "ref_text", limits)
+        request.references.append(Reference(audio_bytes(body["ref_audio"], "ref_audio"),
+                                            ref_text, "ref_audio"))
+        if len(request.references) > limits.max_references:
+            raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
+                                   f"{limits.max_references}")
+    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
+    sampling(body, request, limits)
+    return request
+
+
+async def openai_speech(service: Service, request: web.Request) -> web.StreamResponse:
+    body = await read_object(request, service.limits)  # before admission: bodies arrive freely
+    return await speak(service, request, parse_openai(body, service.limits,
+                                                      service.model_names))
+
+
+async def models(service: Service, request: web.Request) -> web.Response:
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "sailfish"}
+            for name in sorted(service.model_names)]
+    return web.json_response({"object": "list", "data": data})

@@ -1,0 +1,130 @@
+"""Answering one speech request, whatever its dialect: queue it with the scheduler and send its
+audio as it arrives: whole (any format), streamed (wav or pcm) or as OpenAI's server-sent
+events; a client that goes away cancels its task."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import torch
+from aiohttp import web
+
+from . import formats
+from .logs import log
+from .requests import SpeechRequest
+from .service import Service
+
+POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def speak(service: Service, request: web.Request, speech: SpeechRequest
+                ) -> web.StreamResponse:
+    """Queue the request and answer as its audio arrives: whole, streamed, or as SSE."""
+    loop = asyncio.get_running_loop()
+    items: asyncio.Queue = asyncio.Queue()
+
+    def emit(kind: str, value) -> None:  # on the scheduler's thread
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    with service.admitted():
+        task = service.scheduler.submit(speech, emit)
+        try:
+            kind, info = await next_item(items, request)
+            if kind == "error":
+                raise info
+            if speech.stream is None:
+                return await whole(items, request, speech, info)
+            return await streamed(items, request, speech, info)
+        except ClientGone:  # nobody to answer; 499 is what the access log shows
+            return web.Response(status=499)
+        finally:
+            task.cancel()  # a no-op once it is done; stops it when the client left
+
+
+async def next_item(items: asyncio.Queue, request: web.Request) -> tuple[str, object]:
+    """The task's next report, watching for the client going away meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(items.get(), POLL_SECONDS)
+        except asyncio.TimeoutError:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ClientGone() from None
+
+
+def audio_headers(info: dict) -> dict:
+    return {"X-Sailfish-Seed": str(info["seed"]),
+            "X-Sailfish-Sample-Rate": str(info["sample_rate"])}
+
+
+async def whole(items, request, speech: SpeechRequest, info: dict) -> web.Response:
+    chunks = []
+    while True:
+        kind, value = await next_item(items, request)
+        if kind == "error":
+            raise value
+        if kind == "done":
+            break
+        chunks.append(value)
+    wave = torch.cat(chunks)
+    data = await asyncio.get_running_loop().run_in_executor(
+        None, formats.encode, wave, info["sample_rate"], speech.format)
+    return web.Response(body=data, content_type=formats.CONTENT_TYPES[speech.format],
+                        headers=audio_headers(info))
+
+
+async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.StreamResponse:
+    kind, value = await next_item(items, request)
+    if kind == "error":  # before any audio: still time for a proper status
+        raise value
+    encode = formats.StreamEncoder(speech.format, info["sample_rate"])
+    sse = speech.stream == "sse"
+    response = web.StreamResponse(headers=audio_headers(info))
+    response.content_type = "text/event-stream" if sse else formats.CONTENT_TYPES[speech.format]
+    if sse:
+        response.headers["Cache-Control"] = "no-cache"
+    await response.prepare(request)
+    try:
+        await stream_body(items, request, response, encode, sse, kind, value, info)
+    except (ClientGone, ConnectionResetError):  # the client left mid-stream
+        return response
+    await response.write_eof()
+    return response
+
+
+async def stream_body(items, request, response, encode, sse: bool, kind: str, value,
+                      info: dict) -> None:
+    """Write the chunks as they come (``kind, value``: the first report, already read)."""
+    samples = 0
+    while True:
+        if kind == "error":  # too late for a status: say it in the stream, or just end it
+            log.warning("Sailfish serve: stream ended early: %s", value.message)
+            if sse:
+                await response.write(sse_event({"type": "error", "error": value.body()["error"]}))
+            break
+        if kind == "done":
+            if sse:
+                frames = samples // info["frame_length"]
+                await response.write(sse_event({"type": "speech.audio.done",
+                                                "usage": {"output_tokens": frames}}))
+            break
+        samples += value.shape[0]
+        data = encode(value)
+        if sse:
+            data = sse_event({"type": "speech.audio.delta",
+                              "audio": base64.b64encode(data).decode("ascii")})
+        await response.write(data)
+        kind, value = await next_item(items, request)
+
+
+def sse_event(payload: dict) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
