@@ -33,6 +33,7 @@ from .codec import CHECKPOINT_NAME, Codec
 from .config import ModelConfig
 from .device import codec_dtype_for, resolve_device, resolve_dtype
 from .generate import Engine, GenerationError, SamplingParams, batch_seed
+from .live import LiveCues, LiveTake, OnChunk
 from .model import DualAR
 from .prompt import PromptEncoder, conversation
 from .stream import CHUNK_FRAMES, FIRST_FRAMES, AudioStream, SpeechJob, decode_batches
@@ -114,18 +115,20 @@ class Synthesizer:
             top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-            ) -> Speech | list[Speech]:
+            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+            on_chunk: OnChunk | None = None) -> Speech | list[Speech]:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
-        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
+        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``.
+        ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece by piece while
+        it is generated (``fish_core.live``)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         voices = as_voices(voice)
         batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
-                               0.0, on_progress, cancel)
+                               0.0, on_progress, cancel, on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
@@ -151,14 +154,15 @@ class Synthesizer:
                  top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> Speech | list[Speech]:
+                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+                 on_chunk: OnChunk | None = None) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
         turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
         every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
-        may share a text batch and flow as one conversation. ``takes`` as for ``tts``."""
+        may share a text batch and flow as one conversation. ``takes`` and ``on_chunk`` (the
+        mix, pauses included) as for ``tts``."""
         turns, voice_list = script_turns(script, voices, require_voices, pause)
         if pause > 0 or turn_by_turn:
             batches = [Batch(piece, t.speaker) for t in turns
@@ -168,7 +172,7 @@ class Synthesizer:
             batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
-                               history_turns, pause, on_progress, cancel)
+                               history_turns, pause, on_progress, cancel, on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
@@ -176,16 +180,19 @@ class Synthesizer:
                   top_k: int = DEFAULTS.top_k, max_new_tokens: int = DEFAULTS.max_new_tokens,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None,
+                  on_chunk: OnChunk | None = None) -> SubtitleSpeech:
         """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
-        the next cue is kept whole: the later cues move back, and the overrun is reported."""
+        the next cue is kept whole: the later cues move back, and the overrun is reported.
+        ``on_chunk`` as for ``tts``: the timeline, silences included, one cue at a time."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams(temperature, top_p, top_k, max_new_tokens).validate()
         voices = as_voices(voice)
         seed = pick_seed(seed)
+        live = LiveCues(cues, self.decode, on_chunk, self.sample_rate) if on_chunk else None
         (results,) = self._generate([Batch(c.text) for c in cues], voices, params, [seed],
-                                    history_turns, on_progress, cancel)
-        waves = [self.decode(r.generated.codes) for r in results]
+                                    history_turns, on_progress, cancel, live)
+        waves = live.waves if live else [self.decode(r.generated.codes) for r in results]
         timeline = place_cues(cues, waves, results, self.sample_rate)
         codes = torch.cat([r.generated.codes for r in results], dim=1)
         return SubtitleSpeech(timeline.waveform, self.sample_rate, codes, timeline.segments,
@@ -201,14 +208,16 @@ class Synthesizer:
     # ------------------------------------------------------------------ steps
     def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
                seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
-               cancel) -> list[Speech]:
+               cancel, on_chunk: OnChunk | None = None) -> list[Speech]:
         """Generate the batches (every take at once), decode each take's codes in one causal
         pass (no clicks at the joins), and lay its batches out on the output waveform."""
         codec = self.require_codec()
         seed = pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(takes)]  # take k: a run with seed + k
+        live = LiveTake(codec, on_chunk, len(batches), pause, self.config.eos_token_id) \
+            if on_chunk else None
         per_take = self._generate(batches, voices, params, seeds, history_turns, on_progress,
-                                  cancel)
+                                  cancel, live)
         speeches = []
         for take_seed, results in zip(seeds, per_take):
             codes = torch.cat([r.generated.codes for r in results], dim=1)  # [K, frames]
@@ -217,14 +226,15 @@ class Synthesizer:
                                       "producing any audio; try another seed or rephrase the "
                                       "text")
             # Cut into chunks as a stream of these batches would be, so streams match exactly.
-            wave = decode_batches(codec, [r.generated.codes for r in results])
+            wave = live.waveform() if live and not speeches else \
+                decode_batches(codec, [r.generated.codes for r in results])
             timeline = join_batches(wave, results, codec.sample_rate, codec.frame_length, pause)
             speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
                                    timeline.segments, take_seed))
         return speeches
 
     def _generate(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-                  seeds: list[int], history_turns: int, on_progress, cancel
+                  seeds: list[int], history_turns: int, on_progress, cancel, live=None
                   ) -> list[list[BatchResult]]:
         """Generate every batch in order for each take (``[take][batch]``): batch b of the take
         with seed s draws with ``batch_seed(s, b)``, and hears the voices' references and the
@@ -246,13 +256,19 @@ class Synthesizer:
                 if on_progress is not None:
                     on_progress(done + i, total)
 
+            if live:  # fish_core.live: row 0 handed out while it is generated
+                live.begin(min(params.max_new_tokens,
+                               self.engine.max_context - prompts[0].shape[1]))
             t0 = time.perf_counter()
             generated = self.engine.generate(prompts, params,
                                              seeds=[batch_seed(s, b) for s in seeds],
-                                             on_frame=on_frame, cancel=cancel)
+                                             on_frame=on_frame, cancel=cancel,
+                                             on_column=live.on_column if live else None)
             seconds = time.perf_counter() - t0
             for results, gen in zip(per_take, generated):
                 results.append(BatchResult(batch, gen, seconds))
+            if live:
+                live.end(generated[0])
             if on_progress is not None:
                 on_progress(done + frames, total)
         return per_take
