@@ -7,12 +7,13 @@ two is exported, because ComfyUI ignores ``comfy_entrypoint`` when ``NODE_CLASS_
 exists.
 """
 
-from .nodes import host, paths, routes
+from .nodes import host, live, paths, routes
 
 WEB_DIRECTORY = "./web"
 
 paths.register_folders()
 routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
+live.mount()  # POST /sailfish/live: a browser tab asks for live playback (nodes/live.py)
 
 if host.v3_api() is not None:
     from .nodes import comfy_entrypoint
