@@ -65,12 +65,18 @@ class Listeners:
             return client_id in self._ids
 
 
-LISTENERS = Listeners()
-
-
 def prompt_server():
     """ComfyUI's ``PromptServer.instance``, or None outside ComfyUI."""
     return getattr(getattr(host.module("server"), "PromptServer", None), "instance", None)
+
+
+def listeners(server) -> Listeners:
+    """The server's one set of listening clients (kept on the server, so that every copy of
+    the pack in the process, and the route, share it)."""
+    found = getattr(server, "sailfish_live_listeners", None)
+    if found is None:
+        found = server.sailfish_live_listeners = Listeners()
+    return found
 
 
 def sender() -> "LiveSender | None":
@@ -78,7 +84,7 @@ def sender() -> "LiveSender | None":
     when there is no server, no client id (API use), or that client does not listen."""
     server = prompt_server()
     sid = getattr(server, "client_id", None)
-    if server is None or not sid or sid not in LISTENERS \
+    if server is None or not sid or sid not in listeners(server) \
             or sid not in getattr(server, "sockets", {}):
         return None
     utils = host.module("comfy_execution.utils")
@@ -195,7 +201,7 @@ async def set_listening(request):
         return web.json_response({"error": "expected {\"client_id\": the websocket's client id "
                                            "(letters, digits, - or _; at most 64), \"listen\": "
                                            "true or false}"}, status=400)
-    LISTENERS.set(client_id, listen)
+    listeners(prompt_server()).set(client_id, listen)
     return web.json_response({"listen": listen})
 
 
@@ -205,5 +211,7 @@ def mount() -> bool:
     server = prompt_server()
     if server is None:
         return False
-    server.routes.post(ROUTE)(set_listening)
+    if not getattr(server, "sailfish_live_route", False):  # once, whichever copy comes first
+        server.routes.post(ROUTE)(set_listening)
+        server.sailfish_live_route = True
     return True

@@ -201,11 +201,11 @@ def comfy(tmp_path_factory):
 def queued(comfy):
     """A prompt queued by CLIENT, which listens; afterwards nobody listens."""
     comfy.server.client_id, comfy.server.sent = CLIENT, []
-    comfy.live.LISTENERS.set(CLIENT, True)
-    comfy.live.LISTENERS.set(OTHER, True)
+    comfy.live.listeners(comfy.server).set(CLIENT, True)
+    comfy.live.listeners(comfy.server).set(OTHER, True)
     yield comfy
-    comfy.live.LISTENERS.set(CLIENT, False)
-    comfy.live.LISTENERS.set(OTHER, False)
+    comfy.live.listeners(comfy.server).set(CLIENT, False)
+    comfy.live.listeners(comfy.server).set(OTHER, False)
     comfy.stubs.mm.interrupt_current_processing(False)
 
 
@@ -315,16 +315,16 @@ def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, 
     if who == "no client id":
         queued.server.client_id = None  # API use without a websocket
     elif who == "not listening":
-        queued.live.LISTENERS.set(CLIENT, False)
+        queued.live.listeners(queued.server).set(CLIENT, False)
     elif who == "not connected":
         queued.server.client_id = "tab-closed"
-        queued.live.LISTENERS.set("tab-closed", True)
+        queued.live.listeners(queued.server).set("tab-closed", True)
     else:  # outside ComfyUI: no PromptServer at all
         monkeypatch.setitem(sys.modules, "server", None)
     audio, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert queued.server.sent == [] and made == []  # no live decode either
     monkeypatch.undo()
-    queued.live.LISTENERS.set(CLIENT, True)
+    queued.live.listeners(queued.server).set(CLIENT, True)
     queued.server.client_id = CLIENT
     heard, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert torch.equal(heard["waveform"], audio["waveform"])  # listening changes nothing
@@ -359,7 +359,7 @@ def test_a_failing_sender_never_fails_the_node(queued, monkeypatch):
     monkeypatch.setattr(queued.server, "send_sync", broken)
     audio, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     monkeypatch.undo()
-    queued.live.LISTENERS.set(CLIENT, False)
+    queued.live.listeners(queued.server).set(CLIENT, False)
     plain, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     assert torch.equal(audio["waveform"], plain["waveform"])
 
@@ -390,7 +390,7 @@ def post(handler, body, length=None):
 def test_the_route_switches_listening(comfy):
     (handler,) = [r.handler for r in comfy.server.routes
                   if r.method == "POST" and r.path == "/sailfish/live"]
-    listeners = comfy.live.LISTENERS
+    listeners = comfy.live.listeners(comfy.server)
     assert post(handler, {"client_id": "abc-1", "listen": True}) == (200, {"listen": True})
     assert "abc-1" in listeners
     assert post(handler, {"client_id": "abc-1", "listen": False}) == (200, {"listen": False})
