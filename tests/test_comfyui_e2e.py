@@ -89,8 +89,8 @@ def write_voice_clip(path: Path, seconds: float = 1.5, rate: int = 24000, pitch:
 
 
 class Server:
-    def __init__(self, root: Path, comfy_dir: Path):
-        self.root, self.comfy_dir = root, comfy_dir
+    def __init__(self, root: Path, comfy_dir: Path, extra_args: tuple[str, ...] = ()):
+        self.root, self.comfy_dir, self.extra_args = root, comfy_dir, list(extra_args)
         self.base, self.inputs, self.outputs = root / "base", root / "input", root / "output"
         self.voices = self.base / "models" / "fish_speech_voices"
         (self.base / "custom_nodes").mkdir(parents=True)
@@ -126,7 +126,8 @@ class Server:
                    "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
                    "--base-directory", str(self.base),
                    "--extra-model-paths-config", str(self.config),
-                   "--input-directory", str(self.inputs), "--output-directory", str(self.outputs)]
+                   "--input-directory", str(self.inputs), "--output-directory", str(self.outputs),
+                   *self.extra_args]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(command, cwd=self.root, env=env, stdout=log,
                                          stderr=subprocess.STDOUT)

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import itertools
 import json
+import re
 import sys
 import types
 
@@ -408,3 +409,23 @@ def test_listeners_are_bounded(comfy):
     for i in range(5):
         listeners.set(f"c{i}", True)
     assert [f"c{i}" in listeners for i in range(5)] == [False, False, True, True, True]
+
+
+# ---------------------------------------------------------------- the web extension's contract
+def test_the_extension_speaks_the_servers_protocol(comfy):
+    """The JS uses the event type, route and setting id the server and locales use."""
+    import comfy_stubs
+
+    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_live.js").read_text(encoding="utf-8")
+    constants = dict(re.findall(r'^const (\w+) = "([^"]*)";', js, flags=re.M))
+    assert constants["EVENT"] == comfy.live.EVENT
+    assert constants["ROUTE"] == comfy.live.ROUTE
+    for state in ("start", "chunk", "done", "cancelled", "error"):
+        assert f'"{state}"' in js
+    for lang in ("en", "zh"):
+        settings = json.loads((comfy_stubs.ROOT / "locales" / lang / "settings.json")
+                              .read_text(encoding="utf-8"))
+        entry = settings[constants["SETTING"].replace(".", "_")]
+        assert entry["name"] and entry["tooltip"]
+        if lang == "en":
+            assert f'name: "{entry["name"]}"' in js

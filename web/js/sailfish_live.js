@@ -36,7 +36,10 @@ const current = new Map(); // node id -> its latest Stream
 const playing = new Set(); // Streams with scheduled sources
 
 // ---------------------------------------------------------------- setting and server
+let wanted = null; // the setting as its onChange last gave it (called before it is stored)
+
 function enabled() {
+  if (wanted !== null) return wanted;
   try {
     const value = app.extensionManager?.setting?.get?.(SETTING);
     return value !== false;
@@ -47,13 +50,17 @@ function enabled() {
 
 let told = null; // {clientId, listen} the server last accepted
 let telling = null;
+let again = false;
 
 async function tellServer(force = false) {
   const clientId = api.clientId ?? api.initialClientId;
   if (!clientId) return;
   const listen = enabled();
   if (!force && told && told.clientId === clientId && told.listen === listen) return;
-  if (telling) return; // one request at a time; the next status event checks again
+  if (telling) {
+    again = true; // one request at a time: check again when this one is answered
+    return;
+  }
   telling = { clientId, listen };
   try {
     const response = await api.fetchApi(ROUTE, {
@@ -66,6 +73,10 @@ async function tellServer(force = false) {
     told = { ...telling, failed: true };
   } finally {
     telling = null;
+    if (again) {
+      again = false;
+      tellServer(false);
+    }
   }
 }
 
@@ -160,6 +171,10 @@ class Stream {
   play() {
     // Start (or keep) scheduling from where scheduling stopped.
     this.wanted = true;
+    if (!ctx && navigator.userActivation?.hasBeenActive === false) {
+      this.blocked = true; // no gesture yet: the browser would refuse; ask for a click
+      return;
+    }
     if (!ctx) ctx = makeContext();
     if (!ctx) return;
     if (ctx.state !== "running") {
@@ -423,6 +438,7 @@ app.registerExtension({
       type: "boolean",
       defaultValue: true,
       onChange: (value) => {
+        wanted = value !== false;
         if (value === false) for (const stream of current.values()) stream.stop();
         tellServer(false);
       },
