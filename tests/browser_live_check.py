@@ -124,7 +124,7 @@ SETUP = """(async () => {
     return true;
   };
   window.__reseed();
-  return app.extensions.some((e) => e.name === "Sailfish.LivePlayback");
+  return app.extensions.some((e) => e.name === "Sailfish.LivePlayback");  // ours loaded
 })()"""
 WIDGET_VALUES = """(() => {
   const app = window.comfyAPI.app.app;
@@ -143,6 +143,27 @@ PLAYER = """(() => {
 LISTEN_AT = """(() => {
   const r = document.querySelector(".sailfish-live .listen").getBoundingClientRect();
   return [Math.round(r.x + r.width / 2), Math.round(r.y + r.height / 2)];
+})()"""
+EMPTY_CANVAS = """(() => {  // a point on the graph canvas with no node: a harmless click
+  const app = window.comfyAPI.app.app;
+  for (let y = 150; y < 850; y += 40) {
+    for (let x = 150; x < 1300; x += 40) {
+      const el = document.elementFromPoint(x, y);
+      if (el?.id !== "graph-canvas") continue;
+      const [cx, cy] = app.canvas.convertEventToCanvasOffset({clientX: x, clientY: y});
+      if (!app.graph.getNodeOnPos(cx, cy)) return [x, y];
+    }
+  }
+  return [700, 450];
+})()"""
+IDLE = ("fetch('/queue').then(r => r.json()).then(q => "
+        "!q.queue_running.length && !q.queue_pending.length)")
+DIAGNOSE = """(async () => {
+  const api = window.comfyAPI.api.api;
+  const history = await (await fetch("/history?max_items=1")).json();
+  const last = Object.values(history)[0];
+  return JSON.stringify({clientId: api.clientId, initial: api.initialClientId,
+    live: window.__live, status: last?.status, queue: await (await fetch("/queue")).json()});
 })()"""
 QUEUE = "window.comfyAPI.app.app.queuePrompt(0).then(() => true)"
 
@@ -182,18 +203,27 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                 await page.until("!!(window.comfyAPI?.app?.app?.graph && "
                                  "window.comfyAPI.app.app.extensions?.length)")
                 await asyncio.sleep(2)  # let the other extensions settle
-                if baseline:
-                    await asyncio.sleep(3)
+                if not await page.eval(SETUP % WORKFLOW.read_text()) and not baseline:
+                    failed.append("the extension did not register")
+                if baseline:  # the same workflow queued twice, without the extension
+                    for _ in range(2):
+                        await page.eval("(window.__reseed(), true)")
+                        await page.eval(QUEUE)
+                        await asyncio.sleep(1.0)
+                        await page.until(IDLE)
+                    await asyncio.sleep(2)
                     pump.cancel()
                     return [], page.console
-                if not await page.eval(SETUP % WORKFLOW.read_text()):
-                    failed.append("the extension did not register")
                 before = await page.eval(WIDGET_VALUES)
                 if gesture:
-                    await page.click()
+                    await page.click(*await page.eval(EMPTY_CANVAS))
                 await page.eval(QUEUE)
-                await page.until("window.__live.includes('done') || "
-                                 "window.__live.includes('error')")
+                try:
+                    await page.until("window.__live.includes('done') || "
+                                     "window.__live.includes('error')")
+                except TimeoutError:
+                    print(f"    no live stream; page state: {await page.eval(DIAGNOSE)}")
+                    raise
                 live = await page.eval("window.__live")
                 if live[0] != "start" or live[-1] != "done" or "chunk" not in live:
                     failed.append(f"events: {live}")
@@ -228,8 +258,7 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                 await page.eval("(window.__live = [], window.__reseed())")
                 await page.eval(QUEUE)
                 await asyncio.sleep(1.0)
-                await page.until("fetch('/queue').then(r => r.json()).then(q => "
-                                 "!q.queue_running.length && !q.queue_pending.length)")
+                await page.until(IDLE)
                 if await page.eval("window.__live.length"):
                     failed.append("events arrived with the setting off")
                 if await page.eval(PLAYER) != player:
@@ -274,7 +303,8 @@ def main() -> int:
     try:
         _, base = asyncio.run(check(server.url, args.chromium, False, baseline=True))
         known = {normal(text) for _, text, _ in base}
-        print(f"-- baseline (the extension blocked): {len(base)} console errors/warnings")
+        print(f"-- baseline (the extension blocked, the workflow queued twice): {len(base)} "
+              "console errors/warnings")
         for kind, text, where in base:
             print(f"    {kind}: {text[:200]} {where[:100]}")
         for gesture in (True, False):
