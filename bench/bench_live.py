@@ -81,8 +81,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--seconds", type=float, default=20.0, help="clip length")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (1: steadier on a shared machine)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
 
     live_module = pack().nodes.live
     synth = Synthesizer.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
