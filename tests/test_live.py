@@ -1,5 +1,5 @@
-"""Live playback: the engine's ``on_chunk`` (fish_core/synthesis/live.py) and the node side that sends
-the chunks to the browser that queued the prompt (nodes/live.py), with a fake PromptServer.
+"""Live playback: the engine's ``on_chunk`` (fish_core/synthesis/live.py) and the node side that
+sends the chunks to the browser that queued the prompt (nodes/live.py), with a fake PromptServer.
 
 The chunks must concatenate to the returned waveform exactly (before any 16-bit rounding), for
 tts, takes, a dialogue with pauses and subtitles with gaps; asking for them must not change
