@@ -7,6 +7,7 @@ from ..fish_core.text import plan as textplan
 from ..fish_core.params import MAX_SEED, SamplingParams
 from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
+from .live import streamed
 from .runtime import from_audio, generate, require_text, sampling, to_audio, tracks_to_audio
 from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 
@@ -43,9 +44,9 @@ TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [e
 
 def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1):
     require_text("text", text, "type what to say")
-    speeches = generate(model, lambda synth, **run: synth.tts(
+    speeches = generate(model, streamed(lambda synth, **run: synth.tts(
         text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
-        **run))
+        **run)))
     return to_audio(speeches), timeline_json(speeches)
 
 
@@ -61,7 +62,7 @@ def voice_clone(model, reference_audio, reference_text, text, seed, temperature,
         return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
                                                               max_new_tokens), **progress)
 
-    speeches = generate(model, run)
+    speeches = generate(model, streamed(run))
     return to_audio(speeches), timeline_json(speeches)
 
 
@@ -69,9 +70,9 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
                   takes=1, turn_by_turn=True, **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
     voices = connected_speakers(script, speakers)
-    speeches = generate(model, lambda synth, **run: synth.dialogue(
+    speeches = generate(model, streamed(lambda synth, **run: synth.dialogue(
         script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
-        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run)))
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
@@ -101,8 +102,8 @@ def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice
         textplan.parse_srt(srt)
     except textplan.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
-    result = generate(model, lambda synth, **run: synth.subtitles(
-        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run))
+    result = generate(model, streamed(lambda synth, **run: synth.subtitles(
+        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run)))
     report = "\n".join(result.overruns) or "Every cue fits its slot."
     return to_audio([result]), result.srt(), report, timeline_json([result])
 

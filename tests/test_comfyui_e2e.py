@@ -11,6 +11,8 @@ models, inputs, outputs) goes to a temporary folder; nothing is left in COMFYUI_
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import io
 import json
 import os
@@ -91,8 +93,8 @@ def write_voice_clip(path: Path, seconds: float = 1.5, rate: int = 24000, pitch:
 
 
 class Server:
-    def __init__(self, root: Path, comfy_dir: Path):
-        self.root, self.comfy_dir = root, comfy_dir
+    def __init__(self, root: Path, comfy_dir: Path, extra_args: tuple[str, ...] = ()):
+        self.root, self.comfy_dir, self.extra_args = root, comfy_dir, list(extra_args)
         self.base, self.inputs, self.outputs = root / "base", root / "input", root / "output"
         self.voices = self.base / "models" / "fish_speech_voices"
         (self.base / "custom_nodes").mkdir(parents=True)
@@ -129,7 +131,8 @@ class Server:
                    "--listen", "127.0.0.1", "--port", str(self.port), "--disable-auto-launch",
                    "--base-directory", str(self.base),
                    "--extra-model-paths-config", str(self.config),
-                   "--input-directory", str(self.inputs), "--output-directory", str(self.outputs)]
+                   "--input-directory", str(self.inputs), "--output-directory", str(self.outputs),
+                   *self.extra_args]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(command, cwd=self.root, env=env, stdout=log,
                                          stderr=subprocess.STDOUT)
@@ -521,6 +524,133 @@ def test_errors_reach_the_user(server):
     assert entry["status"]["status_str"] == "error"
     error = dict(entry["status"]["messages"])["execution_error"]
     assert error["node_type"] == "SailfishTTS" and "text is empty" in error["exception_message"]
+
+
+# ---------------------------------------------------------------- live playback (nodes/live.py)
+LIVE_SRT = ("1\n00:00:00,400 --> 00:00:00,900\nFirst cue.\n\n"
+            "2\n00:00:01,600 --> 00:00:02,400\nSecond cue.\n")
+
+
+def live_prompt() -> dict:
+    """TTS with two takes, a multi-speaker script with pauses and subtitles with gaps, each
+    saved by Save Audio (nodes 2/3, 4/5, 6/7)."""
+    prompt = tts_prompt("Heard while it is made. Two takes.", 31, 16)
+    prompt["2"]["inputs"]["takes"] = 2
+    sampling = {k: prompt["2"]["inputs"][k] for k in ("seed", "temperature", "top_p", "top_k",
+                                                      "max_new_tokens")}
+    prompt["4"] = {"class_type": "SailfishMultiSpeaker", "inputs": {
+        "model": ["1", 0], "script": "[speaker_1]: One turn.\n[speaker_2]: Another turn.",
+        "pause": 0.3, **sampling}}
+    prompt["6"] = {"class_type": "SailfishSubtitles", "inputs": {
+        "model": ["1", 0], "srt": LIVE_SRT, **sampling}}
+    for saver, source in (("5", "4"), ("7", "6")):
+        prompt[saver] = {"class_type": "SaveAudio", "inputs": {
+            "audio": [source, 0], "filename_prefix": f"e2e/live_{source}"}}
+    return prompt
+
+
+async def live_session(server, listen: bool, prompt: dict) -> tuple[list, list, str]:
+    """Two websocket clients; the first queues ``prompt`` (both ask for live playback when
+    ``listen``). Returns each client's JSON messages until the prompt ended, and its id."""
+    import aiohttp
+
+    ids = [f"e2e-live-{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    async with aiohttp.ClientSession() as session:
+        sockets = [await session.ws_connect(f"{server.url}/ws?clientId={i}",
+                                            max_msg_size=16 << 20) for i in ids]
+        for client in ids:
+            async with session.post(f"{server.url}/sailfish/live",
+                                    json={"client_id": client, "listen": listen}) as r:
+                assert r.status == 200 and (await r.json()) == {"listen": listen}
+        async with session.post(f"{server.url}/prompt",
+                                json={"prompt": prompt, "client_id": ids[0]}) as r:
+            assert r.status == 200, await r.text()
+            prompt_id = (await r.json())["prompt_id"]
+
+        async def read(ws, until_end: bool) -> list:
+            seen = []
+            while True:
+                try:
+                    msg = await ws.receive(timeout=PROMPT_SECONDS if until_end else 3)
+                except asyncio.TimeoutError:
+                    assert not until_end, "no end of the prompt on the websocket"
+                    return seen
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                seen.append(json.loads(msg.data))
+                if until_end and seen[-1]["type"] in ("execution_success", "execution_error",
+                                                      "execution_interrupted") \
+                        and seen[-1]["data"].get("prompt_id") == prompt_id:
+                    return seen
+
+        mine = await read(sockets[0], True)
+        other = await read(sockets[1], False)  # a few more seconds for stray events
+        for ws in sockets:
+            await ws.close()
+    return mine, other, prompt_id
+
+
+def live_events(messages: list, node: str) -> list[dict]:
+    return [m["data"] for m in messages if m["type"] == "sailfish.live"
+            and m["data"]["node"] == node]
+
+
+def saved_audio(server, entry: dict, node: str) -> np.ndarray:
+    """Take 1 as Save Audio wrote it (the batch's first file), float in [-1, 1)."""
+    item = entry["outputs"][node]["audio"][0]
+    query = urllib.parse.urlencode({k: item[k] for k in ("filename", "subfolder", "type")})
+    with urllib.request.urlopen(f"{server.url}/view?{query}", timeout=30) as r:
+        wave, rate = sf.read(io.BytesIO(r.read()), dtype="float32")
+    assert rate == RATE
+    return wave
+
+
+def live_pcm(events: list[dict]) -> np.ndarray:
+    pieces = []
+    for e in events:
+        if e["state"] == "chunk":
+            pieces.append(np.zeros(e["samples"], np.float32) if e.get("silence") else
+                          np.frombuffer(base64.b64decode(e["pcm"]), "<i2") / 32767)
+    return np.concatenate(pieces)
+
+
+def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
+    mine, other, prompt_id = asyncio.run(live_session(server, True, live_prompt()))
+    assert mine[-1]["type"] == "execution_success", mine[-1]
+    assert not [m for m in other if m["type"] == "sailfish.live"]  # the other tab: nothing
+    entry = server.wait(prompt_id)
+    order = [(m["type"], m["data"].get("node")) for m in mine]
+    for node, saver in (("2", "3"), ("4", "5"), ("6", "7")):
+        events = live_events(mine, node)
+        assert [e["seq"] for e in events] == list(range(len(events)))
+        assert events[0]["state"] == "start" and events[-1]["state"] == "done"
+        assert all(e["prompt_id"] == prompt_id for e in events)
+        # every event between "executing node" and the next executing message
+        where = [i for i, m in enumerate(mine) if m["type"] == "sailfish.live"
+                 and m["data"]["node"] == node]
+        started = order.index(("executing", node))
+        after = next(i for i in range(started + 1, len(order)) if order[i][0] == "executing")
+        assert started < where[0] and where[-1] < after < len(order) - 1
+        heard, saved = live_pcm(events), saved_audio(server, entry, saver)
+        assert events[-1]["samples"] == heard.shape[0] <= saved.shape[0]
+        assert not saved[heard.shape[0]:].any()  # take 1's padding to the longest take
+        assert np.abs(heard - saved[:heard.shape[0]]).max() <= 3 / 32767  # 16-bit rounding
+    assert any(e.get("silence") for e in live_events(mine, "4"))  # the pauses
+    assert live_events(mine, "6")[1].get("silence")  # the gap before the first cue
+    # Not listening (the setting off): nothing is sent, the prompt runs as before.
+    mine, other, _ = asyncio.run(live_session(server, False, tts_prompt("Quiet.", 3, 8)))
+    assert mine[-1]["type"] == "execution_success"
+    assert not [m for m in mine + other if m["type"] == "sailfish.live"]
+
+
+def test_live_route_rejects_bad_requests(server):
+    for body in ({"client_id": "a b", "listen": True}, {"client_id": "ok", "listen": 1}, [1]):
+        request = urllib.request.Request(server.url + "/sailfish/live",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=30)
+        assert e.value.code == 400 and b"client_id" in e.value.read()
 
 
 def canonical(name: str) -> str:

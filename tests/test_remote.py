@@ -67,6 +67,22 @@ def test_takes_equal_local_takes(server, synth):
         assert torch.equal(g.waveform, wire(l.waveform))
 
 
+def test_on_chunk_gets_the_result_in_one_piece(server, synth):
+    """Not streamed live yet: ``on_chunk`` gets take 1's waveform (the timeline for subtitles)
+    in one piece when the call is done."""
+    client, pieces = remote(server, synth), []
+
+    def record(samples, rate):
+        pieces.append((samples, rate))
+
+    takes = client.tts("Two takes.", seed=9, takes=2, on_chunk=record, **FAST)
+    srt = "1\n00:00:00,500 --> 00:00:01,000\nA cue.\n"
+    cues = client.subtitles(srt, seed=4, on_chunk=record, **FAST)
+    assert [rate for _, rate in pieces] == [synth.sample_rate] * 2
+    assert torch.equal(pieces[0][0], takes[0].waveform)
+    assert torch.equal(pieces[1][0], cues.waveform)
+
+
 def test_voice_clone_equals_local(server, synth):
     ref = tone(synth.sample_rate, 0.6, 330.0)
     local = synth.tts("In my voice.", synth.encode_voice(ref, "Reference words.",

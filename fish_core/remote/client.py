@@ -51,7 +51,7 @@ from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
 from ..speech.arguments import as_voices, count_takes, script_turns
 from ..speech.timeline import join_pieces, place_cues
 from ..speech.voices import Voice
-from .dialects import Clip, Dialect, Params, dialect as pick_dialect, stated_consent
+from .dialects import Clip, Dialect, OnChunk, Params, dialect as pick_dialect, stated_consent
 from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
@@ -312,7 +312,7 @@ class RemoteSynthesizer:
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            **sampling) -> Speech | list[Speech]:
+            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
@@ -325,6 +325,7 @@ class RemoteSynthesizer:
                             cancel)
         speeches = [self._speech([reply], [Batch(text)], s, 0.0)
                     for reply, s in zip(replies, seeds)]
+        hand_out(speeches[0], on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
@@ -333,7 +334,7 @@ class RemoteSynthesizer:
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """``Synthesizer.dialogue`` on the engine. S2 speaks one voice per request, so it is
         always one request per turn, in its speaker's voice, whatever ``turn_by_turn`` says.
 
@@ -366,6 +367,7 @@ class RemoteSynthesizer:
                         for b, t in enumerate(turns)]
             replies = self._run(jobs, params, max_bytes, on_progress, cancel)
             speeches.append(self._speech(replies, batches, take_seed, 0.0 if whole else pause))
+        hand_out(speeches[0], on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def _script_voice(self, voices: list[Voice]) -> RemoteVoice | None:
@@ -392,7 +394,8 @@ class RemoteSynthesizer:
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  **sampling) -> SubtitleSpeech:
         """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i), placed at
         the cue times by the shared timeline code."""
         cues = textplan.parse_srt(srt)
@@ -403,8 +406,10 @@ class RemoteSynthesizer:
         replies = self._run(jobs, params, textplan.DEFAULT_MAX_BYTES, on_progress, cancel)
         results = [self._result(r, Batch(c.text)) for r, c in zip(replies, cues)]
         timeline = place_cues(cues, [r.wave for r in replies], results, self.sample_rate)
-        return SubtitleSpeech(timeline.waveform, self.sample_rate, empty_codes(results),
-                              timeline.segments, seed, timeline.cues, timeline.overruns)
+        result = SubtitleSpeech(timeline.waveform, self.sample_rate, empty_codes(results),
+                                timeline.segments, seed, timeline.cues, timeline.overruns)
+        hand_out(result, on_chunk)
+        return result
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
@@ -432,6 +437,12 @@ class RemoteSynthesizer:
         timeline = join_pieces([r.wave for r in replies], results, self.sample_rate, pause)
         return Speech(timeline.waveform, self.sample_rate, empty_codes(results),
                       timeline.segments, seed)
+
+
+def hand_out(speech: Speech, on_chunk: OnChunk | None) -> None:
+    """``on_chunk`` of a remote call: the finished waveform in one piece (not yet live)."""
+    if on_chunk is not None and speech.waveform.shape[0]:
+        on_chunk(speech.waveform.clone(), speech.sample_rate)
 
 
 def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str | None = None,

@@ -6,6 +6,11 @@ checks the signatures against this Protocol). Sampling parameters are the ``**sa
 keywords ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens`` (``fish_core.params``:
 defaults ``DEFAULTS``, checked by ``SamplingParams.from_options``); any other keyword is a
 ``TypeError`` naming it, on either synthesizer.
+
+``on_chunk(samples, sample_rate)`` (tts, dialogue, subtitles): the returned waveform (take 1's)
+handed out in consecutive pieces, float32 ``[n]`` on the CPU, that concatenate to it exactly.
+The local synthesizer hands them out while it generates (``synthesis/live.py``); a remote one
+hands out the whole result in one piece when it is done.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from .results import Speech, SubtitleSpeech
 from .voices import Voice
 
 Progress = Callable[[int, int], None]
+OnChunk = Callable[["torch.Tensor", int], None]
 
 
 @runtime_checkable
@@ -37,7 +43,7 @@ class SpeechSynthesizer(Protocol):
             seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            **sampling) -> Speech | list[Speech]:
+            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """Speak ``text``; with ``takes=N`` a list of N Speech (take k seeded ``seed + k``)."""
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
@@ -53,11 +59,12 @@ class SpeechSynthesizer(Protocol):
                  seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """A multi-speaker script, voices by name or in speaker order."""
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  **sampling) -> SubtitleSpeech:
         """Each SRT cue spoken at its start time."""

@@ -101,8 +101,9 @@ class SpeechJob:
     keeps them per batch (``waveform``, ``batch_waves``). ``live``: frames are decoded as they
     are generated (streaming) rather than when the batch is done. ``clip_per_batch``: each
     batch is decoded from a fresh codec state (subtitle cues are separate clips).
-    ``cancel()`` stops it within a frame; ``deadline`` (``time.monotonic()`` seconds) is a
-    timeout."""
+    ``end_batch()``, when given, is called once a batch's last chunk is emitted (live playback
+    lays the chunks out by batch). ``cancel()`` stops it within a frame; ``deadline``
+    (``time.monotonic()`` seconds) is a timeout."""
 
     def __init__(self, synth, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
                  params: SamplingParams = DEFAULTS, seed: int | None = None,
@@ -110,7 +111,7 @@ class SpeechJob:
                  first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
                  emit: Callable[[torch.Tensor], None] | None = None,
                  deadline: float | None = None, live: bool = True, keep: bool = False,
-                 clip_per_batch: bool = False):
+                 clip_per_batch: bool = False, end_batch: Callable[[], None] | None = None):
         if isinstance(text, str):
             if not text.strip():
                 raise ValueError("text is empty: nothing to say")
@@ -128,6 +129,7 @@ class SpeechJob:
         self.emit = emit or (lambda chunk: None)
         self.deadline = deadline
         self.live, self.keep, self.clip_per_batch = live, keep, clip_per_batch
+        self.end_batch = end_batch
         self._cancelled = threading.Event()
         self.batch = 0  # index of the text batch generated next
         self.error: Exception | None = None  # why it failed, when it did
@@ -200,6 +202,8 @@ class SpeechJob:
         """The text batch is generated: decode the frames left and keep it as history."""
         chunks = [] if self.live else self.decoder.push(gen.codes)
         self._emit(chunks + self.decoder.flush())
+        if self.end_batch is not None:
+            self.end_batch()
         self.results.append(BatchResult(self.batches[self.batch], gen, seconds))
         self.frames += gen.codes.shape[1]
         self.batch += 1

@@ -37,6 +37,7 @@ from ..loading.checkpoint import CheckpointError, load_model
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, GenerationError, SamplingParams, batch_seed, \
     pick_seed
 from ..speech.arguments import as_voices, count_takes, script_turns
+from ..speech.interface import OnChunk
 from ..speech.results import Batch, Speech, SubtitleSpeech
 from ..speech.timeline import join_batches, place_cues
 from ..speech.voices import Voice, encode_voice
@@ -44,6 +45,7 @@ from ..text import plan as textplan
 from ..text.prompt import PromptEncoder, conversation
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_round
+from .live import CueLayout, TakeLayout, job_options
 from .stream import AudioStream
 
 Progress = Callable[[int, int], None]
@@ -122,15 +124,17 @@ class Synthesizer:
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            **sampling) -> Speech | list[Speech]:
+            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
         ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
-        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
+        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``.
+        ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece by piece while
+        it is generated (``synthesis/live.py``)."""
         batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]  # checks the text
         voices = as_voices(voice)
         params = SamplingParams.from_options(sampling, "tts")
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
-                               0.0, on_progress, cancel)
+                               0.0, on_progress, cancel, on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
@@ -153,13 +157,14 @@ class Synthesizer:
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
         turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
         every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
-        may share a text batch and flow as one conversation. ``takes`` as for ``tts``."""
+        may share a text batch and flow as one conversation. ``takes`` and ``on_chunk`` (the
+        mix, pauses included) as for ``tts``."""
         turns, voice_list = script_turns(script, voices, require_voices, pause)
         if pause > 0 or turn_by_turn:
             batches = [Batch(piece, t.speaker) for t in turns
@@ -169,20 +174,24 @@ class Synthesizer:
             batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
         params = SamplingParams.from_options(sampling, "dialogue")
         speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
-                               history_turns, pause, on_progress, cancel)
+                               history_turns, pause, on_progress, cancel, on_chunk)
         return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None, **sampling) -> SubtitleSpeech:
+                  cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  **sampling) -> SubtitleSpeech:
         """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
-        the next cue is kept whole: the later cues move back, and the overrun is reported."""
+        the next cue is kept whole: the later cues move back, and the overrun is reported.
+        ``on_chunk`` as for ``tts``: the timeline, silences included, one cue at a time."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams.from_options(sampling, "subtitles")
-        job = SpeechJob(self, [Batch(c.text) for c in cues], as_voices(voice), params=params,
-                        seed=seed, history_turns=history_turns, live=False, keep=True,
-                        clip_per_batch=True)
+        voices = as_voices(voice)
+        layout = CueLayout(on_chunk, self.sample_rate, cues) if on_chunk else None
+        job = SpeechJob(self, [Batch(c.text) for c in cues], voices, params=params,
+                        seed=seed, history_turns=history_turns, keep=True, clip_per_batch=True,
+                        **job_options(layout))
         self._drive([job], on_progress, cancel)
         waves = [torch.cat(w) if w else torch.zeros(0) for w in job.batch_waves]
         timeline = place_cues(cues, waves, job.results, self.sample_rate)
@@ -231,14 +240,18 @@ class Synthesizer:
     # ------------------------------------------------------------------ steps
     def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
                seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
-               cancel) -> list[Speech]:
+               cancel, on_chunk: OnChunk | None = None) -> list[Speech]:
         """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
         each take decoded in one causal pass (no clicks at the joins), and lay its batches out
-        on the output waveform."""
+        on the output waveform. With ``on_chunk``, take 1 runs live and its chunks are laid
+        out as they come (``TakeLayout``)."""
         codec = self.require_codec()
         seed = pick_seed(seed)
+        layout = TakeLayout(on_chunk, codec.sample_rate, len(batches), pause) \
+            if on_chunk else None
         jobs = [SpeechJob(self, batches, voices, params=params, seed=batch_seed(seed, k),
-                          history_turns=history_turns, live=False, keep=True)
+                          history_turns=history_turns, keep=True,
+                          **job_options(layout if k == 0 else None))
                 for k in range(takes)]
         self._drive(jobs, on_progress, cancel)
         speeches = []

@@ -1,0 +1,217 @@
+"""Live playback: while a generating node runs, each piece of its audio goes to the browser tab
+that queued the prompt, as a websocket event of ComfyUI's server.
+
+Who gets it: only the client id the running prompt was queued with (``PromptServer.client_id``),
+and only when that client asked for it: the web extension (``web/js/sailfish_live.js``) posts
+``{"client_id": …, "listen": true|false}`` to ``/sailfish/live`` when it connects and whenever
+its setting *Sailfish › Live playback* changes. When nobody listens (the setting off, the
+extension not loaded, API-only use, or outside ComfyUI) the node runs exactly as before: no
+live decode, no per-frame copies of the generated columns, nothing sent.
+
+Events, type ``sailfish.live`` (JSON; ``node`` is the executing node's id, ``seq`` counts the
+events of one run from 0):
+
+* ``{"state": "start", "node", "prompt_id", "seq"}`` when the node starts generating;
+* ``{"state": "chunk", …, "sample_rate", "offset", "samples", "pcm"}``: ``samples`` samples
+  starting at ``offset`` of the node's AUDIO output (take 1), as base64 16-bit little-endian
+  PCM; a silent piece carries ``"silence": true`` instead of ``pcm``;
+* ``{"state": "done" | "cancelled" | "error", …, "samples"}`` closes the stream (``samples``:
+  the total sent).
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import logging
+import re
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import torch
+
+from ..fish_core.params import Cancelled
+from . import host
+
+EVENT = "sailfish.live"
+ROUTE = "/sailfish/live"
+MAX_SAMPLES = 1 << 16  # per event (~1.5 s at 44.1 kHz; 175 kB of base64)
+MAX_LISTENERS = 256  # client ids remembered (the oldest is forgotten first)
+MAX_BODY = 1024
+CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+log = logging.getLogger("sailfish")
+
+
+# ---------------------------------------------------------------- who listens
+class Listeners:
+    """The client ids whose browser plays live chunks (bounded, thread-safe)."""
+
+    def __init__(self, limit: int = MAX_LISTENERS):
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def set(self, client_id: str, listen: bool) -> None:
+        with self._lock:
+            self._ids.pop(client_id, None)
+            if listen:
+                self._ids[client_id] = None
+                while len(self._ids) > self.limit:
+                    self._ids.popitem(last=False)
+
+    def __contains__(self, client_id) -> bool:
+        with self._lock:
+            return client_id in self._ids
+
+
+def prompt_server():
+    """ComfyUI's ``PromptServer.instance``, or None outside ComfyUI."""
+    return getattr(getattr(host.module("server"), "PromptServer", None), "instance", None)
+
+
+def listeners(server) -> Listeners:
+    """The server's one set of listening clients (kept on the server, so that every copy of
+    the pack in the process, and the route, share it)."""
+    found = getattr(server, "sailfish_live_listeners", None)
+    if found is None:
+        found = server.sailfish_live_listeners = Listeners()
+    return found
+
+
+def sender() -> "LiveSender | None":
+    """A sender to the client that queued the running prompt, for the executing node; None
+    when there is no server, no client id (API use), or that client does not listen."""
+    server = prompt_server()
+    sid = getattr(server, "client_id", None)
+    if server is None or not sid or sid not in listeners(server) \
+            or sid not in getattr(server, "sockets", {}):
+        return None
+    utils = host.module("comfy_execution.utils")
+    context = utils.get_executing_context() if utils is not None else None
+    node = context.node_id if context is not None else getattr(server, "last_node_id", None)
+    if node is None:
+        return None
+    return LiveSender(server, sid, str(node), getattr(context, "prompt_id", None))
+
+
+# ---------------------------------------------------------------- sending
+class LiveSender:
+    """The events of one node run, sent to one client (``send_sync`` is thread-safe: it hands
+    the message to the server's event loop)."""
+
+    def __init__(self, server, sid: str, node: str, prompt_id: str | None):
+        self.server, self.sid = server, sid
+        self.head = {"node": node, "prompt_id": prompt_id}
+        self.seq = 0
+        self.offset = 0  # samples sent so far
+        self.closed = False
+
+    def start(self) -> None:
+        self._send("start")
+
+    def chunk(self, samples: torch.Tensor, sample_rate: int) -> None:
+        """``on_chunk`` for the Synthesizer: the next samples of the output, float32 ``[n]``."""
+        if self.closed or self.sid not in getattr(self.server, "sockets", {}):
+            return  # the tab went away: stop encoding for it
+        for piece in samples.split(MAX_SAMPLES):
+            fields = {"sample_rate": int(sample_rate), "offset": self.offset,
+                      "samples": piece.shape[0]}
+            if piece.any():
+                fields["pcm"] = base64.b64encode(pcm16(piece)).decode("ascii")
+            else:
+                fields["silence"] = True
+            self._send("chunk", **fields)
+            self.offset += piece.shape[0]
+
+    def close(self, state: str) -> None:
+        """The final event: ``done``, ``cancelled`` or ``error`` (once)."""
+        if not self.closed:
+            self._send(state, samples=self.offset)
+            self.closed = True
+
+    def _send(self, state: str, **fields) -> None:
+        try:
+            self.server.send_sync(EVENT, {**self.head, "seq": self.seq, "state": state,
+                                          **fields}, self.sid)
+        except Exception as e:  # noqa: BLE001 - playback must never fail the generation
+            log.warning("Sailfish: live playback stopped (%s)", type(e).__name__)
+            self.closed = True
+        self.seq += 1
+
+
+def pcm16(samples: torch.Tensor) -> bytes:
+    """float32 samples → 16-bit little-endian PCM (clipped to [-1, 1], rounded)."""
+    ints = (samples.detach().float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
+    return ints.numpy().astype("<i2").tobytes()
+
+
+def streamed(run: Callable) -> Callable:
+    """A node's ``run(synth, **progress)`` (see ``runtime.generate``) with live playback: when
+    the queuing client listens and the model takes ``on_chunk`` (a local Synthesizer, live; a
+    remote one hands out the whole result when done), ``run`` also gets it, and the stream is
+    closed with done, cancelled or error."""
+
+    def run_live(synth, **progress):
+        live = sender() if accepts_chunks(synth) else None
+        if live is None:
+            return run(synth, **progress)
+        live.start()
+        try:
+            result = run(synth, on_chunk=live.chunk, **progress)
+        except BaseException as e:
+            live.close("cancelled" if interruption(e) else "error")
+            raise
+        live.close("done")
+        return result
+
+    return run_live
+
+
+def accepts_chunks(synth) -> bool:
+    try:
+        return "on_chunk" in inspect.signature(synth.tts).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def interruption(error: BaseException) -> bool:
+    """Cancel pressed: our ``Cancelled`` or ComfyUI's ``InterruptProcessingException``."""
+    mm = host.module("comfy.model_management")
+    kinds = (Cancelled, getattr(mm, "InterruptProcessingException", Cancelled))
+    return isinstance(error, kinds)
+
+
+# ---------------------------------------------------------------- the route
+async def set_listening(request):
+    """POST /sailfish/live ``{"client_id": str, "listen": bool}`` → ``{"listen": bool}``."""
+    from aiohttp import web
+
+    if request.content_length is None or request.content_length > MAX_BODY:
+        return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
+                                 status=413)
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    client_id = body.get("client_id") if isinstance(body, dict) else None
+    listen = body.get("listen") if isinstance(body, dict) else None
+    if not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id) \
+            or not isinstance(listen, bool):
+        return web.json_response({"error": "expected {\"client_id\": the websocket's client id "
+                                           "(letters, digits, - or _; at most 64), \"listen\": "
+                                           "true or false}"}, status=400)
+    listeners(prompt_server()).set(client_id, listen)
+    return web.json_response({"listen": listen})
+
+
+def mount() -> bool:
+    """Add ``POST /sailfish/live`` to ComfyUI's server (before its app starts); False outside
+    ComfyUI."""
+    server = prompt_server()
+    if server is None:
+        return False
+    if not getattr(server, "sailfish_live_route", False):  # once, whichever copy comes first
+        server.routes.route("POST", ROUTE)(set_listening)
+        server.sailfish_live_route = True
+    return True

@@ -1,0 +1,434 @@
+"""Live playback: the engine's ``on_chunk`` (fish_core/synthesis/live.py) and the node side that
+sends the chunks to the browser that queued the prompt (nodes/live.py), with a fake PromptServer.
+
+The chunks must concatenate to the returned waveform exactly (before any 16-bit rounding), for
+tts, takes, a dialogue with pauses and subtitles with gaps; asking for them must not change
+any output."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import re
+import sys
+import types
+
+import pytest
+import torch
+from aiohttp import web
+
+from conftest import read_sizes, tone
+from fish_core.params import Generated
+from fish_core.speech.results import Batch, BatchResult
+from fish_core.speech.timeline import join_batches
+from fish_core.synthesis.driver import ChunkDecoder, decode_batches
+from fish_core.synthesis.live import TakeLayout
+from fish_core.text.plan import parse_srt
+
+FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
+SRT = ("1\n00:00:00,300 --> 00:00:00,900\nFirst cue.\n\n"
+       "2\n00:00:01,500 --> 00:00:02,000\nSecond cue, a little longer.\n\n"
+       "3\n00:00:02,050 --> 00:00:03,500\nThird.\n")
+
+
+@pytest.fixture(scope="module")
+def synth(tiny_synth):
+    return tiny_synth
+
+
+@pytest.fixture(scope="module")
+def voice(synth):
+    return synth.encode_voice(tone(synth.sample_rate), "A short reference.", name="Alice",
+                              sample_rate=synth.sample_rate)
+
+
+class Recorder:
+    """An ``on_chunk`` that keeps what it is given (and checks each call's contract)."""
+
+    def __init__(self, sample_rate: int):
+        self.sample_rate, self.chunks = sample_rate, []
+
+    def __call__(self, samples: torch.Tensor, sample_rate: int) -> None:
+        assert sample_rate == self.sample_rate
+        assert samples.dtype == torch.float32 and samples.dim() == 1 and samples.shape[0] > 0
+        assert samples.device.type == "cpu"
+        self.chunks.append(samples)
+
+    @property
+    def joined(self) -> torch.Tensor:
+        return torch.cat(self.chunks)
+
+
+def same_speech(a, b) -> None:
+    assert torch.equal(a.waveform, b.waveform) and torch.equal(a.codes, b.codes)
+    assert [dataclasses_tuple(s) for s in a.segments] == [dataclasses_tuple(s) for s in b.segments]
+
+
+def dataclasses_tuple(segment):
+    return (segment.text, segment.speaker, segment.start_sample, segment.end_sample,
+            segment.frames, segment.stopped_on_eos)
+
+
+# ---------------------------------------------------------------- fish_core: on_chunk
+@pytest.mark.parametrize("max_bytes", [300, 24])  # one text batch, then several
+def test_tts_chunks_are_the_waveform(synth, voice, max_bytes):
+    text = "Hearing the speech while it is made. It must be the same speech."
+    record = Recorder(synth.sample_rate)
+    speech = synth.tts(text, voice, seed=7, max_bytes=max_bytes, on_chunk=record, **FAST)
+    assert len(record.chunks) >= 2  # really piece by piece
+    assert torch.equal(record.joined, speech.waveform)
+    same_speech(speech, synth.tts(text, voice, seed=7, max_bytes=max_bytes, **FAST))
+
+
+def test_takes_stream_take_one(synth, voice):
+    text = "Three takes, and the first one is heard live."
+    record = Recorder(synth.sample_rate)
+    takes = synth.tts(text, voice, seed=11, takes=3, on_chunk=record, **FAST)
+    assert torch.equal(record.joined, takes[0].waveform)
+    for live, plain in zip(takes, synth.tts(text, voice, seed=11, takes=3, **FAST)):
+        same_speech(live, plain)
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.2])
+def test_dialogue_chunks_are_the_mix(synth, voice, pause):
+    voices = {"Alice": voice, "Bob": voice}
+    script = "Alice: Hello there, Bob.\nBob: Hi Alice, how are you?\nAlice: Fine, thanks."
+    record = Recorder(synth.sample_rate)
+    speech = synth.dialogue(script, voices, pause=pause, turn_by_turn=True, seed=3,
+                            on_chunk=record, **FAST)
+    assert torch.equal(record.joined, speech.waveform)
+    if pause:  # the silences are handed out too, as chunks of their own
+        gap = round(pause * synth.sample_rate)
+        assert sum(1 for c in record.chunks if c.shape[0] == gap and not c.any()) == 2
+    same_speech(speech, synth.dialogue(script, voices, pause=pause, turn_by_turn=True,
+                                       seed=3, **FAST))
+
+
+def test_subtitle_chunks_are_the_timeline(synth, voice):
+    record = Recorder(synth.sample_rate)
+    result = synth.subtitles(SRT, voice, seed=5, on_chunk=record, **FAST)
+    assert torch.equal(record.joined, result.waveform)
+    plain = synth.subtitles(SRT, voice, seed=5, **FAST)
+    same_speech(result, plain)
+    assert result.cues == plain.cues and result.overruns == plain.overruns
+    first = round(parse_srt(SRT)[0].start * synth.sample_rate)
+    assert record.chunks[0].shape[0] == first and not record.chunks[0].any()  # leading gap
+
+
+def test_the_layout_of_any_batch_lengths(synth):
+    """``TakeLayout`` on made-up batches (0, 1, a few and many frames, with and without
+    pauses): the chunks are ``join_batches`` of ``decode_batches``, whether the frames come
+    column by column or only at the end of a batch."""
+    K = synth.config.num_codebooks
+    g = torch.Generator().manual_seed(0)
+    lengths = [0, 1, 3, 40, 2, 17]
+    codes = [torch.randint(0, synth.config.codebook_size, (K, n), generator=g) for n in lengths]
+    results = [BatchResult(Batch(f"b{i}"), Generated(c, c, True, 1), 0.0)
+               for i, c in enumerate(codes)]
+    for pause in (0.0, 0.05):
+        for by_column in (True, False):
+            record = Recorder(synth.sample_rate)
+            layout = TakeLayout(record, synth.sample_rate, len(codes), pause)
+            decoder = ChunkDecoder(synth.codec)
+            decoded = []
+            for c in codes:
+                pieces = c.split(1, dim=1) if by_column else [c]
+                chunks = [chunk for piece in pieces for chunk in decoder.push(piece)]
+                for chunk in chunks + decoder.flush():
+                    decoded.append(chunk)
+                    layout.chunk(chunk)
+                layout.end_batch()
+            whole = decode_batches(synth.codec, codes)
+            assert torch.equal(torch.cat(decoded), whole)
+            want = join_batches(whole, results, synth.sample_rate, synth.codec.frame_length,
+                                pause).waveform
+            assert torch.equal(record.joined, want), (pause, by_column)
+
+
+# ---------------------------------------------------------------- nodes: events to the browser
+CLIENT, OTHER = "tab-1", "tab-2"
+NODE_FAST = dict(seed=3, temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=20)
+
+
+class FakeServer:
+    """What the pack uses of ComfyUI's PromptServer: ``client_id`` (the running prompt's),
+    ``sockets``, ``send_sync`` (recorded), ``routes`` and ``last_node_id``."""
+
+    def __init__(self):
+        self.client_id, self.sockets, self.sent = None, {CLIENT: object(), OTHER: object()}, []
+        self.last_node_id, self.routes = None, web.RouteTableDef()
+
+    def send_sync(self, event, data, sid=None):
+        self.sent.append((event, data, sid))
+
+
+@pytest.fixture(scope="module")
+def comfy(tmp_path_factory):
+    """The pack loaded with ComfyUI stand-ins, a fake PromptServer and an executing node
+    ``"7"`` of prompt ``"p1"``."""
+    import comfy_stubs
+    from conftest import fixtures_dir
+
+    base = tmp_path_factory.mktemp("comfy")
+    stubs = comfy_stubs.install(base)
+    folder = base / "fish_speech"
+    folder.mkdir()
+    (folder / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    stubs.folder_paths.add_model_folder_path("fish_speech", str(folder))
+    server = FakeServer()
+    context = types.SimpleNamespace(prompt_id="p1", node_id="7", list_index=None)
+    execution = types.ModuleType("comfy_execution")
+    execution.utils = types.SimpleNamespace(get_executing_context=lambda: context)
+    saved = {k: sys.modules.get(k) for k in ("server", "comfy_execution", "comfy_execution.utils")}
+    sys.modules.update({"server": types.SimpleNamespace(PromptServer=types.SimpleNamespace(
+        instance=server)), "comfy_execution": execution,
+        "comfy_execution.utils": execution.utils})
+    pack = comfy_stubs.load_pack("sailfish_live")
+    nodes = {cls.GET_SCHEMA().node_id: cls
+             for cls in asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())}
+    model = nodes["SailfishModelLoader"].execute(
+        model="tiny-s2", precision="auto", quantization="none", device="auto", compile=False,
+        context_length=0, unload_after_minutes=0).args[0]
+    yield types.SimpleNamespace(pack=pack, live=pack.nodes.live, server=server, nodes=nodes,
+                                model=model, stubs=stubs)
+    pack.nodes.manager.MANAGER.unload()
+    comfy_stubs.unload_pack("sailfish_live")
+    comfy_stubs.uninstall()
+    for k, v in saved.items():
+        sys.modules.pop(k) if v is None else sys.modules.__setitem__(k, v)
+
+
+@pytest.fixture
+def queued(comfy):
+    """A prompt queued by CLIENT, which listens; afterwards nobody listens."""
+    comfy.server.client_id, comfy.server.sent = CLIENT, []
+    comfy.live.listeners(comfy.server).set(CLIENT, True)
+    comfy.live.listeners(comfy.server).set(OTHER, True)
+    yield comfy
+    comfy.live.listeners(comfy.server).set(CLIENT, False)
+    comfy.live.listeners(comfy.server).set(OTHER, False)
+    comfy.stubs.mm.interrupt_current_processing(False)
+
+
+@pytest.fixture
+def floats(comfy, monkeypatch):
+    """The float chunks handed to the sender, in order."""
+    seen, original = [], comfy.live.LiveSender.chunk
+
+    def chunk(self, samples, sample_rate):
+        seen.append(samples.clone())
+        return original(self, samples, sample_rate)
+
+    monkeypatch.setattr(comfy.live.LiveSender, "chunk", chunk)
+    return seen
+
+
+def run(comfy, node_id, **inputs):
+    return comfy.nodes[node_id].execute(model=comfy.model, **inputs).args
+
+
+def events(server) -> list[dict]:
+    """The live events sent, checked for type and addressee."""
+    assert all(event == "sailfish.live" and sid == CLIENT for event, _, sid in server.sent)
+    return [data for _, data, _ in server.sent]
+
+
+def decoded(sent: list[dict]) -> torch.Tensor:
+    """The chunk events' samples back as float (16-bit PCM / 32767, silence as zeros)."""
+    pieces = []
+    for e in sent:
+        if e["state"] != "chunk":
+            continue
+        if e.get("silence"):
+            pieces.append(torch.zeros(e["samples"]))
+        else:
+            pcm = torch.frombuffer(bytearray(base64.b64decode(e["pcm"])), dtype=torch.int16)
+            assert pcm.shape[0] == e["samples"]
+            pieces.append(pcm.float() / 32767)
+    return torch.cat(pieces)
+
+
+def check_stream(sent: list[dict], output: torch.Tensor, chunks: list[torch.Tensor]) -> None:
+    """Start, chunks in order, done; the float chunks are the output (take 1) exactly and the
+    16-bit payload is within rounding of it."""
+    assert [e["seq"] for e in sent] == list(range(len(sent)))
+    assert all(e["node"] == "7" and e["prompt_id"] == "p1" for e in sent)
+    assert sent[0]["state"] == "start" and sent[-1]["state"] == "done"
+    body = sent[1:-1]
+    assert len(body) >= 2 and all(e["state"] == "chunk" for e in body)
+    assert all(e["sample_rate"] == read_sizes().sample_rate for e in body)
+    offsets = [e["offset"] for e in body]
+    assert offsets == [0] + list(itertools.accumulate(e["samples"] for e in body))[:-1]
+    assert sent[-1]["samples"] == output.shape[0] == sum(e["samples"] for e in body)
+    assert torch.equal(torch.cat(chunks), output)
+    assert (decoded(sent) - output.clamp(-1, 1)).abs().max() <= 0.5 / 32767 + 1e-7
+
+
+def take_one(audio: dict, timeline: str) -> torch.Tensor:
+    """Take 1 of an AUDIO batch, at its exact length (the rest is padding)."""
+    length = json.loads(timeline)["takes"][0]["samples"]
+    assert not audio["waveform"][0, 0, length:].any()
+    return audio["waveform"][0, 0, :length]
+
+
+@pytest.mark.parametrize("takes", [1, 3])
+def test_tts_node_streams_take_one(queued, floats, takes):
+    audio, timeline = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
+                          takes=takes, **NODE_FAST)
+    check_stream(events(queued.server), take_one(audio, timeline), floats)
+
+
+def test_voice_clone_node_streams(queued, floats):
+    t = torch.arange(24000) / 24000
+    reference = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t))[None, None],
+                 "sample_rate": 24000}
+    audio, timeline = run(queued, "SailfishVoiceClone", reference_audio=reference,
+                          reference_text="A reference.", text="In that voice, live.",
+                          **NODE_FAST)
+    check_stream(events(queued.server), take_one(audio, timeline), floats)
+
+
+def test_multi_speaker_node_streams_the_mix_with_pauses(queued, floats):
+    voice = run(queued, "SailfishVoiceEncode", audio={
+        "waveform": tone(read_sizes().sample_rate)[None, None],
+        "sample_rate": read_sizes().sample_rate}, transcript="A short reference.",
+        name="Alice")[0]
+    queued.server.sent = []
+    outputs = run(queued, "SailfishMultiSpeaker", script="Alice: One.\nAlice: Two.\nAlice: Three.",
+                  pause=0.3, speaker_1=voice, takes=2, **NODE_FAST)
+    sent = events(queued.server)
+    check_stream(sent, take_one(outputs[0], outputs[-1]), floats)
+    gap = round(0.3 * read_sizes().sample_rate)
+    assert sum(1 for e in sent if e.get("silence") and e["samples"] == gap) == 2
+
+
+def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
+    audio, _, _, timeline = run(queued, "SailfishSubtitles", srt=SRT, **NODE_FAST)
+    sent = events(queued.server)
+    check_stream(sent, take_one(audio, timeline), floats)
+    assert sent[1].get("silence") and sent[1]["samples"] == round(0.3 * read_sizes().sample_rate)
+
+
+@pytest.mark.parametrize("who", ["no client id", "not listening", "not connected", "elsewhere"])
+def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, who):
+    made = []  # the pack's own copy of the layout: none is made, no job runs live
+    layout = sys.modules[queued.pack.__name__ + ".fish_core.synthesis.live"].TakeLayout
+    monkeypatch.setattr(layout, "__init__", lambda self, *a: made.append(a) or None)
+    if who == "no client id":
+        queued.server.client_id = None  # API use without a websocket
+    elif who == "not listening":
+        queued.live.listeners(queued.server).set(CLIENT, False)
+    elif who == "not connected":
+        queued.server.client_id = "tab-closed"
+        queued.live.listeners(queued.server).set("tab-closed", True)
+    else:  # outside ComfyUI: no PromptServer at all
+        monkeypatch.setitem(sys.modules, "server", None)
+    audio, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    assert queued.server.sent == [] and made == []  # no live decode either
+    monkeypatch.undo()
+    queued.live.listeners(queued.server).set(CLIENT, True)
+    queued.server.client_id = CLIENT
+    heard, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    assert torch.equal(heard["waveform"], audio["waveform"])  # listening changes nothing
+    assert queued.server.sent
+
+
+def test_cancel_closes_the_stream(queued):
+    mm = queued.stubs.mm
+    original = queued.server.send_sync
+
+    def press_cancel_after_first_chunk(event, data, sid=None):
+        original(event, data, sid)
+        if data["state"] == "chunk":
+            mm.interrupt_current_processing(True)
+
+    queued.server.send_sync = press_cancel_after_first_chunk
+    try:
+        with pytest.raises(mm.InterruptProcessingException):
+            run(queued, "SailfishTTS", text=" ".join(["Cancel me."] * 20),
+                **{**NODE_FAST, "max_new_tokens": 64})
+    finally:
+        del queued.server.send_sync
+    sent = events(queued.server)
+    assert [e["state"] for e in sent][-1] == "cancelled"
+    assert [e["seq"] for e in sent] == list(range(len(sent)))
+
+
+def test_a_failing_sender_never_fails_the_node(queued, monkeypatch):
+    def broken(event, data, sid=None):
+        raise RuntimeError("socket gone")
+
+    monkeypatch.setattr(queued.server, "send_sync", broken)
+    audio, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    monkeypatch.undo()
+    queued.live.listeners(queued.server).set(CLIENT, False)
+    plain, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    assert torch.equal(audio["waveform"], plain["waveform"])
+
+
+def test_only_engines_that_report_chunks_get_on_chunk(comfy, synth):
+    class Remote:  # an engine whose tts takes no on_chunk
+        def tts(self, text, voice=None, *, on_progress=None, cancel=None):
+            pass
+
+    assert not comfy.live.accepts_chunks(Remote())
+    assert not comfy.live.accepts_chunks(object())
+    assert comfy.live.accepts_chunks(synth)
+
+
+# ---------------------------------------------------------------- the route
+def post(handler, body, length=None):
+    raw = json.dumps(body).encode()
+
+    async def read_json():
+        return json.loads(raw)
+
+    request = types.SimpleNamespace(content_length=len(raw) if length is None else length,
+                                    json=read_json)
+    response = asyncio.run(handler(request))
+    return response.status, json.loads(response.text)
+
+
+def test_the_route_switches_listening(comfy):
+    (handler,) = [r.handler for r in comfy.server.routes
+                  if r.method == "POST" and r.path == "/sailfish/live"]
+    listeners = comfy.live.listeners(comfy.server)
+    assert post(handler, {"client_id": "abc-1", "listen": True}) == (200, {"listen": True})
+    assert "abc-1" in listeners
+    assert post(handler, {"client_id": "abc-1", "listen": False}) == (200, {"listen": False})
+    assert "abc-1" not in listeners
+    for bad in ({"client_id": "x" * 65, "listen": True}, {"client_id": "a b", "listen": True},
+                {"client_id": "abc", "listen": "yes"}, {"listen": True}, ["abc", True]):
+        status, answer = post(handler, bad)
+        assert status == 400 and "client_id" in answer["error"]
+    status, _ = post(handler, {"client_id": "abc", "listen": True}, length=10_000)
+    assert status == 413 and "abc" not in listeners
+
+
+def test_listeners_are_bounded(comfy):
+    listeners = comfy.live.Listeners(limit=3)
+    for i in range(5):
+        listeners.set(f"c{i}", True)
+    assert [f"c{i}" in listeners for i in range(5)] == [False, False, True, True, True]
+
+
+# ---------------------------------------------------------------- the web extension's contract
+def test_the_extension_speaks_the_servers_protocol(comfy):
+    """The JS uses the event type, route and setting id the server and locales use."""
+    import comfy_stubs
+
+    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_live.js").read_text(encoding="utf-8")
+    constants = dict(re.findall(r'^const (\w+) = "([^"]*)";', js, flags=re.M))
+    assert constants["EVENT"] == comfy.live.EVENT
+    assert constants["ROUTE"] == comfy.live.ROUTE
+    for state in ("start", "chunk", "done", "cancelled", "error"):
+        assert f'"{state}"' in js
+    for lang in ("en", "zh"):
+        settings = json.loads((comfy_stubs.ROOT / "locales" / lang / "settings.json")
+                              .read_text(encoding="utf-8"))
+        entry = settings[constants["SETTING"].replace(".", "_")]
+        assert entry["name"] and entry["tooltip"]
+        if lang == "en":
+            assert f'name: "{entry["name"]}"' in js
