@@ -90,9 +90,10 @@ def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0, legacy:
     """Today's SGLang-Omni: ``stream`` needs ``response_format: "pcm"``; SSE
     ``audio.speech.chunk`` objects of base64 PCM, a finish chunk, ``data: [DONE]``; references
     by ``audio_path``; ``top_k`` -1 or 1..30. ``legacy``: the older answer (base64 WAV
-    chunks)."""
+    chunks). Speech requests' headers are kept in ``app["headers"]``."""
     app = web.Application()
     app["fails"] = fail_first
+    app["headers"] = []  # of every speech request
 
     def refuse(message, param):
         return web.json_response({"error": {"message": message, "type": "BadRequestError",
@@ -101,6 +102,7 @@ def sglang_app(rate: int, pieces: list[np.ndarray], fail_first: int = 0, legacy:
     async def speech(request):
         body = await request.json()
         request.app["seen"].append(body)
+        request.app["headers"].append(dict(request.headers))
         if request.app["fails"] > 0:
             request.app["fails"] -= 1
             return web.json_response({"error": {"message": "engine overloaded"}}, status=503)
@@ -174,3 +176,17 @@ def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1,
     app.router.add_get("/v1/models", models("vllm-omni"))
     voice_store(app)
     return app
+
+
+def readme_endpoint(name: str) -> dict:
+    """The endpoints-file entry ``name`` as README.md shows it to the operator (in one of its
+    JSON blocks): what an example workflow that names ``name`` needs configured."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```json\n(.*?)```", readme, re.DOTALL):
+        entries = json.loads(block).get("endpoints", {})
+        if name in entries:
+            return entries[name]
+    raise LookupError(f"README.md shows no endpoints-file entry {name!r}")
