@@ -193,7 +193,8 @@ def test_multi_speaker_on_drama3_takes_sixteen_speakers_and_invents_voices(comfy
 
 def test_what_a_remote_model_cannot_do_names_it(comfy):
     """Voice Save needs codes: of an inline or a registered remote voice it is an error naming
-    the model; a whole-script Drama 3 request needs every voice's clips."""
+    the model; a whole-script Drama 3 request needs every voice's clips; a saved voice file's
+    codes cannot be sent (the engine's store must have its name)."""
     pack, stubs = comfy
     with StandIn(sglang_app(RATE, [tone(RATE, 300)], model_ids=BOTH)) as engine:
         configure(stubs, engine={"urls": engine.url, "dialect": "sglang-omni"})
@@ -207,6 +208,17 @@ def test_what_a_remote_model_cannot_do_names_it(comfy):
         with pytest.raises(ValueError, match="voice 'Ben' is named from the engine's voice "
                                              "library; a whole-script drama-3 request"):
             multi(pack, drama, SIX, [inline, stored], turn_by_turn=False)
+        assert engine.requests == []
+        from fish_core.speech.voices import Voice
+        from fish_core.text.prompt import Reference
+
+        folder = Path(stubs.folder_paths.models_dir) / "fish_speech_voices"
+        Voice("Saved", [Reference("Words.", torch.zeros(10, 4, dtype=torch.long))]).save(
+            folder / "saved.safetensors")
+        (codes,) = run(pack, "SailfishVoiceLoad", voice="saved.safetensors")
+        with pytest.raises(ValueError, match="voice 'Saved' holds codes only .* which the "
+                                             "remote model drama-3 cannot take"):
+            run(pack, "SailfishTTS", model=drama, text="Hi.", voice=codes, **SAMPLING)
         assert engine.requests == []
 
 

@@ -237,8 +237,9 @@ class RemoteSynthesizer:
             known = self.dialect.voice_names(self.transport)
             if name not in known:
                 raise ValueError(
-                    f"voice {name!r} holds codes only (a saved voice file), so the server must "
-                    f"have a voice of that name, but {self.label} has "
+                    f"voice {name!r} holds codes only (a saved voice file), which the remote "
+                    f"model {self.spec.label} cannot take, so the server must have a voice of "
+                    f"that name, but {self.label} has "
                     f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")
