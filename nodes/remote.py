@@ -1,6 +1,7 @@
 """The Model Loader's remote mode: a handle naming an engine endpoint the operator configured
-(``fish_core/remote/endpoints.py``) instead of a checkpoint, and one ``RemoteSynthesizer`` per
-configured endpoint, shared by every node.
+(``fish_core/remote/endpoints.py``) and optionally the engine's model, instead of a
+checkpoint; one ``RemoteSynthesizer`` per configured endpoint and model, shared by every node;
+and the remote model's speaker rules, which Multi-Speaker checks a script by.
 
 The handle (what the workflow and the queue history hold) is the endpoint's name and, where
 the workflow chose one, the engine's model name; nothing else: the endpoint's URLs, dialect
