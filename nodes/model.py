@@ -17,6 +17,7 @@ def quantizations() -> list[str]:
 
 # Inputs the loader had before endpoints were the operator's (older workflows may carry them).
 REMOVED = ("remote_url", "dialect", "api_key_env", "api_key_file")
+MAX_MODEL_NAME = 256
 
 
 def remote_choices() -> list[str]:
@@ -37,6 +38,21 @@ def remote_mode(remote) -> str | None:
     return remote
 
 
+def remote_model_name(remote_model) -> str | None:
+    """The engine model a workflow chose (``remote_model``), or None for the endpoint's own
+    (its ``model`` in the endpoints file, else the engine's first). Only a name: it is sent to
+    the operator's endpoint, which must list it."""
+    if remote_model is None:
+        return None
+    if not isinstance(remote_model, str):
+        raise ValueError(f"remote_model: expected a model name, got {type(remote_model).__name__}")
+    name = remote_model.strip()
+    if len(name) > MAX_MODEL_NAME or not name.isprintable():
+        raise ValueError(f"remote_model: expected a model name of at most {MAX_MODEL_NAME} "
+                         "printable characters, as the engine's /v1/models lists it")
+    return name or None
+
+
 def validate_remote(remote="off"):
     """ComfyUI's check of ``remote`` before the prompt runs: a configured name (the list may
     have changed since the workflow was saved), or a message saying which names there are."""
@@ -52,7 +68,7 @@ def validate_remote(remote="off"):
 
 
 def load_model(model, precision, quantization, device, compile, context_length,
-               unload_after_minutes, remote="off", **removed):
+               unload_after_minutes, remote="off", remote_model="", **removed):
     if removed:
         raise ValueError(
             f"{', '.join(sorted(removed))}: the Model Loader no longer takes engine URLs, "
@@ -61,8 +77,13 @@ def load_model(model, precision, quantization, device, compile, context_length,
             "by name in remote.")
     name = remote_mode(remote)
     if name is not None:
-        handle = RemoteHandle(name)
-        MANAGER.get(handle)  # find the endpoint and read its key now: a mistake fails here
+        from ..fish_core.remote.models import UnknownModel
+
+        handle = RemoteHandle(name, remote_model_name(remote_model))
+        try:  # find the endpoint, read its key and check the model now: a mistake fails here
+            MANAGER.get(handle)
+        except UnknownModel as e:
+            raise ValueError(f"remote_model: {e}" if handle.model else str(e)) from None
         return (handle,)
     handle = ModelHandle(str(paths.resolve_model(model)), precision, quantization, device,
                          bool(compile), int(context_length), unload_after_minutes)
@@ -101,6 +122,10 @@ MODEL_LOADER = Node(
               "options above are then ignored. local: a Sailfish serve on this machine "
               "(python -m fish_core serve, http://127.0.0.1:8080, no key). off: run the model "
               "above here.", "off", optional=True),
+        String("remote_model", "Remote mode: the engine's model to speak with, by the name its "
+               "/v1/models lists (e.g. s2-pro, drama-3). Empty: the endpoint's model if the "
+               "operator set one, else the engine's first. An unknown name is an error listing "
+               "the engine's models. Ignored when remote is off.", optional=True),
     ],
     outputs=[Output(MODEL, "model", "The loaded model, for any Sailfish node.")],
     execute=load_model,

@@ -1,11 +1,14 @@
 """The Model Loader's remote mode: a handle naming an engine endpoint the operator configured
-(``fish_core/remote/endpoints.py``) instead of a checkpoint, and one ``RemoteSynthesizer`` per
-configured endpoint, shared by every node.
+(``fish_core/remote/endpoints.py``) and optionally the engine's model, instead of a
+checkpoint; one ``RemoteSynthesizer`` per configured endpoint and model, shared by every node;
+and the remote model's speaker rules, which Multi-Speaker checks a script by.
 
-The handle (what the workflow and the queue history hold) is the endpoint's name and nothing
-else: its URLs, dialect and where its API key comes from are the operator's endpoints file,
-read when the client is made, so a shared workflow can neither point a key at another host nor
-pick which secret is sent."""
+The handle (what the workflow and the queue history hold) is the endpoint's name and, where
+the workflow chose one, the engine's model name; nothing else: the endpoint's URLs, dialect
+and where its API key comes from are the operator's endpoints file, read when the client is
+made, so a shared workflow can neither point a key at another host nor pick which secret is
+sent. A model name is harmless: it is only sent to the operator's endpoint, which must list
+it (``/v1/models``)."""
 
 from __future__ import annotations
 
@@ -23,33 +26,54 @@ class RemoteHandle:
     """What flows between nodes as FISH_S2_MODEL in remote mode."""
 
     endpoint: str  # a configured endpoint's name
+    model: str | None = None  # the engine's model; None: the endpoint's, else the engine's first
 
     @property
     def name(self) -> str:
-        return self.endpoint
+        return self.endpoint if not self.model else f"{self.endpoint} ({self.model})"
 
 
-_clients: dict["EndpointConfig", "RemoteSynthesizer"] = {}
+_clients: dict[tuple["EndpointConfig", str | None], "RemoteSynthesizer"] = {}
 _lock = threading.Lock()
 
 
 def remote_synthesizer(handle: RemoteHandle) -> "RemoteSynthesizer":
-    """The client of ``handle``'s endpoint as configured now (made once per configuration: an
-    edited endpoints file gives a new client; the dialect is detected then)."""
+    """The client of ``handle``'s endpoint and model as configured now (made once per
+    configuration and model: an edited endpoints file gives a new client; the dialect is
+    detected then, and a model named by the handle is checked against the engine's list)."""
     from ..fish_core.remote import endpoints
 
     config = endpoints.find(handle.endpoint)
+    key = (config, handle.model)
     with _lock:
-        client = _clients.get(config)
+        client = _clients.get(key)
         if client is None:
-            client = config.client()
-            _clients[config] = client
+            client = config.client(**({"model": handle.model} if handle.model else {}))
+            _clients[key] = client
         return client
+
+
+@dataclass(frozen=True)
+class SpeakerRules:
+    """How a dialogue script is checked against the voices connected for it."""
+
+    require_voices: bool | None = None  # None: S2's rule (with voices, one for every speaker)
+    max_speakers: int | None = None  # speaker indices below this (None: not bounded here)
+    model: str = "this model"  # how errors name the model
+
+
+def speaker_rules(model) -> SpeakerRules:
+    """S2's rules for a local model; a remote model's own (Drama 3: 16 speakers, voices for
+    those connected, the model inventing the rest)."""
+    if not isinstance(model, RemoteHandle):
+        return SpeakerRules()
+    spec = remote_synthesizer(model).spec
+    return SpeakerRules(False if spec.invents_voices else None, spec.max_speakers, spec.label)
 
 
 def forget(handle: RemoteHandle | None = None) -> None:
     """Drop the clients of ``handle``'s endpoint (or every client)."""
     with _lock:
-        for config in list(_clients):
+        for config, model in list(_clients):
             if handle is None or config.name == handle.endpoint:
-                del _clients[config]
+                del _clients[config, model]

@@ -8,6 +8,7 @@ from ..fish_core.params import MAX_SEED, SamplingParams
 from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
 from .live import streamed
+from .remote import SpeakerRules, speaker_rules
 from .runtime import from_audio, generate, require_text, sampling, to_audio, tracks_to_audio
 from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
 
@@ -69,17 +70,20 @@ def voice_clone(model, reference_audio, reference_text, text, seed, temperature,
 def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
                   takes=1, turn_by_turn=True, **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
-    voices = connected_speakers(script, speakers)
+    rules = speaker_rules(model)
+    voices = connected_speakers(script, speakers, rules)
     speeches = generate(model, streamed(lambda synth, **run: synth.dialogue(
         script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
+        require_voices=rules.require_voices,
         **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run)))
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
-def connected_speakers(script: str, speakers: dict) -> list:
+def connected_speakers(script: str, speakers: dict, rules: SpeakerRules = SpeakerRules()
+                       ) -> list:
     """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on, checked
-    against the script (``check_script``, as ``Synthesizer.dialogue`` does) before the model
-    is loaded."""
+    against the script (``check_script``, as ``Synthesizer.dialogue`` does) by the model's
+    ``rules`` before the model is loaded."""
     given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
@@ -88,11 +92,14 @@ def connected_speakers(script: str, speakers: dict) -> list:
                          "voices to speaker_1, speaker_2, … in order")
     voices = given[:count]
     try:
-        check_script(script, [v.name for v in voices], require_voices=bool(voices))
+        require = bool(voices) and rules.require_voices is not False
+        check_script(script, [v.name for v in voices], require, rules.max_speakers, rules.model)
     except textplan.ScriptError as e:
         wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
-        raise ValueError(f"script: {e} (connected: {wired or 'none'}). Connect a voice for "
-                         "every speaker the script names, each with its own name.") from None
+        hint = ("Connect a voice for every speaker the script names, each with its own name."
+                if rules.require_voices is not False else "Connect voices in speaker order, "
+                "each with its own name; the model invents voices for the other speakers.")
+        raise ValueError(f"script: {e} (connected: {wired or 'none'}). {hint}") from None
     return voices
 
 
@@ -141,7 +148,8 @@ VOICE_CLONE = Node(
 MULTI_SPEAKER = Node(
     "SailfishMultiSpeaker", "Sailfish Multi-Speaker",
     "A dialogue script with up to 4 voices. Lines like 'Alice: Hi!' use the voice named "
-    "Alice; [speaker_1]: or <|speaker:0|> pick a voice by position.",
+    "Alice; [speaker_1]: or <|speaker:0|> pick a voice by position. Drama 3 on a remote "
+    "engine: up to 16 speakers, the model inventing voices for those without one.",
     inputs=[MODEL_IN,
             String("script", "One turn per line: 'Name: text' (the voice's name), "
                    "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),

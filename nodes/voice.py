@@ -5,17 +5,42 @@ from __future__ import annotations
 from ..fish_core.speech.voices import Voice
 from . import paths
 from .manager import MANAGER
+from .remote import RemoteHandle
 from .runtime import from_audio, require_text
 from .schema import MODEL, VOICE, Combo, Node, Output, Socket, String
 
 
-def voice_encode(model, audio, transcript, name):
+MAX_CONSENT = 1000
+
+
+def voice_encode(model, audio, transcript, name, consent=""):
     require_text("transcript", transcript, "type the words spoken in the audio")
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
     paths.check_name(name, "name")
+    consent = stated_consent(consent)
     with MANAGER.use(model) as synth:
-        return (synth.encode_voice(**from_audio(audio, "audio"), text=transcript,
-                                   name=name.strip()),)
+        voice = synth.encode_voice(**from_audio(audio, "audio"), text=transcript,
+                                   name=name.strip())
+        if consent and store_needs_consent(model, synth):
+            voice = synth.register_voice(voice, name.strip(), consent=consent)
+        return (voice,)
+
+
+def stated_consent(consent) -> str:
+    """The consent typed into the node ("" when none: the clip is then sent inline)."""
+    if consent is None:
+        return ""
+    if not isinstance(consent, str) or len(consent) > MAX_CONSENT:
+        raise ValueError(f"consent: expected a text of at most {MAX_CONSENT} characters (the "
+                         "consent id or statement of the person whose voice this is)")
+    return consent.strip()
+
+
+def store_needs_consent(model, synth) -> bool:
+    """Whether ``model`` is a remote engine whose voice store registers a voice only with the
+    speaker's consent (SGLang-Omni, vLLM-Omni). Elsewhere a consent is not used (local models
+    keep the voice's codes; other engines' stores take no consent, and the clip goes inline)."""
+    return isinstance(model, RemoteHandle) and synth.dialect.needs_consent
 
 
 def voice_save(voice, filename_prefix):
@@ -46,7 +71,14 @@ VOICE_ENCODE = Node(
                    "rate, mono or stereo."),
             String("transcript", "Exactly the words spoken in the audio.", multiline=True),
             String("name", "The voice's name: Multi-Speaker script lines 'Name: …' use it.",
-                   "speaker")],
+                   "speaker"),
+            String("consent", "Remote engines with a consent-checked voice store (SGLang-Omni, "
+                   "vLLM-Omni) only: the consent id or statement of the person whose voice "
+                   "this is. Given: the voice is registered once in the engine's store under "
+                   "its name (letters, digits, _ . -; pick one unique on that engine) and "
+                   "requests name it. Empty: the clip is sent with every request. Sailfish "
+                   "never states consent for you. Ignored (no error) for a local model and "
+                   "other engines.", optional=True)],
     outputs=[Output(VOICE, "voice", "The encoded voice.")],
     execute=voice_encode,
 )

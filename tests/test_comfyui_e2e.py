@@ -43,6 +43,10 @@ IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMult
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
+# Examples that name an endpoint the operator configures: each runs in its own test, against a
+# stand-in engine configured under that name.
+DRAMA_EXAMPLE = comfy_stubs.ROOT / "example_workflows" / "Sailfish TTS - Drama 3 on a remote engine.json"
+LOCAL_EXAMPLES = [p for p in EXAMPLES if p != DRAMA_EXAMPLE]
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
 # Secrets in ComfyUI's environment: none is configured for any endpoint, so none may appear
 # in a request, the history or an error.
@@ -364,7 +368,7 @@ def sources(prompt: dict, node_type: str) -> dict[str, int]:
             and prompt[node["inputs"]["audio"][0]]["class_type"] == node_type}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LOCAL_EXAMPLES, ids=lambda p: p.stem)
 def test_example_workflow_runs(server, engine, path):
     workflow = json.loads(path.read_text())
     prompt = for_the_tiny_model(to_api(workflow, server.object_info))
@@ -675,3 +679,56 @@ def test_installing_requirements_changes_no_installed_package():
                if name in installed}
     assert not changed, f"installing requirements.txt would change installed packages: {changed}"
     assert "torch" in installed and "torch" not in would
+
+
+# ---------------------------------------------------------------- Drama 3 on an operator's endpoint
+DRAMA_FRAMES = 5  # what the stand-in engine answers per request, in codec frames
+
+
+@pytest.fixture(scope="module")
+def drama_engine(server):
+    """A stand-in SGLang-Omni serving s2-pro and drama-3, configured in ComfyUI's user
+    directory under the name the Drama 3 example uses, as the README's entry (key-less here:
+    ComfyUI's environment was fixed at start). Whatever the file held before comes back."""
+    from engine_standins import StandIn, readme_endpoint, sglang_app, tone
+
+    config = server.base / "user" / "sailfish" / "endpoints.json"
+    before = config.read_text() if config.is_file() else None
+    app = sglang_app(RATE, [tone(RATE, DRAMA_FRAMES * FRAME)], model_ids=("s2-pro", "drama-3"))
+    with StandIn(app) as engine:
+        entries = json.loads(before)["endpoints"] if before else {}
+        entry = {k: v for k, v in readme_endpoint("drama").items()
+                 if k not in ("api_key_env", "api_key_file")}
+        entries["drama"] = {**entry, "urls": [engine.url]}
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps({"endpoints": entries}))
+        try:
+            yield engine
+        finally:
+            if before is None:
+                config.unlink()
+            else:
+                config.write_text(before)
+
+
+def test_drama3_example_runs_on_the_operators_endpoint(server, drama_engine):
+    """The Drama 3 example, unchanged but for the tiny frame count: the loader names the
+    operator's endpoint and drama-3, the six-speaker script goes in one request with the two
+    connected voices as speakers 0 and 1 and its directions untouched, the audio comes back,
+    and no secret of ComfyUI's environment is sent or kept."""
+    workflow = DRAMA_EXAMPLE.read_text()
+    prompt = for_the_tiny_model(to_api(json.loads(workflow), server.object_info))
+    (loader,) = [n for n in prompt.values() if n["class_type"] == "SailfishModelLoader"]
+    assert (loader["inputs"]["remote"], loader["inputs"]["remote_model"]) == ("drama", "drama-3")
+    entry = server.run(prompt)
+    (rate, samples), = server.audio(entry)
+    assert rate == RATE and samples == DRAMA_FRAMES * FRAME
+    (body,) = drama_engine.requests
+    assert body["model"] == "drama-3"
+    assert len(set(re.findall(r"<\|speaker:(\d+)\|>", body["input"]))) == 6
+    assert "<|speaker:2|>[shouting over the storm] All hands on deck" in body["input"]
+    assert [r["text"][:14] for r in body["references"]] == ["<|speaker:0|>E", "<|speaker:1|>E"]
+    sent = json.dumps(drama_engine.requests) + json.dumps(drama_engine.app["headers"])
+    seen = sent + json.dumps(server.get("/history")) + workflow + json.dumps(prompt)
+    assert not [name for name, secret in SECRETS.items() if secret in seen]
+    assert not any("authorization" in {k.lower() for k in h} for h in drama_engine.app["headers"])

@@ -212,7 +212,7 @@ def test_comfyui_drops_the_removed_inputs_and_only_the_configured_key_goes_out(c
     with Recorder(models_answer) as good:
         write_endpoints(stubs, {"good": {"urls": [good.url], "api_key_env": "GOOD_ENGINE_KEY"}})
         (handle,) = loader(pack).execute(**LOADER, remote="good")
-        assert repr(handle) == "RemoteHandle(endpoint='good')"  # all the history holds
+        assert repr(handle) == "RemoteHandle(endpoint='good', model=None)"  # all the history holds
         assert good.received, "the loader reaches its engine (dialect auto)"
         assert all(f"Authorization: Bearer {GOOD_KEY}".encode() in r for r in good.received)
         assert no_secret_in(good.everything)

@@ -21,11 +21,23 @@ CORE = {
 CONTROL = {"fixed", "increment", "decrement", "randomize"}
 
 
+# Endpoints an example names, configured as the README tells the operator to.
+OPERATOR_ENDPOINTS = ("drama",)
+
+
 @pytest.fixture(scope="module")
-def nodes():
-    pack = comfy_stubs.load_pack("sailfish_workflows")
-    yield {n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD, pack.fish_core.loading.hub
-    comfy_stubs.unload_pack("sailfish_workflows")
+def nodes(tmp_path_factory):
+    from engine_standins import readme_endpoint
+
+    config = tmp_path_factory.mktemp("operator") / "endpoints.json"
+    config.write_text(json.dumps({"endpoints": {name: readme_endpoint(name)
+                                                for name in OPERATOR_ENDPOINTS}}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SAILFISH_ENDPOINTS", str(config))
+        pack = comfy_stubs.load_pack("sailfish_workflows")
+        yield {n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD, \
+            pack.fish_core.loading.hub
+        comfy_stubs.unload_pack("sailfish_workflows")
 
 
 def test_every_feature_has_an_example_with_a_readable_name():
@@ -34,7 +46,8 @@ def test_every_feature_has_an_example_with_a_readable_name():
     names = {p.stem for p in WORKFLOWS}
     assert not (FOLDER / "index.json").exists()
     for feature in ("text to speech", "voice clone", "multi-speaker dialogue", "subtitles",
-                    "voice library", "takes", "speaker tracks", "remote engine"):
+                    "voice library", "takes", "speaker tracks", "remote engine",
+                    "Drama 3"):
         assert any(feature in name for name in names), feature
     assert all(name.startswith("Sailfish TTS - ") and "_" not in name for name in names)
 
@@ -117,3 +130,21 @@ def test_takes_and_tracks_examples_use_the_new_outputs(nodes):
     saved = {names[slot] for _, src, slot, dst, _, _ in links
              if src == multi["id"] and by_id[dst]["type"] == "SaveAudio"}
     assert {"audio", "speaker_1", "speaker_2"} <= saved
+
+
+def test_drama3_example_names_an_operator_endpoint_and_more_than_four_speakers(nodes):
+    from fish_core.text.plan import parse_script
+
+    ours = nodes[0]
+    (path,) = [p for p in WORKFLOWS if "Drama 3" in p.stem]
+    workflow = {n["type"]: n for n in json.loads(path.read_text())["nodes"]}
+
+    def value(kind, widget):
+        names = [w.id for w in ours[kind].widgets]
+        at = names.index(widget) + sum(w.seed for w in ours[kind].widgets[:names.index(widget)])
+        return workflow[kind]["widgets_values"][at]
+
+    assert value("SailfishModelLoader", "remote") in OPERATOR_ENDPOINTS
+    assert value("SailfishModelLoader", "remote_model") == "drama-3"
+    turns = parse_script(value("SailfishMultiSpeaker", "script"))
+    assert len({t.label for t in turns}) > 4 and all(t.text.startswith("[") for t in turns)

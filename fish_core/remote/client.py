@@ -69,11 +69,14 @@ class RemoteVoice(Voice):
     model: str = ""  # the remote model it was made for
 
     def save(self, path):
+        held = ("holds reference audio, not codes" if self.references
+                else "is kept in the engine's voice store, not as codes")
+        keep = "register it on the server (register_voice)" if self.references \
+            else "use it by name on that engine"
         raise ValueError(f"voice {self.name!r} was made by the remote model "
-                         f"{self.model or 'of an engine'} and holds reference audio, not codes: "
-                         "a remote model cannot encode a voice to codes, so it cannot be saved "
-                         "as a Sailfish voice file. Encode it with a local model to save it, or "
-                         "register it on the server (register_voice).")
+                         f"{self.model or 'of an engine'} and {held}: a remote model cannot "
+                         "encode a voice to codes, so it cannot be saved as a Sailfish voice "
+                         f"file. Encode it with a local model to save it, or {keep}.")
 
 
 @dataclass
@@ -177,12 +180,13 @@ class RemoteSynthesizer:
         return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip], self.spec.label)
 
     def register_voice(self, voice: "RemoteVoice", name: str | None = None,
-                       consent: str | None = None) -> Voice:
+                       consent: str | None = None) -> "RemoteVoice":
         """Register ``voice`` (from ``encode_voice``) in the engine's voice store as ``name``
         (default the voice's own) and return a voice that names it there. Engines with a
         consent field (SGLang-Omni, vLLM-Omni) need ``consent`` (or the synthesizer's
         ``voice_consent``): the consent id or statement of the person whose voice it is,
-        checked before anything is sent and never made up here."""
+        checked before anything is sent and never made up here. The voice returned names the
+        stored one (no clips: it cannot be saved as a voice file)."""
         if not isinstance(voice, RemoteVoice) or not voice.references:
             raise ValueError("voice: register a voice made by encode_voice on this remote "
                              "model (reference audio + transcript)")
@@ -194,7 +198,7 @@ class RemoteSynthesizer:
                                      self.dialect.name)
         self.dialect.add_voice(self.transport, name, voice.references[0], consent)
         self._server_voices[name] = name
-        return Voice(name, [], self.sample_rate, FRAME_LENGTH)
+        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [], self.spec.label)
 
     def _voice_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
         """What a request sends for ``voice``: reference clips, or a server voice id."""
@@ -234,8 +238,9 @@ class RemoteSynthesizer:
             known = self.dialect.voice_names(self.transport)
             if name not in known:
                 raise ValueError(
-                    f"voice {name!r} holds codes only (a saved voice file), so the server must "
-                    f"have a voice of that name, but {self.label} has "
+                    f"voice {name!r} holds codes only (a saved voice file), which the remote "
+                    f"model {self.spec.label} cannot take, so the server must have a voice of "
+                    f"that name, but {self.label} has "
                     f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")

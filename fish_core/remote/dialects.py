@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Callable
 import torch
 
 from ..audio.wav import AudioFormatError, WavReader
+from ..params import DEFAULTS
 from .http import Response, Transport
 from .models import MODELS_BYTES, model_ids
 from .pcm import S2_RATE, BodyReader, Budget, bounded_lines, bounded_pieces, chunk_audio
@@ -297,11 +299,23 @@ class VLLMOmni(OmniVoices):
     body too; ``stream_format: "sse"`` (or ``stream`` alone on newer versions) gives OpenAI
     ``speech.audio.delta`` events, also read, as is a whole WAV body (older versions). Seed
     and sampling fields are not documented for Fish models there: not sent, so runs are not
-    seed-reproducible."""
+    seed-reproducible, and a temperature, top_p or top_k other than the defaults is an error
+    before sending (``check``)."""
 
     name = "vllm-omni"
     carries_seed = False
     max_clips = 1
+
+    def check(self, p):
+        """No sampling field reaches the engine, so one set away from the defaults would be
+        silently ignored: refused instead, naming it. (Seeds are taken and not sent: no
+        remote engine but our serve is seed-compatible, see docs/engines.md.)"""
+        for field in ("temperature", "top_p", "top_k"):
+            value, default = getattr(p, field), getattr(DEFAULTS, field)
+            if not math.isclose(value, default, rel_tol=0, abs_tol=1e-6):
+                raise ValueError(f"{field}: the {self.name} engine takes no {field} for Fish "
+                                 f"models (it samples with its own settings), so {value} "
+                                 f"cannot be honoured there; leave {field} at {default}")
 
     def body(self, text, clips, voice_id, p):
         body = {"input": text, "response_format": "pcm", "stream": True,

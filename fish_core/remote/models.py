@@ -25,6 +25,10 @@ MODELS_BYTES = 1 << 20  # a model list longer than this is not a model list
 MAX_MODELS = 256
 
 
+class UnknownModel(ValueError):
+    """A model name the engine does not list (the message lists the ones it does)."""
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What the client needs to know about the model a remote engine speaks with."""
@@ -70,6 +74,6 @@ def choose(requested: str | None, available: list[str], where: str) -> str | Non
     if not requested:
         return available[0] if available else None
     if available and requested not in available:
-        raise ValueError(f"model {requested!r} is not served by {where}; it serves "
+        raise UnknownModel(f"model {requested!r} is not served by {where}; it serves "
                          f"{', '.join(map(repr, available))}")
     return requested
