@@ -75,6 +75,29 @@ class Caches(nn.Module):
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
+    def row(self, row: int) -> "CacheRows":
+        """Row ``row`` of every cache as a one-row ``Caches`` whose writes land in this one
+        (a request joining a running decode is prefilled into its row alone)."""
+        return CacheRows(self, row)
+
+
+class KVRow:
+    """A one-row view ``[1, Hkv, L, Dh]`` of a ``KVCache``, written in place like one."""
+
+    write = KVCache.write
+
+    def __init__(self, cache: KVCache, row: int):
+        self.k, self.v = cache.k[row:row + 1], cache.v[row:row + 1]
+
+
+class CacheRows:
+    """``Caches.row``: the same ``slow``/``fast``/``shape`` as a one-row ``Caches``."""
+
+    def __init__(self, caches: Caches, row: int):
+        self.slow = [KVRow(c, row) for c in caches.slow]
+        self.fast = [KVRow(c, row) for c in caches.fast]
+        self.shape = (1, caches.shape[1])
+
 
 class Attention(nn.Module):
     def __init__(self, dim: int, n_head: int, n_kv: int, head_dim: int, qk_norm: bool, eps: float):
