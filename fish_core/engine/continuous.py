@@ -1,11 +1,13 @@
 """Continuous batching: a decode whose rows join and leave at frame boundaries.
 
 ``RowBatch`` keeps the engine's static KV cache with a **fixed number of rows** (the serving
-batch size) and decodes all of them every frame; a free row computes on stale data that nobody
-reads (rows never mix: attention, sampling and every layer act per row). One row count means
-one shape for the compiled step and one CUDA graph, never a recompile or re-capture as requests
-come and go; the price, a few idle rows, is small because decoding is bound by reading the
-weights, which happens once per frame whatever the row count. The cache **length** is a bucket
+batch size). A compiled step or a CUDA graph decodes all of them every frame, a free row
+computing on stale data that nobody reads (rows never mix: attention, sampling and every layer
+act per row): one row count means one shape, never a recompile or re-capture as requests come
+and go, and the price, a few idle rows, is small on a GPU, where decoding is bound by reading
+the weights once per frame whatever the row count. An eager step (the CPU default) has no
+shape to keep, and there idle rows cost compute, so it decodes only rows ``0 .. last busy``
+(a joining request takes the lowest free row, which keeps that prefix short). The cache **length** is a bucket
 (``generate.cache_length``) that grows, rows copied over, when a joining request needs more:
 a handful of sizes over a server's life.
 
@@ -89,7 +91,7 @@ class RowBatch:
         steps = min(params.max_new_tokens, engine.max_context - T)
         self.fit(T + steps)
         r = self.slots.index(None)
-        view = self.caches.row(r)
+        view = self.caches.rows(r, r + 1)
         draws = RandomDraws(engine, 1, None, [seed], None)
         sampling = engine.sampling_tensors([params])
         hidden = engine.prefill(prompt[None].to(engine.device),
@@ -125,16 +127,24 @@ class RowBatch:
         to each busy row that has not ended."""
         engine = self.engine
         self.check_engine()
-        draws = [self.draws(row) for row in self.slots]
+        fixed = engine.compiled or engine.cuda_graph
+        n = self.rows if fixed else max(self.active, default=0) + 1
+        draws = [self.draws(row) for row in self.slots[:n]]
         rand = [torch.cat([d[0] for d in draws]), torch.cat([d[1] for d in draws]),
                 torch.cat([d[2] for d in draws], dim=1)]
-        column, window = engine.step(self.column, self.pos, self.window, self.temperature,
-                                     self.top_p, self.top_k, *rand)
+        state = [t[:n] for t in (self.column, self.pos, self.window, self.temperature,
+                                 self.top_p, self.top_k)]
+        if n < self.rows:  # eager: the step runs on a view of the first n rows
+            engine.caches = self.caches.rows(0, n)
+        try:
+            column, window = engine.step(*state, *rand)
+        finally:
+            engine.caches = self.caches
         # Out of the step's (possibly CUDA-graph-owned) output buffers, as Engine.decode does.
-        self.column, self.window = column.clone(), window.clone()
+        self.column[:n], self.window[:n] = column, window
         busy = torch.tensor([row is not None for row in self.slots], device=engine.device)
         self.pos = torch.where(busy, self.pos + 1, self.pos)
-        columns = self.column.cpu()
+        columns = self.column.to("cpu", copy=True)  # never a view of the state
         for row, col in zip(self.slots, columns):
             if row is not None and not row.ended:
                 row.columns.append(col.clone())

@@ -75,28 +75,28 @@ class Caches(nn.Module):
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def row(self, row: int) -> "CacheRows":
-        """Row ``row`` of every cache as a one-row ``Caches`` whose writes land in this one
-        (a request joining a running decode is prefilled into its row alone)."""
-        return CacheRows(self, row)
+    def rows(self, start: int, stop: int) -> "CacheRows":
+        """Rows ``start .. stop - 1`` of every cache as a ``Caches`` whose writes land in this
+        one (a request joining a running decode is prefilled into its row alone)."""
+        return CacheRows(self, start, stop)
 
 
-class KVRow:
-    """A one-row view ``[1, Hkv, L, Dh]`` of a ``KVCache``, written in place like one."""
+class KVRows:
+    """Rows of a ``KVCache`` (a view ``[n, Hkv, L, Dh]``), written in place like one."""
 
     write = KVCache.write
 
-    def __init__(self, cache: KVCache, row: int):
-        self.k, self.v = cache.k[row:row + 1], cache.v[row:row + 1]
+    def __init__(self, cache: KVCache, start: int, stop: int):
+        self.k, self.v = cache.k[start:stop], cache.v[start:stop]
 
 
 class CacheRows:
-    """``Caches.row``: the same ``slow``/``fast``/``shape`` as a one-row ``Caches``."""
+    """``Caches.rows``: the same ``slow``/``fast``/``shape`` as a ``Caches`` of those rows."""
 
-    def __init__(self, caches: Caches, row: int):
-        self.slow = [KVRow(c, row) for c in caches.slow]
-        self.fast = [KVRow(c, row) for c in caches.fast]
-        self.shape = (1, caches.shape[1])
+    def __init__(self, caches: Caches, start: int, stop: int):
+        self.slow = [KVRows(c, start, stop) for c in caches.slow]
+        self.fast = [KVRows(c, start, stop) for c in caches.fast]
+        self.shape = (stop - start, caches.shape[1])
 
 
 class Attention(nn.Module):
