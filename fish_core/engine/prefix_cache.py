@@ -8,6 +8,14 @@ the same transcript share KV), plus what makes KV of the same ids differ: the mo
 dtype, device and weight types (quantization). A hit is also compared in full with the stored
 prefix, so a digest collision can never hand one voice another's KV. Entries live on the
 model's device; the cache is bounded by a byte budget and evicts the least recently used.
+
+Exactness: a reused prefix is the very KV its first prompt computed; only the rest of the
+prompt runs differently (its queries attend through a per-row mask over the cache instead of a
+causal run over the whole prompt), so hidden states may differ by float rounding. On the fp32
+fixtures the codes are identical with and without reuse, greedy and seeded
+(``tests/test_prefix_cache.py``, no tolerance). In bf16 that rounding is ~2^-8 relative, so a
+sampled code can flip where two candidates' probabilities lie within it: the audio is as good
+but not bit-identical, the same caveat as a different batch size or kernel in bf16.
 """
 
 from __future__ import annotations
