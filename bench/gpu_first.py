@@ -16,6 +16,9 @@ others with it; a stage that does not fit in what is left of the budget is skipp
     fp8-dequant    FP8 weight-only, dequantized per call (the old default)
     int8, int4     torchao weight-only, only if torchao imports
     codec          codec encode / decode speed (× real time)
+    serving        continuous batching (engine rows joining a running decode): frames/s with
+                   1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
+                   join with and without KV reuse
     bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
 
 Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
@@ -75,6 +78,7 @@ STAGES = [
     Stage("int8", 80, 30, "int8", needs="torchao"),
     Stage("int4", 80, 30, "int4", needs="torchao"),
     Stage("codec", 60, 15),
+    Stage("serving", 150, 45, "none", frames=32),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
 ]
 BY_NAME = {s.name: s for s in STAGES}
@@ -256,6 +260,72 @@ def codec_speed(args, seconds: float = 10.0) -> dict:
     return out
 
 
+SERVING_ROWS = 8
+
+
+def serving(args, stage: Stage) -> dict:
+    """Continuous batching on the engine (``RowBatch``, the rows the HTTP scheduler uses):
+    ``stage.frames`` frames per request; one request alone, then ``SERVING_ROWS`` requests
+    joining together; time to the first ``TTFA_FRAMES`` frames (prefill included, codec not);
+    and a prompt's join (prefill + first frame) with its voice prefix (all but its last 16
+    tokens) computed vs reused from the prefix cache."""
+    import torch
+
+    import bench_decode
+    from fish_core.engine.continuous import RowBatch
+    from fish_core.engine.generate import Engine
+    from fish_core.params import SamplingParams
+
+    device = torch.device(args.device)
+    model = random_model(bench_decode.make_config(args.config), device, torch.bfloat16)
+    engine = Engine(model, cuda_graph=device.type == "cuda")
+    engine.allowed = [t for t in engine.allowed if t != model.config.eos_token_id]
+    engine._weights = None  # never sample the stop token: every request makes every frame
+    engine.follow_model()
+    prompt = bench_decode.prompt_for(model.config, args.prompt_len)
+    params = SamplingParams(max_new_tokens=stage.frames)
+
+    def run(rows: int, joining: int) -> dict:
+        batch = RowBatch(engine, rows)
+        sync(device)
+        t0 = time.perf_counter()
+        for i in range(joining):
+            batch.join(prompt, params, i)
+        first, frames = None, 1
+        while not all(batch.ended(r) for r in batch.active):
+            batch.step()
+            frames += 1
+            if frames == TTFA_FRAMES:
+                first = time.perf_counter() - t0  # the step returned its columns on the host
+        sync(device)
+        wall = time.perf_counter() - t0
+        for r in batch.active:
+            batch.leave(r)
+        return {"ttfa_frames_s": round(first or wall, 4),
+                "frames_per_s": round(joining * stage.frames / wall, 2)}
+
+    run(1, 1)  # warm-up (and the graph of one row)
+    alone = run(1, 1)
+    run(SERVING_ROWS, SERVING_ROWS)  # warm-up of the wider graph
+    together = run(SERVING_ROWS, SERVING_ROWS)
+    # The ratios first: the table shows the start of this row.
+    out = {"throughput_ratio": round(together["frames_per_s"] / alone["frames_per_s"], 2),
+           "ttfa_ratio": round(together["ttfa_frames_s"] / alone["ttfa_frames_s"], 2)}
+    prefix = max(1, args.prompt_len - 16)
+    batch = RowBatch(engine, 1)
+    for label in ("join_prefix_computed_s", "join_prefix_reused_s"):
+        sync(device)
+        t0 = time.perf_counter()
+        row, _ = batch.join(prompt, params, 0, prefix)
+        sync(device)
+        out[label] = round(time.perf_counter() - t0, 4)
+        batch.leave(row)
+    out.update(prefix_hits=engine.prefixes.hits, frames=stage.frames, rows=SERVING_ROWS,
+               alone=alone, together=together)
+    out.update(what_ran(engine, model))
+    return out
+
+
 def run_stage(args) -> dict:
     """The body of one stage, in this (child) process; warnings are recorded, not printed."""
     import torch
@@ -271,6 +341,8 @@ def run_stage(args) -> dict:
             out = preflight(args)
         elif stage.name == "codec":
             out = codec_speed(args)
+        elif stage.name == "serving":
+            out = serving(args, stage)
         else:
             out = decode(args, stage)
     messages = list(dict.fromkeys(str(w.message).splitlines()[0][:300] for w in caught))

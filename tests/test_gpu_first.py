@@ -50,3 +50,15 @@ def test_stages_past_the_budget_are_skipped_with_a_reason(tmp_path):
     for name in ("codec", "bf16-compiled"):
         entry = report["stages"][name]
         assert entry["status"] == "skipped" and entry["reason"].startswith("budget:")
+
+
+def test_serving_stage_dry_run(tmp_path):
+    report, stdout = run(tmp_path, "--stages", "serving", "--budget", "600")
+    entry = report["stages"]["serving"]
+    assert entry["status"] == "ok", entry
+    row = entry["result"]
+    assert row["alone"]["frames_per_s"] > 0 and row["together"]["frames_per_s"] > 0
+    assert row["throughput_ratio"] > 0 and row["ttfa_ratio"] > 0
+    assert row["join_prefix_computed_s"] > 0 and row["join_prefix_reused_s"] > 0
+    assert row["prefix_hits"] == 1  # the second join reused the voice prefix
+    assert "| serving | ok |" in stdout

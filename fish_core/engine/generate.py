@@ -25,7 +25,8 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
     random_seed
 from .cuda_graph import FrameGraph
-from .model import Caches, DualAR
+from .model import CacheRows, Caches, DualAR
+from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
@@ -47,7 +48,8 @@ class Engine:
 
     def __init__(self, model: DualAR, compile: bool = False, eos_check_every: int | None = None,
                  max_context: int | None = None,
-                 compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None):
+                 compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None,
+                 prefix_cache_mb: float | None = None):
         self.model = model
         self.config = c = model.config
         # Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
@@ -62,6 +64,8 @@ class Engine:
         self._weights = None
         self.graph_captures = 0
         self.fallbacks: list[str] = []
+        # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
+        self.prefixes = PrefixCache(megabytes(prefix_cache_mb))
         self.follow_model()
         # The step is kept as a function of (engine, ...) rather than a bound method, so the
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
@@ -123,12 +127,16 @@ class Engine:
             return
         if self._weights is None or key[:2] != self._weights[:2]:
             self.caches = None
+        self.prefixes.clear()  # KV made by other weights (or on another device) is not theirs
         self._weights = key
         self.release_graph()
         self.device, self.dtype = self.model.device, self.model.dtype
         self.allowed_ids = torch.tensor(self.allowed, device=self.device)
         self.head = self.model.head_rows(self.allowed_ids).detach()
         self.check_every = self.eos_check_every or (8 if self.device.type == "cuda" else 1)
+        wqkv = self.model.layers[0].attention.wqkv
+        self.model_key = (id(self.model), str(self.dtype), str(self.device),
+                          type(wqkv).__name__, type(wqkv.weight).__name__)
 
     def release_graph(self) -> None:
         if self._graph is not None:
@@ -137,19 +145,22 @@ class Engine:
 
     def release(self) -> None:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
-        to the request, on the next call."""
+        to the request, on the next call. Kept reference prefixes are freed too."""
         self.release_graph()
         self.caches = None
+        self.prefixes.clear()
 
     # ------------------------------------------------------------------ one frame
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
                    top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
-                   rand_fast: Tensor) -> Tensor:
-        """From the slow AR's last hidden state ``[B, D]`` to the frame column ``[B, 1 + K]``.
+                   rand_fast: Tensor, caches: Caches | None = None) -> Tensor:
+        """From the slow AR's last hidden state ``[B, D]`` to the frame column ``[B, 1 + K]``
+        (the fast AR runs in ``caches``, default the engine's).
 
         ``rand_main``/``rand_high`` ``[B, V]`` (full vocabulary, as the reference draws them),
         ``rand_fast`` ``[K - 1, B, C]``; ``window [B, W]`` or None (prefill: no RAS)."""
         c, model = self.config, self.model
+        caches = self.caches if caches is None else caches
         logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
         rand_main = rand_main.index_select(-1, self.allowed_ids)
         rand_high = rand_high.index_select(-1, self.allowed_ids)
@@ -165,13 +176,13 @@ class Engine:
         code = torch.clamp(main - c.semantic_start_token_id, 0, c.codebook_size - 1)
         codes = [code]
         x = torch.stack([hidden, model.fast_embeddings(code)], dim=1)  # [B, 2, D]
-        logits = model.fast_forward(x, 0, self.caches)[:, -1]
+        logits = model.fast_forward(x, 0, caches)[:, -1]
         for k in range(1, c.num_codebooks):
             code = sample(logits, temperature, top_p, top_k, rand_fast[k - 1])
             codes.append(code)
             if k + 1 < c.num_codebooks:
                 x = model.fast_embeddings(code).unsqueeze(1)
-                logits = model.fast_forward(x, k + 1, self.caches)[:, -1]
+                logits = model.fast_forward(x, k + 1, caches)[:, -1]
         return torch.stack([main, *codes], dim=1)
 
     def slow_step(self, column: Tensor, pos: Tensor) -> Tensor:
@@ -193,14 +204,85 @@ class Engine:
         window = torch.cat([window[:, 1:], nxt[:, :1]], dim=1)
         return nxt, window
 
-    def prefill(self, prompts: Tensor, lengths: Tensor) -> Tensor:
+    def prefill(self, prompts: Tensor, lengths: Tensor,
+                prefixes: Sequence[int] | None = None, caches: Caches | None = None) -> Tensor:
         """Run the right-padded prompts ``[B, 1 + K, T]``; returns each row's last hidden state.
         Padding sits after the real tokens, so causal attention never sees it, and its cache
-        slots are overwritten by the generated frames before any query can reach them."""
-        T = prompts.shape[-1]
+        slots are overwritten by the generated frames before any query can reach them.
+
+        ``prefixes`` (one length per row, 0 = none) marks each prompt's voice prefix: its KV is
+        put in the row's first slots first (``load_prefixes``: reused, or run on its own and
+        kept) and only the rest of the prompt is run after it. ``caches``: where to run
+        (default the engine's; ``Caches.rows`` for a row joining a decode)."""
+        caches = self.caches if caches is None else caches
+        starts = self.load_prefixes(prompts, lengths, prefixes, caches)
+        if any(starts):
+            return self.prefill_after(prompts, lengths, starts, caches)
+        T = prompts.shape[-1]  # no voice prefix: the whole prompts, as always
         pos = torch.arange(T, device=self.device).expand(prompts.shape[0], T)
-        hidden = self.model.slow_forward(prompts, pos, None, self.caches)
+        hidden = self.model.slow_forward(prompts, pos, None, caches)
         return hidden[torch.arange(prompts.shape[0], device=self.device), lengths - 1]
+
+    def prefix_ids(self, prompts: Tensor, row: int, length: int) -> tuple[tuple, Tensor]:
+        ids = prompts[row, :, :length].cpu()
+        return PrefixCache.key(self.model_key, ids), ids
+
+    def load_prefixes(self, prompts: Tensor, lengths: Tensor, prefixes: Sequence[int] | None,
+                      caches: Caches) -> list[int]:
+        """Put every row's voice prefix KV in its first cache slots and return, per row, the
+        slot its prompt resumes from (0: no prefix). A prefix not in ``self.prefixes`` is run
+        on its own (``[1, 1 + K, P]`` from slot 0: the same computation every time) and kept;
+        rows sharing a prefix (takes) run it once. So a prompt's rest always runs the same way,
+        whether its prefix was reused or not, the cache on or off: reuse never changes a
+        result, in any precision."""
+        starts = [0] * prompts.shape[0]
+        if not prefixes:
+            return starts
+        loaded: dict[tuple, PrefixEntry] = {}  # this call's prefixes, by key
+        for row, (length, total) in enumerate(zip(prefixes, lengths.tolist())):
+            if not 0 < length < total:
+                continue
+            key, ids = self.prefix_ids(prompts, row, length)
+            entry = loaded.get(key)
+            if entry is None:
+                entry = self.prefixes.get(key, ids) if self.prefixes.enabled else None
+            if entry is None:
+                entry = self.run_prefix(prompts[row:row + 1, :, :length], ids,
+                                        caches.rows(row, row + 1))
+                self.prefixes.put(key, entry)
+            loaded[key] = entry
+            for cache, keys, values in zip(caches.slow, entry.keys, entry.values):
+                cache.k[row, :, :length] = keys
+                cache.v[row, :, :length] = values
+            starts[row] = length
+        return starts
+
+    def run_prefix(self, prefix: Tensor, ids: Tensor, row: CacheRows) -> PrefixEntry:
+        """The slow AR's KV of one prefix ``[1, 1 + K, P]``, run alone from slot 0 in ``row``
+        (the one-row cache of the prompt being prefilled)."""
+        P = prefix.shape[-1]
+        pos = torch.arange(P, device=self.device)[None]
+        self.model.slow_forward(prefix, pos, None, row)
+        return PrefixEntry(ids, [c.k[0, :, :P].clone() for c in row.slow],
+                           [c.v[0, :, :P].clone() for c in row.slow])
+
+    def prefill_after(self, prompts: Tensor, lengths: Tensor, starts: list[int],
+                      caches: Caches) -> Tensor:
+        """Run each row's prompt from slot ``starts[row]`` on (the slots before it are already
+        in the cache), attending through a per-row causal mask over the whole cache."""
+        B, L = prompts.shape[0], caches.shape[1]
+        start = torch.tensor(starts, device=self.device)
+        rest = lengths - start  # tokens left to run, per row
+        S = int(rest.max())
+        tokens = torch.zeros(B, prompts.shape[1], S, dtype=prompts.dtype, device=self.device)
+        for row, (s, n) in enumerate(zip(starts, rest.tolist())):
+            tokens[row, :, :n] = prompts[row, :, s:s + n]
+        # Padding goes to the last slot (never read before a generated frame overwrites it).
+        pos = (start[:, None] + torch.arange(S, device=self.device)).clamp(max=L - 1)
+        slots = torch.arange(L, device=self.device)
+        mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, L]
+        hidden = self.model.slow_forward(tokens, pos, mask, caches)
+        return hidden[torch.arange(B, device=self.device), rest - 1]
 
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
@@ -211,7 +293,8 @@ class Engine:
                  on_frame: Callable[[int, int], None] | None = None,
                  on_column: Callable[[Tensor], None] | None = None,
                  cancel: Callable[[], bool] | None = None,
-                 stop_on_eos: bool = True) -> list[Generated]:
+                 stop_on_eos: bool = True,
+                 prefixes: Sequence[int] | None = None) -> list[Generated]:
         """Generate for one prompt ``[1 + K, T]`` or several (decoded together, each stopping on
         its own).
 
@@ -222,9 +305,13 @@ class Engine:
         column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill; one host sync per
         frame) for streaming — a row's columns past its own end are dropped from its result. ``cancel()`` returning
         True raises Cancelled. ``stop_on_eos=False`` runs every row to its ``max_new_tokens``
-        (for benchmarks)."""
+        (for benchmarks). ``prefixes``: each prompt's voice-prefix length (``prefill``), whose
+        KV is reused from, or kept in, the prefix cache."""
         self.follow_model()
         prompts, params = self.check_request(prompts, params)
+        if prefixes is not None and len(prefixes) != len(prompts):
+            raise GenerationError(f"prefixes must hold one length per prompt: got "
+                                  f"{len(prefixes)} for {len(prompts)} prompts")
         draws = RandomDraws(self, len(prompts), seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, self.max_context - n) for p, n in zip(params, lengths)]
@@ -232,7 +319,7 @@ class Engine:
         self.ensure_cache(len(prompts), cache_length(batch.shape[-1] + max(steps),
                                                      self.max_context))
         out = self.decode(batch, torch.tensor(lengths, device=self.device), params, draws,
-                          max(steps), stop_on_eos, on_frame, on_column, cancel)
+                          max(steps), stop_on_eos, on_frame, on_column, cancel, prefixes)
         return [trim(out[b], steps[b], lengths[b], draws.seeds[b], stop_on_eos,
                      self.config.eos_token_id) for b in range(len(prompts))]
 
@@ -282,12 +369,12 @@ class Engine:
 
     def decode(self, batch: Tensor, lengths: Tensor, params: list[SamplingParams],
                draws: "RandomDraws", total: int, stop_on_eos: bool, on_frame, on_column,
-               cancel) -> Tensor:
+               cancel, prefixes: Sequence[int] | None = None) -> Tensor:
         """Prefill, then up to ``total`` frames; returns every column ``[B, 1 + K, n]`` on the
         CPU. The loop stops early once every row has produced ``<|im_end|>``."""
         eos = self.config.eos_token_id
         temperature, top_p, top_k = self.sampling_tensors(params)
-        hidden = self.prefill(batch, lengths)
+        hidden = self.prefill(batch, lengths, prefixes)
         column = self.frame_tail(hidden, None, temperature, top_p, top_k, *draws())
         columns = [column]
         emit(on_column, column)

@@ -75,6 +75,31 @@ class Caches(nn.Module):
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
+    def rows(self, start: int, stop: int) -> "CacheRows":
+        """Rows ``start .. stop - 1`` of every cache as a ``Caches`` whose writes land in this
+        one (a request joining a running decode is prefilled into its row alone)."""
+        return CacheRows(self, start, stop)
+
+
+class KVRows:
+    """Rows of a ``KVCache`` (a view ``[n, Hkv, L, Dh]``), written in place like one."""
+
+    write = KVCache.write
+
+    def __init__(self, cache: KVCache, start: int, stop: int):
+        self.k, self.v = cache.k[start:stop], cache.v[start:stop]
+
+
+class CacheRows:
+    """``Caches.rows``: the same ``slow``/``fast``/``shape`` as a ``Caches`` of those rows."""
+
+    def __init__(self, caches: Caches, start: int, stop: int):
+        self.slow = [KVRows(c, start, stop) for c in caches.slow]
+        self.fast = [KVRows(c, start, stop) for c in caches.fast]
+        self.shape = (stop - start, caches.shape[1])
+
+    rows = Caches.rows  # rows of these rows
+
 
 class Attention(nn.Module):
     def __init__(self, dim: int, n_head: int, n_kv: int, head_dim: int, qk_norm: bool, eps: float):

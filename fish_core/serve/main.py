@@ -52,6 +52,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
                         "many (1: one at a time)")
+    g.add_argument("--batching", choices=["continuous", "static"], default="continuous",
+                   help="continuous: requests join the running decode at the next frame and "
+                        "leave it when done; static: each batch runs to the end of its text "
+                        "batch (default continuous)")
+    g.add_argument("--prefix-cache-mb", type=float, default=None, metavar="MB",
+                   help="memory for the KV of recent voice prefixes, reused by the next "
+                        "request in the same voice (default 512; 0 = off)")
     g.add_argument("--max-queue", type=int, default=None,
                    help="requests in progress or waiting at once; more get 429 with "
                         "Retry-After (default 4 x --max-batch, at least 16)")
@@ -118,7 +125,7 @@ def build_service(args, key: str | None = None):
             args.model, device=args.device, dtype=args.precision, compile=args.compile,
             compile_cache=args.compile_cache, quantization=args.quantization,
             models_dir=args.models_dir, download=not args.no_download,
-            context_length=args.context_length)
+            context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb)
 
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,
@@ -128,7 +135,7 @@ def build_service(args, key: str | None = None):
                               model_name=Path(str(args.model)).name, api_key=key,
                               limits=limits, max_batch=args.max_batch,
                               default_voice=args.default_voice, guard=guard(args),
-                              max_queue=args.max_queue)
+                              max_queue=args.max_queue, batching=args.batching)
 
 
 def serve(args) -> str:

@@ -1,10 +1,19 @@
-"""One worker thread per model: a fair queue of speech tasks, batched when they arrive together.
+"""One worker thread per model: a fair queue of speech tasks, decoded in batches.
 
-The engine runs one generation at a time, so every task goes through this queue. Each round
-takes up to ``max_batch`` tasks from the front and generates the next text batch of each as one
-engine batch (one seed per row, so a batched request sounds exactly as it would alone); a task
-with more text batches goes to the back of the queue, so a long text cannot hold the model while
-short requests wait (round robin by text batch).
+The engine runs one generation at a time, so every task goes through this queue. Two ways to
+batch (``batching``):
+
+- ``continuous`` (default): one running decode of ``max_batch`` rows (``driver.JobRows``). A
+  task joins at the next frame boundary as soon as a row is free (its prefill done, then its
+  row decodes with the others); a task whose text batch ended, or that was cancelled or timed
+  out, leaves its row at once and frees it.
+- ``static``: each round takes up to ``max_batch`` tasks from the front (after waiting
+  ``batch_wait`` for others that arrive together) and generates the next text batch of each as
+  one engine batch to the end (``driver.run_round``).
+
+Either way every row has its own seed, so a batched request sounds exactly as it would alone,
+and a task with more text batches goes to the back of the queue, so a long text cannot hold the
+model while short requests wait (round robin by text batch).
 
 A task reports to its ``emit(kind, value)``, on the worker thread: ``("start", {"sample_rate",
 "seed", "frame_length"})``, then ``("chunk", waveform)`` for each chunk, then ``("done", None)`` or
@@ -21,13 +30,14 @@ from contextlib import AbstractContextManager
 from typing import Callable
 
 from ..params import Cancelled, GenerationError, SamplingParams
-from ..synthesis.driver import SpeechJob, run_round
+from ..synthesis.driver import JobRows, SpeechJob, run_round
 from ..speech.voices import Voice
 from .logs import log
 from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
+BATCHING = ("continuous", "static")
 
 
 class Task:
@@ -51,8 +61,11 @@ class Task:
 class Scheduler:
     def __init__(self, model: Callable[[], AbstractContextManager], voices: VoiceLibrary,
                  limits: Limits, max_batch: int = 1, batch_wait: float = 0.01,
-                 default_voice: str | None = None):
-        """``model()``: a context manager that yields the Synthesizer, loaded, for one round."""
+                 default_voice: str | None = None, batching: str = "continuous"):
+        """``model()``: a context manager that yields the Synthesizer, loaded, while it works."""
+        if batching not in BATCHING:
+            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
+        self.batching = batching
         self.model = model
         self.voices = voices
         self.limits = limits
@@ -64,7 +77,9 @@ class Scheduler:
         self._closed = False
         self._thread: threading.Thread | None = None
         self.busy = False  # a round is running
-        self.batch_sizes: list[int] = []  # of every round run (for tests and the bench)
+        # Rows busy in every round run (static), or after every join (continuous): for tests
+        # and the bench.
+        self.batch_sizes: list[int] = []
 
     # ---------------------------------------------------------------- client side
     def submit(self, request: SpeechRequest, emit: Emit) -> Task:
@@ -94,13 +109,19 @@ class Scheduler:
             self._thread.join(timeout=30)
 
     # ---------------------------------------------------------------- worker
+    def _wait_for_work(self) -> bool:
+        """Wait until a task is queued (True) or the scheduler is closed (False)."""
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            return not self._closed
+
     def _run(self) -> None:
+        if self.batching == "continuous":
+            return self._run_continuous()
         while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
+            if not self._wait_for_work():
+                return
             if self.max_batch > 1 and len(self._queue) < self.max_batch:
                 time.sleep(self.batch_wait)  # let requests that arrive together join
             with self._cond:
@@ -143,19 +164,81 @@ class Scheduler:
                 fail(task, e)
             return
         for task in live:
-            job = task.job
+            self._settle(task)
+
+    def _settle(self, task: Task) -> None:
+        """After a task's text batch: report its end or failure, or queue its next batch."""
+        job = task.job
+        if task.cancelled.is_set():
+            return
+        if job.timed_out:
+            fail(task, ApiError(504, f"the request ran past its {self.limits.timeout_seconds:g}"
+                                     " s timeout"))
+        elif job.error is not None:
+            fail(task, job.error)
+        elif job.done:
+            task.emit("done", None)
+        else:
+            with self._cond:
+                self._queue.append(task)  # its next text batch waits its turn
+
+    # ---------------------------------------------------------------- continuous batching
+    def _run_continuous(self) -> None:
+        while True:
+            if not self._wait_for_work():
+                return
+            self.busy = True
+            running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
+            try:
+                with self.model() as synth:
+                    self._decode(synth, running)
+            except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
+                for task in running.values():
+                    fail(task, e)
+            finally:
+                self.busy = False
+
+    def _decode(self, synth, running: dict[int, Task]) -> None:
+        """Decode until no task is left: tasks join free rows between frames and leave them
+        as soon as their text batch ends (or they are cancelled or time out)."""
+        rows = JobRows(synth, self.max_batch)
+        while True:
+            if self._admit(synth, rows, running):
+                self.batch_sizes.append(len(rows))
+            if not len(rows):
+                return
+            if self._closed:
+                for task in running.values():
+                    task.cancel()
+            for job in rows.step():
+                self._settle(running.pop(id(job)))
+
+    def _admit(self, synth, rows: JobRows, running: dict[int, Task]) -> int:
+        """Move queued tasks into free rows (prefilling each); returns how many joined."""
+        joined = 0
+        while rows.free and not self._closed:
+            with self._cond:
+                if not self._queue:
+                    break
+                task = self._queue.popleft()
             if task.cancelled.is_set():
                 continue
-            if job.timed_out:
-                fail(task, ApiError(504, f"the request ran past its {self.limits.timeout_seconds:g}"
-                                         " s timeout"))
-            elif job.error is not None:
-                fail(task, job.error)
-            elif job.done:
-                task.emit("done", None)
-            else:
-                with self._cond:
-                    self._queue.append(task)  # its next text batch waits its turn
+            if task.timed_out:
+                fail(task, ApiError(504, "the request timed out while queued"))
+                continue
+            try:
+                if task.job is None:
+                    self._start(synth, task)
+                added = rows.add(task.job)
+            except Exception as e:  # noqa: BLE001 - a bad voice or reference
+                fail(task, e)
+                continue
+            if not added:  # its prompt cannot fit
+                fail(task, task.job.error)
+                continue
+            running[id(task.job)] = task
+            joined += 1
+        return joined
 
     def _start(self, synth, task: Task) -> None:
         """Build the task's voice and job (on the worker: the codec encodes references)."""

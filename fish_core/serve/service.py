@@ -51,10 +51,12 @@ class Service:
                  model_name: str = "s2-pro", api_key: str | None = None,
                  limits: Limits = Limits(), max_batch: int = 1,
                  default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
-                 guard: Guard = Guard(), max_queue: int | None = None):
+                 guard: Guard = Guard(), max_queue: int | None = None,
+                 batching: str = "continuous"):
         """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
         whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
-        ``max_queue``: requests in progress at once (default ``default_max_queue``)."""
+        ``max_queue``: requests in progress at once (default ``default_max_queue``);
+        ``batching``: ``continuous`` or ``static`` (``scheduler``)."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
         self.model_names = {model_name, *MODEL_ALIASES}
@@ -66,7 +68,7 @@ class Service:
         self._open = 0  # requests admitted and not finished
         self._open_lock = threading.Lock()
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
-                                   default_voice=default_voice)
+                                   default_voice=default_voice, batching=batching)
 
     @classmethod
     def standalone(cls, load: Callable[[], object], lazy: bool = False, **kwargs) -> "Service":

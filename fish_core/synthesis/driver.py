@@ -123,6 +123,7 @@ class SpeechJob:
         self.params = params.validate()
         self.batches = batches
         self.references = synth.references(voices)
+        self.prefix = None  # the voice prefix's length (its KV is reused across prompts)
         self.seed = pick_seed(seed)
         self.chunking = (first_frames, chunk_frames)
         self.decoder = ChunkDecoder(synth.require_codec(), first_frames, chunk_frames)
@@ -174,6 +175,8 @@ class SpeechJob:
         history = [(r.batch.text, r.generated.codes) for r in kept]
         prompt = self.synth.prompt(self.batches[self.batch].text, self.references, history,
                                    self.params.max_new_tokens)
+        if self.prefix is None:
+            self.prefix = self.synth.prefix_length(self.references)
         self.limit = min(self.params.max_new_tokens, self.synth.max_context - prompt.shape[1])
         self.columns = 0
         self.ended = False
@@ -247,7 +250,7 @@ def run_round(synth, jobs: Sequence[SpeechJob],
     t0 = time.perf_counter()
     gens = synth.generate(prompts, [job.params for job in jobs],
                           seeds=[job.batch_seed for job in jobs], on_frame=on_frame,
-                          cancel=stop, **live)
+                          cancel=stop, prefixes=[job.prefix for job in jobs], **live)
     seconds = time.perf_counter() - t0
     for job, gen in zip(jobs, gens):
         if not job.stopped:
@@ -255,3 +258,65 @@ def run_round(synth, jobs: Sequence[SpeechJob],
                 job.finish_batch(gen, seconds)
             except GenerationError as e:
                 job.error = e
+
+
+class JobRows:
+    """Continuous batching of jobs (the counterpart of ``run_round``): each job's current text
+    batch decodes in a row of one running ``RowBatch``. ``add(job)`` prefills the job's next
+    text batch into a free row at once (between frames); ``step()`` makes one frame for every
+    row and returns the jobs whose text batch ended, failed, or which were cancelled or timed
+    out: they have left their rows, freeing them for the next. A job with text batches left is
+    added again by the caller (so it can go to the back of a queue). Each row draws from its
+    job's own seed, so a job's codes and audio are those it makes alone."""
+
+    def __init__(self, synth, rows: int):
+        self.synth = synth
+        self.batch = synth.row_batch(rows)
+        self.jobs: dict[int, SpeechJob] = {}
+        self.started: dict[int, float] = {}
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def free(self) -> int:
+        return self.batch.free
+
+    def add(self, job: SpeechJob) -> bool:
+        """Start the job's next text batch in a free row; False (with ``job.error``) when its
+        prompt cannot fit."""
+        try:
+            prompt = job.prompt()
+        except GenerationError as e:
+            job.error = e
+            return False
+        row, column = self.batch.join(prompt, job.params, job.batch_seed, job.prefix)
+        self.jobs[row] = job
+        self.started[row] = time.perf_counter()
+        job.feed(column)
+        return True
+
+    def step(self) -> list[SpeechJob]:
+        """One frame for every row (when any is busy and unfinished); returns the jobs that
+        left their rows."""
+        if any(not self.batch.ended(r) and not job.stopped for r, job in self.jobs.items()):
+            columns = self.batch.step()
+            for row, job in self.jobs.items():
+                job.feed(columns[row])  # a job ignores columns past its batch's end
+        return self.collect()
+
+    def collect(self) -> list[SpeechJob]:
+        left = []
+        for row, job in list(self.jobs.items()):
+            if not (job.stopped or self.batch.ended(row)):
+                continue
+            gen = self.batch.leave(row)
+            del self.jobs[row]
+            seconds = time.perf_counter() - self.started.pop(row)
+            if not job.stopped:
+                try:
+                    job.finish_batch(gen, seconds)
+                except GenerationError as e:
+                    job.error = e
+            left.append(job)
+        return left

@@ -31,6 +31,7 @@ import torch
 from ..codec.model import CHECKPOINT_NAME, Codec
 from ..engine.config import ModelConfig
 from ..engine.device import codec_dtype_for, resolve_device, resolve_dtype
+from ..engine.continuous import RowBatch
 from ..engine.generate import Engine
 from ..engine.model import DualAR
 from ..loading.checkpoint import CheckpointError, load_model
@@ -42,7 +43,7 @@ from ..speech.results import Batch, Speech, SubtitleSpeech
 from ..speech.timeline import join_batches, place_cues
 from ..speech.voices import Voice, encode_voice
 from ..text import plan as textplan
-from ..text.prompt import PromptEncoder, conversation
+from ..text.prompt import PromptEncoder, conversation, system_message
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_round
 from .live import CueLayout, TakeLayout, job_options
@@ -54,15 +55,17 @@ Progress = Callable[[int, int], None]
 class Synthesizer:
     def __init__(self, model: DualAR, tokenizer: FishTokenizer, codec: Codec | None,
                  compile: bool = False, context_length: int | None = None,
-                 compile_cache: str | None = None):
+                 compile_cache: str | None = None, prefix_cache_mb: float | None = None):
         self.model = model
         self.config: ModelConfig = model.config
         self.tokenizer = tokenizer
         tokenizer.check_config(self.config)
         self.codec = codec
         self.encoder = PromptEncoder(tokenizer, self.config.num_codebooks, self.config.codebook_size)
+        # prefix_cache_mb: the budget for reused voice prefixes (engine/prefix_cache.py);
+        # None = the default, 0 = off.
         self.engine = Engine(model, compile=compile, max_context=context_length,
-                             compile_cache=compile_cache)
+                             compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
@@ -72,10 +75,13 @@ class Synthesizer:
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,
                         quantization: str | None = None, models_dir=None, download=True,
                         codec_dtype=None, context_length: int | None = None,
-                        compile_cache: str | None = None) -> "Synthesizer":
+                        compile_cache: str | None = None,
+                        prefix_cache_mb: float | None = None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
-        ``context_length`` caps prompt + generated tokens (default: the model's 32768)."""
+        ``context_length`` caps prompt + generated tokens (default: the model's 32768).
+        ``prefix_cache_mb`` bounds the KV kept of recent voice prefixes, reused by the next
+        prompt in the same voice (default 512 MB; 0 = off)."""
         from ..loading.hub import resolve
 
         folder = resolve(spec, models_dir=models_dir, download=download)
@@ -87,7 +93,7 @@ class Synthesizer:
         if (folder / CHECKPOINT_NAME).is_file():
             codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype))
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
-                   compile_cache=compile_cache)
+                   compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
 
     @staticmethod
     def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
@@ -232,6 +238,17 @@ class Synthesizer:
                 f"the prompt is {prompt.shape[1]} tokens but the model's context is {limit}: "
                 "use shorter or fewer reference clips, or a smaller text batch")
         return prompt
+
+    def prefix_length(self, references) -> int:
+        """Length of the voice prefix every prompt with ``references`` starts with (the system
+        turn: everything before the history and the text to speak). Each prompt part is
+        tokenized on its own, so the prompt's first columns are exactly this turn's."""
+        return self.encoder.encode([system_message(references)]).shape[1]
+
+    def row_batch(self, rows: int) -> RowBatch:
+        """A decode of ``rows`` rows that requests join and leave between frames
+        (``engine.continuous.RowBatch``, on this model's engine)."""
+        return RowBatch(self.engine, rows)
 
     def generate(self, prompts, params, **options) -> list:
         """``Engine.generate`` on this model's engine (one ``Generated`` per prompt)."""

@@ -1,0 +1,100 @@
+"""Reference-prefix KV reuse: the slow AR's keys and values of a prompt's voice prefix (the
+system turn: instruction, reference transcripts and every codebook of the reference codes), kept
+so that the next prompt starting with the same prefix prefills only the rest.
+
+An entry is keyed on the exact prefix content, all ``1 + K`` rows of its ids (token ids *and*
+every codebook of the reference codes; keying on the token row alone would let two voices with
+the same transcript share KV), plus what makes KV of the same ids differ: the model's identity,
+dtype, device and weight types (quantization). A hit is also compared in full with the stored
+prefix, so a digest collision can never hand one voice another's KV. Entries live on the
+model's device; the cache is bounded by a byte budget and evicts the least recently used.
+
+Exactness: a reused prefix is the very KV its first prompt computed; only the rest of the
+prompt runs differently (its queries attend through a per-row mask over the cache instead of a
+causal run over the whole prompt), so hidden states may differ by float rounding. On the fp32
+fixtures the codes are identical with and without reuse, greedy and seeded
+(``tests/test_prefix_cache.py``, no tolerance). In bf16 that rounding is ~2^-8 relative, so a
+sampled code can flip where two candidates' probabilities lie within it: the audio is as good
+but not bit-identical, the same caveat as a different batch size or kernel in bf16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+DEFAULT_PREFIX_CACHE_MB = 512
+
+
+@dataclass
+class PrefixEntry:
+    ids: Tensor  # the prefix [1 + K, P] (CPU, int64), compared in full on a hit
+    keys: list[Tensor]  # per slow layer [Hkv, P, Dh]
+    values: list[Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+
+class PrefixCache:
+    """LRU map: (model identity, prefix content) → the prefix's slow-AR KV. ``budget_bytes`` 0
+    turns it off. ``hits``/``misses`` count lookups (for benches and tests)."""
+
+    def __init__(self, budget_bytes: int):
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) \
+                or budget_bytes < 0:
+            raise ValueError(f"prefix_cache_mb must be a number >= 0 (0 turns the prefix "
+                             f"cache off), got {budget_bytes!r}")
+        self.budget = budget_bytes
+        self.entries: OrderedDict[tuple, PrefixEntry] = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    @staticmethod
+    def key(model_key: tuple, ids: Tensor) -> tuple:
+        ids = ids.detach().to("cpu", torch.long).contiguous()
+        digest = hashlib.sha256(ids.numpy().tobytes()).hexdigest()
+        return (*model_key, tuple(ids.shape), digest)
+
+    def get(self, key: tuple, ids: Tensor) -> PrefixEntry | None:
+        entry = self.entries.get(key)
+        if entry is None or not torch.equal(entry.ids, ids.detach().to("cpu", torch.long)):
+            self.misses += 1
+            return None
+        self.entries.move_to_end(key)
+        self.hits += 1
+        return entry
+
+    def put(self, key: tuple, entry: PrefixEntry) -> None:
+        """Keep ``entry`` (most recent), evicting the least recently used to fit the budget; an
+        entry larger than the whole budget is not kept."""
+        if not self.enabled or entry.nbytes > self.budget or key in self.entries:
+            return
+        while self.entries and self.nbytes + entry.nbytes > self.budget:
+            _, old = self.entries.popitem(last=False)
+            self.nbytes -= old.nbytes
+        self.entries[key] = entry
+        self.nbytes += entry.nbytes
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.nbytes = 0
+
+
+def megabytes(value) -> int:
+    """``prefix_cache_mb`` (a number >= 0, or None for the default) → bytes."""
+    if value is None:
+        value = DEFAULT_PREFIX_CACHE_MB
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"prefix_cache_mb must be a number >= 0 (0 turns the prefix cache "
+                         f"off), got {value!r}")
+    return int(value * 1024 * 1024)
