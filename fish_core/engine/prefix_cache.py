@@ -9,13 +9,15 @@ dtype, device and weight types (quantization). A hit is also compared in full wi
 prefix, so a digest collision can never hand one voice another's KV. Entries live on the
 model's device; the cache is bounded by a byte budget and evicts the least recently used.
 
-Exactness: a reused prefix is the very KV its first prompt computed; only the rest of the
-prompt runs differently (its queries attend through a per-row mask over the cache instead of a
-causal run over the whole prompt), so hidden states may differ by float rounding. On the fp32
-fixtures the codes are identical with and without reuse, greedy and seeded
-(``tests/test_prefix_cache.py``, no tolerance). In bf16 that rounding is ~2^-8 relative, so a
-sampled code can flip where two candidates' probabilities lie within it: the audio is as good
-but not bit-identical, the same caveat as a different batch size or kernel in bf16.
+Exactness: a prompt with a voice prefix is always prefilled in two steps, the prefix alone
+(``[1, 1 + K, P]`` from slot 0, or its kept KV) and then the rest attending through a per-row
+mask (``Engine.load_prefixes``), whether the prefix was reused, computed now, or the cache is
+off. So reuse never changes a result, in any precision: the same seed gives the same codes and
+samples on the first run and every repeat (``tests/test_prefix_cache.py``: fp32 and bf16, no
+tolerance). Against a single causal run of the whole prompt (the path before this cache) the
+codes are identical on the fp32 fixtures, greedy and seeded; in bf16 the two-step prefill
+rounds differently (~2^-8 relative) and can flip a sampled code where two candidates lie within
+that, as a different batch size or kernel would.
 """
 
 from __future__ import annotations
