@@ -1,0 +1,94 @@
+"""Whether the decode step runs compiled: ``compile`` is ``"off"`` (``False``), ``"on"``
+(``True``) or ``"auto"``.
+
+On CUDA, compile wins (fused kernels, then one CUDA graph per frame). On a CPU it can lose:
+at batch 1 a frame is a few hundred small kernels, and what decides is how each one is run.
+Eager PyTorch sends every matrix product to oneDNN (AMX or AVX-512-BF16 kernels, weights read
+once) and runs small element-wise ops on one thread; inductor's C++ code fuses the element-wise
+ops but opens an OpenMP region over every core for each fused loop and computes bf16 in fp32
+vectors, so on a many-core CPU the per-kernel start-up of those regions can outweigh what
+fusion saves (an AVX-512 EPYC, medium config, bf16: 14.9 compiled against 17.9 frames/s
+eager). Which side wins depends on the CPU, its core count, the dtype and the model size, so:
+
+* ``"on"`` on a CPU compiles as asked and warns once that it may be slower, naming ``auto``;
+* ``"auto"`` compiles on CUDA; on a CPU it times the compiled and the eager step on the first
+  decode frame (after the compile, a few calls each, interleaved, the median compared) and
+  keeps the faster (``Engine.compile_choice`` says which and why; it is also logged). The
+  compile's own time is spent either way. The step is a function of its arguments plus the KV
+  cache entries it writes at ``pos`` (the same ones on every call), so the frame the choice
+  returns, and everything after it, is exactly what the chosen mode alone gives.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import warnings
+from typing import Callable
+
+MODES = ("off", "on", "auto")
+PROBE_CALLS = 3  # timed calls of each step (after one warm-up call each)
+log = logging.getLogger("sailfish.engine")
+_warned: set = set()
+
+
+def compile_mode(value) -> str:
+    """``compile`` as given (``True``/``False`` or a mode name) → ``"off"``, ``"on"`` or
+    ``"auto"``; anything else is an error naming the field."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "on"
+    if isinstance(value, str) and value.strip().lower() in MODES:
+        return value.strip().lower()
+    raise ValueError(f"compile must be true, false or one of {', '.join(MODES)}, got {value!r}")
+
+
+def warn_cpu_compile(device, dtype) -> None:
+    """Once per process and dtype: compile on a CPU may decode slower than eager."""
+    if device.type != "cpu" or str(dtype) in _warned:
+        return
+    _warned.add(str(dtype))
+    warnings.warn(
+        f"torch.compile of the decode step on a CPU ({str(dtype).removeprefix('torch.')}) can be "
+        "slower than eager (an AVX-512 EPYC decoded 14.9 frames/s compiled against 17.9 eager); "
+        "compile='auto' (--compile auto) times both on the first frame and keeps the faster",
+        stacklevel=3)
+
+
+class MeasuredStep:
+    """The ``auto`` step: on its first call (on a CPU) it times ``compiled`` against ``eager``
+    on that frame, then hands ``on_choice(step or None, reason)`` the faster (``None``: eager)
+    and returns that step's result."""
+
+    def __init__(self, compiled: Callable, eager: Callable,
+                 on_choice: Callable[[Callable | None, str], None], calls: int = PROBE_CALLS,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.compiled, self.eager = compiled, eager
+        self.on_choice = on_choice
+        self.calls = calls
+        self.clock = clock
+
+    def __call__(self, engine, *args):
+        if args[0].device.type != "cpu":
+            self.on_choice(self.compiled, "compiled (not a CPU: compile is faster there)")
+            return self.compiled(engine, *args)
+        self.compiled(engine, *args)  # compiles
+        self.eager(engine, *args)
+        seconds = {self.compiled: [], self.eager: []}
+        for i in range(self.calls):  # interleaved, the order alternating: noise hits both
+            order = (self.compiled, self.eager) if i % 2 == 0 else (self.eager, self.compiled)
+            for step in order:
+                t0 = self.clock()
+                step(engine, *args)
+                seconds[step].append(self.clock() - t0)
+        compiled_s = statistics.median(seconds[self.compiled])
+        eager_s = statistics.median(seconds[self.eager])
+        faster = self.compiled if compiled_s < eager_s else self.eager
+        reason = (f"{'compiled' if faster is self.compiled else 'eager'}: a decode frame took "
+                  f"{compiled_s * 1e3:.1f} ms compiled and {eager_s * 1e3:.1f} ms eager "
+                  f"(median of {self.calls}) on this CPU")
+        log.info("Sailfish: compile auto: %s", reason)
+        self.on_choice(faster if faster is self.compiled else None, reason)
+        return faster(engine, *args)
