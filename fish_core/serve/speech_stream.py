@@ -100,8 +100,8 @@ async def speech_stream(service: Service, request: web.Request) -> web.StreamRes
         if e.status in (403, 429):
             log.warning("Sailfish serve: stream from %s refused: %s", request.remote, e.message)
         await session.fail(e)
-    except (asyncio.CancelledError, ConnectionResetError):
-        raise
+    except ConnectionResetError:  # the client left while audio was being sent
+        pass
     except Exception:  # noqa: BLE001 - logged here, never shown to the client
         log.exception("Sailfish serve: speech stream failed")
         await session.fail(ApiError(500, "internal server error; see the server log"))
