@@ -1,14 +1,21 @@
 """Whether the decode step runs compiled: ``compile`` is ``"off"`` (``False``), ``"on"``
 (``True``) or ``"auto"``.
 
-On CUDA, compile wins (fused kernels, then one CUDA graph per frame). On a CPU it can lose:
-at batch 1 a frame is a few hundred small kernels, and what decides is how each one is run.
-Eager PyTorch sends every matrix product to oneDNN (AMX or AVX-512-BF16 kernels, weights read
-once) and runs small element-wise ops on one thread; inductor's C++ code fuses the element-wise
-ops but opens an OpenMP region over every core for each fused loop and computes bf16 in fp32
-vectors, so on a many-core CPU the per-kernel start-up of those regions can outweigh what
-fusion saves (an AVX-512 EPYC, medium config, bf16: 14.9 compiled against 17.9 frames/s
-eager). Which side wins depends on the CPU, its core count, the dtype and the model size, so:
+On CUDA, compile wins (fused kernels, then one CUDA graph per frame). On a CPU it can lose
+(an AVX-512 EPYC without AMX, medium config, bf16: 14.9 frames/s compiled against 17.9 eager).
+What inductor makes of one decode frame (medium config, bf16, read from its generated code on
+torch 2.13): 246 matrix products left to ATen/oneDNN exactly as eager runs them (so the big
+kernels are the same), 36 attention calls, and 206 calls of 43 fused C++ kernels that open 359
+OpenMP parallel regions per frame, unconditionally and over every thread
+(``torch._inductor.config.cpp.threads = -1``), the RMSNorm means included as per-thread
+partial sums over a 1024-wide row. Eager runs those small element-wise ops and reductions on
+the calling thread (ATen parallelises only above 32768 elements). At batch 1 each of those
+ops is microseconds of work, so on a CPU with many cores the fork/join of ~360 regions per
+frame (tens of microseconds each when the threads span chiplets) can cost more than fusing
+saves: the 11 ms per frame between the two EPYC figures is ~30 µs per region. That is the
+likely cause, read from the code, not measured on an EPYC (none was at hand; the machine this
+was read on has 2 cores, where a region costs little). Which side wins depends on the CPU, its
+core count, the dtype and the model size, so:
 
 * ``"on"`` on a CPU compiles as asked and warns once that it may be slower, naming ``auto``;
 * ``"auto"`` compiles on CUDA; on a CPU it times the compiled and the eager step on the first
