@@ -13,9 +13,13 @@ the calling thread (ATen parallelises only above 32768 elements). At batch 1 eac
 ops is microseconds of work, so on a CPU with many cores the fork/join of ~360 regions per
 frame (tens of microseconds each when the threads span chiplets) can cost more than fusing
 saves: the 11 ms per frame between the two EPYC figures is ~30 µs per region. That is the
-likely cause, read from the code, not measured on an EPYC (none was at hand; the machine this
-was read on has 2 cores, where a region costs little). Which side wins depends on the CPU, its
-core count, the dtype and the model size, so:
+likely cause, read from the code, not measured on an EPYC (none was at hand). On the shared
+2-core machine it was read on, a profile of 8 frames under load showed the same shape: the
+fused kernels took ~390 ms per frame where eager's small ops took ~160 ms (a region waits for
+its slowest thread, and a thread the OS has not scheduled stalls it), while the matrix
+products were alike; frame rates there swung 0.1-8 frames/s between runs, too noisy for a
+ratio. Which side wins depends on the CPU, its core count, its load, the dtype and the model
+size, so:
 
 * ``"on"`` on a CPU compiles as asked and warns once that it may be slower, naming ``auto``;
 * ``"auto"`` compiles on CUDA; on a CPU it times the compiled and the eager step on the first
