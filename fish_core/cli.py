@@ -69,7 +69,10 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     if not engine:
         return
     g.add_argument("--quantization", default="none", choices=quantization_modes())
-    g.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+    g.add_argument("--compile", nargs="?", const="on", default="off", choices=("off", "on", "auto"),
+                   help="torch.compile the decode step (--compile alone: on). On a CPU compiled "
+                        "decoding can be slower than eager (it warns); auto compiles on CUDA and, "
+                        "on a CPU, times both on the first frame and keeps the faster")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 

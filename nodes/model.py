@@ -109,7 +109,8 @@ MODEL_LOADER = Node(
               "Where the model runs. auto: ComfyUI's device (honours --cpu).", "auto"),
         Boolean("compile", False,
                 "torch.compile the per-frame decode step: faster generation after a slow "
-                "first run.", advanced=True),
+                "first run on a GPU. On a CPU it can be slower than without (it warns); the "
+                "CLI's --compile auto measures both.", advanced=True),
         Int("context_length", 0, 0, 32768,
             "Most tokens (prompt + generated) per batch; caps the KV cache. 0: the model's "
             "own (32768).", step=256, advanced=True),

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
     random_seed
+from .compile_choice import MeasuredStep, compile_mode, warn_cpu_compile
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
@@ -46,7 +47,7 @@ class Engine:
     ``cuda_graph`` (False after a capture failure), ``graph_captures`` and ``fallbacks`` (one
     human-readable line per fallback taken)."""
 
-    def __init__(self, model: DualAR, compile: bool = False, eos_check_every: int | None = None,
+    def __init__(self, model: DualAR, compile: bool | str = False, eos_check_every: int | None = None,
                  max_context: int | None = None,
                  compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None,
                  prefix_cache_mb: float | None = None):
@@ -71,9 +72,18 @@ class Engine:
         # engine holds no reference cycle and its model is freed as soon as it is dropped.
         self._step = None
         self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
-        if compile:
+        self.compile_choice = compile_mode(compile)  # what was asked; "auto" says what it chose
+        if self.compile_choice != "off":
             self._step = torch.compile(Engine.decode_frame, fullgraph=True)
+        if self.compile_choice == "on":
+            warn_cpu_compile(self.device, self.dtype)
+        elif self.compile_choice == "auto":
+            self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+
+    def _chose_step(self, step, reason: str) -> None:
+        """``compile="auto"``: the step it measured faster (``None``: eager) and why."""
+        self._step, self.compile_choice = step, f"auto: {reason}"
 
     @property
     def compiled(self) -> bool:

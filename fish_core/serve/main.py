@@ -73,6 +73,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="seconds a request may take, queueing included")
     g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
                    help="seconds to receive a request body")
+    g.add_argument("--stream-idle-timeout", type=float, default=limits.stream_idle_seconds,
+                   help="seconds a WS /v1/audio/speech/stream session may send nothing while "
+                        "nothing is being spoken before it is closed")
 
 
 def read_key_file(path: str) -> str:
@@ -130,7 +133,8 @@ def build_service(args, key: str | None = None):
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,
                     max_reference_seconds=args.max_reference_seconds,
-                    timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout)
+                    timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
+                    stream_idle_seconds=args.stream_idle_timeout)
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=key,
                               limits=limits, max_batch=args.max_batch,

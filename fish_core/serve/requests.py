@@ -51,6 +51,7 @@ class Limits:
     body_timeout_seconds: float = 60.0  # to receive a whole request body
     max_json_depth: int = 32  # nesting of a JSON body (ours need 3)
     max_form_parts: int = 16  # parts of a multipart body
+    stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: silence before it closes
 
 
 @dataclass

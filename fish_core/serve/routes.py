@@ -6,6 +6,7 @@ and ComfyUI's). Each dialect is a module of its own: its request shape and its h
 
     POST /v1/audio/speech     OpenAI speech (+ S2 extensions); stream_format audio | sse
     POST /v1/tts              fish-speech ServeTTSRequest (JSON; msgpack when installed)
+    WS   /v1/audio/speech/stream  text in pieces, PCM out per sentence (``speech_stream.py``)
     GET  /v1/models, /v1/health, /health (SGLang-Omni's path)
     GET|POST /v1/audio/voices, PATCH|DELETE /v1/audio/voices/{name}      voice library
     GET /v1/references/list, POST /v1/references/add, DELETE /v1/references/delete,
@@ -30,6 +31,7 @@ from .requests import ApiError, bad
 from .service import Service
 from .speak import ClientGone
 from .voices_api import add_voice, delete_voice, list_voices, rename_voice
+from .speech_stream import speech_stream
 
 SERVICE = web.AppKey("sailfish_service", Service)
 
@@ -63,7 +65,7 @@ def endpoint(service: Service, handler, kind: str = "read"):
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             service.guard.check(request.headers)
-            if kind != "open":
+            if kind not in ("open", "socket"):  # a socket checks its key itself
                 service.authorize(request.headers.get("Authorization"))
             if kind == "change":
                 service.allow_change(request.remote)
@@ -144,10 +146,12 @@ async def health(service: Service, request: web.Request) -> web.Response:
 
 # ---------------------------------------------------------------- the table
 # (method, path, handler, what the route does: "open" needs no key; "read"; "change" the
-# voice library: loopback peers only when there is no key)
+# voice library: loopback peers only when there is no key; "socket": a WebSocket, whose key
+# may also come as a subprotocol, checked by its handler)
 TABLE = [
     ("POST", "/v1/audio/speech", openai_speech, "read"),
     ("POST", "/v1/tts", fish_tts, "read"),
+    ("GET", "/v1/audio/speech/stream", speech_stream, "socket"),
     ("GET", "/v1/models", models, "read"),
     ("GET", "/v1/health", health, "open"),
     ("GET", "/health", health, "open"),

@@ -54,8 +54,10 @@ Progress = Callable[[int, int], None]
 
 class Synthesizer:
     def __init__(self, model: DualAR, tokenizer: FishTokenizer, codec: Codec | None,
-                 compile: bool = False, context_length: int | None = None,
+                 compile: bool | str = False, context_length: int | None = None,
                  compile_cache: str | None = None, prefix_cache_mb: float | None = None):
+        """``compile``: ``False``/``True`` or ``"off"``/``"on"``/``"auto"``
+        (``engine/compile_choice.py``: on a CPU, ``auto`` keeps whichever step is faster)."""
         self.model = model
         self.config: ModelConfig = model.config
         self.tokenizer = tokenizer
