@@ -238,6 +238,7 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
 
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     before = environ()
+    torch._dynamo.reset()  # a step compiled by an earlier test would be reused, not counted
     compiled = Engine(model, compile=True, compile_cache=tmp_path / "inductor")
     eager = Engine(model)
     frames_before = counters["stats"]["unique_graphs"]
