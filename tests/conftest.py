@@ -30,6 +30,14 @@ def fixtures_dir() -> Path:
     return root
 
 
+def link_checkpoint(folder: Path, name: str = "tiny-s2") -> Path:
+    """``folder`` (made if missing) holding the fixture checkpoint as ``name``, linked, as a
+    models folder ComfyUI is configured with would; returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    return folder
+
+
 @dataclass(frozen=True)
 class Sizes:
     """The fixture checkpoint's sizes, read from its JSON files (not from fish_core)."""

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import comfy_stubs
-from conftest import fixtures_dir, read_sizes
+from conftest import link_checkpoint, read_sizes
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
@@ -27,9 +27,7 @@ LOADER = dict(model="tiny-s2", precision="auto", quantization="none", device="au
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
     # As extra_model_paths.yaml would: a fish_speech folder configured before the pack loads.
-    models = base / "extra" / "fish_speech"
-    models.mkdir(parents=True)
-    (models / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    models = link_checkpoint(base / "extra" / "fish_speech")
     with comfy_stubs.pack_in_comfy(base, "sailfish_v3", lambda stubs: stubs.folder_paths
                                    .add_model_folder_path("fish_speech", str(models))) \
             as (pack, stubs):

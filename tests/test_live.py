@@ -169,13 +169,11 @@ def comfy(tmp_path_factory):
     """The pack loaded with ComfyUI stand-ins, a fake PromptServer and an executing node
     ``"7"`` of prompt ``"p1"``."""
     import comfy_stubs
-    from conftest import fixtures_dir
+    from conftest import link_checkpoint
 
     base = tmp_path_factory.mktemp("comfy")
     stubs = comfy_stubs.install(base)
-    folder = base / "fish_speech"
-    folder.mkdir()
-    (folder / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    folder = link_checkpoint(base / "fish_speech")
     stubs.folder_paths.add_model_folder_path("fish_speech", str(folder))
     server = FakeServer()
     context = types.SimpleNamespace(prompt_id="p1", node_id="7", list_index=None)

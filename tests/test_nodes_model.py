@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import fixtures_dir
+from conftest import link_checkpoint
 from node_env import (  # noqa: F401 - fixtures are found by name
     LOADER, _clean_progress, env, loaded, manager, model, run_v1)
 
@@ -13,9 +13,8 @@ from node_env import (  # noqa: F401 - fixtures are found by name
 def test_model_combo_lists_local_folders_then_downloads(env):
     options = env.v1["SailfishModelLoader"].INPUT_TYPES()["required"]["model"][0]
     assert options == ["tiny-s2", "s2-pro (download)", "s2-pro-fp8 (download)"]
-    shared = env.base / "models" / "tts" / "fishaudio"  # another pack's tts folder
-    shared.mkdir(parents=True)
-    (shared / "s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    # another pack's tts folder
+    shared = link_checkpoint(env.base / "models" / "tts" / "fishaudio", "s2")
     try:
         assert env.pack.nodes.paths.model_choices()[:2] == ["tiny-s2", "fishaudio/s2"]
     finally:

@@ -13,15 +13,13 @@ import pytest
 web = pytest.importorskip("aiohttp.web")
 
 import comfy_stubs  # noqa: E402
-from conftest import fixtures_dir  # noqa: E402
+from conftest import link_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def comfy(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
-    models = base / "models" / "fish_speech"
-    models.mkdir(parents=True)
-    (models / "tiny-s2").symlink_to(fixtures_dir() / "tiny-s2", target_is_directory=True)
+    link_checkpoint(base / "models" / "fish_speech")
     server = sys.modules["server"] = comfy_stubs.server_module(web.RouteTableDef())
     try:
         with comfy_stubs.pack_in_comfy(base, "sailfish_routes") as (pack, stubs):
