@@ -284,8 +284,7 @@ class RemoteSynthesizer:
     def params(self, seed: int, p: SamplingParams, max_bytes: int) -> Params:
         """One request's settings, checked against what the engine takes (before sending)."""
         params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes,
-                        self.model, self.sample_rate,
-                        reply_budget(p.max_new_tokens, self.sample_rate))
+                        self.model, self.sample_rate)
         self.dialect.check(params)
         return params
 

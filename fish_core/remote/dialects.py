@@ -2,8 +2,8 @@
 per dialect. What each engine accepts and answers, the upstream version followed and its limits
 are written down in docs/engines.md; each class's docstring names the version it follows.
 
-Every answer is read within a byte budget derived from the request (``Params.reply_bytes``),
-every event-stream line is capped, and a field an engine cannot take is refused here, before
+Every answer is read within a byte budget the transport enforces (``http.Response``: for
+speech, what the request's frames can produce), every event-stream line is capped, and a field an engine cannot take is refused here, before
 anything is sent (``Dialect.check``), with the engine's limit in the message: a value the user
 set is never silently changed.
 """
@@ -25,11 +25,10 @@ from ..audio.wav import AudioFormatError, WavReader
 from ..params import DEFAULTS
 from .http import Response, Transport
 from .models import MODELS_BYTES, model_ids
-from .pcm import S2_RATE, BodyReader, Budget, bounded_lines, bounded_pieces, chunk_audio
+from .pcm import S2_RATE, BodyReader, bounded_lines, chunk_audio
 from .wire import sse_audio, sse_events
 
 OnChunk = Callable[[torch.Tensor, int], None]  # (float32 samples [n], sample rate)
-JSON_BYTES = 4 << 20  # a voice list or a registration answer: JSON, never this long
 VOICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # SGLang-Omni's and vLLM-Omni's voice names
 
 
@@ -70,7 +69,6 @@ class Params:
     max_bytes: int  # text bytes per batch (fish-speech's chunk_length)
     model: str | None = None  # the engine's model id, named in the request where it takes one
     sample_rate: int = S2_RATE  # of raw PCM answers, which carry no header
-    reply_bytes: int = 64 << 20  # the most bytes the answer may take
 
 
 class Dialect:
@@ -96,7 +94,7 @@ class Dialect:
         """The engine's model ids, in its order ([] when it keeps no list)."""
         if not self.lists_models:
             return []
-        return model_ids(transport.request("GET", "/v1/models", read_json_limited(MODELS_BYTES)),
+        return model_ids(transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES),
                          f"{transport.endpoints[0].url}/v1/models")
 
     def voice_names(self, transport: Transport) -> list[str]:
@@ -136,12 +134,12 @@ def multipart(fields: dict[str, str], audio: bytes, file_field: str = "audio"
 
 def read_body(response: Response, on_chunk: OnChunk, p: Params) -> None:
     """A streamed audio body: WAV (of unknown length, or whole) or raw s16le PCM at
-    ``p.sample_rate``, within ``p.reply_bytes``."""
+    ``p.sample_rate``."""
     kind = response.headers.get("Content-Type", "").lower()
     if "json" in kind or kind.startswith("text/"):
         raise AudioFormatError(f"{response.where}: the answer is not audio ({kind})")
     reader = BodyReader(response.where, p.sample_rate, wav="wav" in kind)
-    for piece in bounded_pieces(response.read, Budget(p.reply_bytes, response.where)):
+    for piece in iter(response.read, b""):
         samples = reader.feed(piece)
         if samples.numel():
             on_chunk(samples, reader.sample_rate)
@@ -149,7 +147,7 @@ def read_body(response: Response, on_chunk: OnChunk, p: Params) -> None:
 
 def read_wav_stream(response: Response, on_chunk: OnChunk, p: Params) -> None:
     reader = WavReader(response.where)
-    for piece in bounded_pieces(response.read, Budget(p.reply_bytes, response.where)):
+    for piece in iter(response.read, b""):
         samples = reader.feed(piece)
         if samples.numel():
             on_chunk(samples, reader.sample_rate)
@@ -158,8 +156,7 @@ def read_wav_stream(response: Response, on_chunk: OnChunk, p: Params) -> None:
 def read_sse(response: Response, on_chunk: OnChunk, p: Params) -> None:
     """Server-sent events of audio chunks (SGLang-Omni's ``audio.speech.chunk`` with PCM or,
     from older versions, WAV; OpenAI's ``speech.audio.delta``), up to ``data: [DONE]``."""
-    pieces = bounded_pieces(response.read, Budget(p.reply_bytes, response.where))
-    for payload in sse_events(bounded_lines(pieces, response.where)):
+    for payload in sse_events(bounded_lines(iter(response.read, b""), response.where)):
         _, audio = sse_audio(payload, response.where)
         if audio:
             wave, rate = chunk_audio(audio, json.loads(payload), p.sample_rate, response.where)
@@ -167,20 +164,12 @@ def read_sse(response: Response, on_chunk: OnChunk, p: Params) -> None:
                 on_chunk(wave, rate)
 
 
-def read_json_limited(limit: int = JSON_BYTES):
-    """A reader of a JSON answer of at most ``limit`` bytes."""
-
-    def read(response: Response):
-        data = b"".join(bounded_pieces(response.read, Budget(limit, response.where)))
-        try:
-            return json.loads(data)
-        except (ValueError, RecursionError):  # RecursionError: a nesting bomb
-            raise AudioFormatError(f"{response.where}: the answer is not JSON") from None
-
-    return read
-
-
-read_json = read_json_limited()
+def read_json(response: Response):
+    """A JSON answer (its size bounded by the transport's ``limit``)."""
+    try:
+        return json.loads(response.body())
+    except (ValueError, RecursionError):  # RecursionError: a nesting bomb
+        raise AudioFormatError(f"{response.where}: the answer is not JSON") from None
 
 
 def listed_names(answer, *keys: str) -> list[str]:
@@ -376,7 +365,7 @@ def detect(transport: Transport) -> Dialect:
     from .http import RemoteError
 
     try:
-        models = transport.request("GET", "/v1/models", read_json_limited(MODELS_BYTES))
+        models = transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES)
         data = models.get("data", []) if isinstance(models, dict) else []
         owners = {str(m.get("owned_by", "")).lower() for m in data if isinstance(m, dict)}
         if "sailfish" in owners:

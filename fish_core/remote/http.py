@@ -15,7 +15,7 @@ What a server can make the client do is bounded:
   is an error), so the key never travels to another origin.
 * Every answer has a byte budget (``limit``): a speech request's is what its frames can
   produce, anything else's ``MAX_ANSWER_BYTES``; reading stops with an error beyond it. Lines
-  (SSE, JSON) are at most ``MAX_LINE_BYTES``; header lines and counts are ``http.client``'s own
+  of an event stream are at most ``MAX_LINE_BYTES`` (``pcm.bounded_lines``); header lines and counts are ``http.client``'s own
   limits (64 KiB, 100 headers).
 * Server text quoted in an error is at most ``MAX_QUOTE`` characters, control characters
   removed; an endpoint is named by its label (its configured name, when it has one)."""
@@ -130,7 +130,7 @@ class Timeouts:
 
 
 class Response:
-    """An open response: ``read()`` pieces as they arrive (``b""`` at the end), ``lines()``."""
+    """An open response: ``read()`` pieces as they arrive (``b""`` at the end), ``body()``."""
 
     def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse,
                  where: str, cancel: Callable[[], bool] | None, limit: int = MAX_ANSWER_BYTES):
@@ -155,19 +155,6 @@ class Response:
     def read(self) -> bytes:
         self.check_cancel()
         return self._count(self.raw.read1(min(CHUNK_BYTES, self.limit - self.received + 1)))
-
-    def lines(self):
-        while True:
-            self.check_cancel()
-            line = self._count(self.raw.readline(
-                min(MAX_LINE_BYTES, self.limit - self.received) + 1))
-            if not line:
-                return
-            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                self.conn.close()
-                raise RemoteError(f"{self.where}: a line of the answer is longer than "
-                                  f"{MAX_LINE_BYTES} bytes; stopped reading it")
-            yield line
 
     def body(self) -> bytes:
         data = bytearray()

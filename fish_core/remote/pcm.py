@@ -6,24 +6,23 @@
 * SGLang-Omni answers the same request with server-sent events whose ``audio.speech.chunk``
   objects carry base64 PCM in ``audio.data`` (and ``audio.format`` / ``audio.sample_rate``).
 
-Every reader here is bounded: ``Budget`` caps the bytes one answer may take (derived from the
-request: ``max_new_tokens`` frames of audio, see ``reply_budget``), and ``bounded_lines`` caps
-the length of one line of an event stream. Going past either is an ``AudioFormatError``
-naming the endpoint, never an unbounded read."""
+Every read is bounded: the transport stops an answer past ``reply_budget`` (the bytes
+``max_new_tokens`` frames of audio can take; ``http.Response``), and ``bounded_lines`` caps the
+length of one line of an event stream (an ``AudioFormatError`` naming the endpoint)."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
 
+from .http import MAX_LINE_BYTES
 from ..audio.wav import MAX_RATE, MIN_RATE, AudioFormatError, WavReader, wav_file
 
 S2_RATE = 44100  # the ModifiedDAC codec of S2 and Drama 3
 FRAME_SAMPLES = 2048  # codec samples per generated frame
-MAX_LINE = 8 << 20  # one SSE line: a base64 chunk of several seconds fits many times over
 
 
 def reply_budget(max_new_tokens: int, sample_rate: int) -> int:
@@ -36,27 +35,7 @@ def reply_budget(max_new_tokens: int, sample_rate: int) -> int:
     return samples * 8 * 4 // 3 + (256 << 10)
 
 
-class Budget:
-    """Counts the bytes of one answer and fails once they pass ``limit``."""
-
-    def __init__(self, limit: int, where: str):
-        self.limit, self.where, self.used = int(limit), where, 0
-
-    def take(self, n: int) -> None:
-        self.used += n
-        if self.used > self.limit:
-            raise AudioFormatError(f"{self.where}: the answer is larger than this request can "
-                                   f"produce ({self.limit} bytes); stopped reading it")
-
-
-def bounded_pieces(read: Callable[[], bytes], budget: Budget) -> Iterator[bytes]:
-    """The pieces ``read()`` returns until ``b""``, each counted against ``budget``."""
-    while piece := read():
-        budget.take(len(piece))
-        yield piece
-
-
-def bounded_lines(pieces: Iterator[bytes], where: str, max_line: int = MAX_LINE
+def bounded_lines(pieces: Iterator[bytes], where: str, max_line: int = MAX_LINE_BYTES
                   ) -> Iterator[bytes]:
     """Lines (with their ``\\n``) of a byte stream, none longer than ``max_line``."""
     pending = bytearray()
