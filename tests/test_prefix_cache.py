@@ -150,3 +150,12 @@ def test_bf16_reuse_never_changes_a_result(ckpt_dir):
             for a, b in zip(got if kwargs else [got], expected if kwargs else [expected]):
                 assert torch.equal(a.waveform, b.waveform)
     assert on.engine.prefixes.hits >= 3
+
+
+def test_a_new_row_count_keeps_the_prefixes(tiny_synth, voices):
+    """Caches re-sized for another batch (takes, a continuous decode growing) keep the kept
+    prefixes: their KV depends on neither the row count nor the cache length."""
+    on = twin(tiny_synth, 64)
+    for takes in (None, 2, None):
+        on.tts("Hello there.", voices[0], seed=1, takes=takes, **GREEDY)
+    assert on.engine.prefixes.misses == 1 and on.engine.prefixes.hits == 2  # one per later call

@@ -365,7 +365,8 @@ class Engine:
     def ensure_cache(self, batch: int, length: int) -> None:
         """KV caches for ``batch`` rows of ``length`` slots (kept when they already fit)."""
         if self.caches is None or self.caches.shape != (batch, length):
-            self.release()  # the graph holds the old caches' addresses
+            self.release_graph()  # it holds the old caches' addresses (kept prefixes stay:
+            self.caches = None  # their KV depends on neither the row count nor the length)
             self.caches = self.model.make_caches(batch, length, self.dtype, self.device)
 
     def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
