@@ -184,9 +184,18 @@ def interruption(error: BaseException) -> bool:
 
 # ---------------------------------------------------------------- the route
 async def set_listening(request):
-    """POST /sailfish/live ``{"client_id": str, "listen": bool}`` → ``{"listen": bool}``."""
+    """POST /sailfish/live ``{"client_id": str, "listen": bool}`` → ``{"listen": bool}``. The
+    Host and Origin rules of the other ``/sailfish`` routes apply (a foreign page or a rebound
+    name cannot switch a tab's playback)."""
     from aiohttp import web
 
+    from ..fish_core.serve.requests import ApiError
+    from .routes import guard
+
+    try:
+        guard().check(request.headers)
+    except ApiError as e:
+        return web.json_response({"error": e.message}, status=e.status)
     if request.content_length is None or request.content_length > MAX_BODY:
         return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
                                  status=413)

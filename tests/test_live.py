@@ -377,14 +377,14 @@ def test_only_engines_that_report_chunks_get_on_chunk(comfy, synth):
 
 
 # ---------------------------------------------------------------- the route
-def post(handler, body, length=None):
+def post(handler, body, length=None, headers=None):
     raw = json.dumps(body).encode()
 
     async def read_json():
         return json.loads(raw)
 
     request = types.SimpleNamespace(content_length=len(raw) if length is None else length,
-                                    json=read_json)
+                                    json=read_json, headers=headers or {})
     response = asyncio.run(handler(request))
     return response.status, json.loads(response.text)
 
@@ -403,6 +403,10 @@ def test_the_route_switches_listening(comfy):
         assert status == 400 and "client_id" in answer["error"]
     status, _ = post(handler, {"client_id": "abc", "listen": True}, length=10_000)
     assert status == 413 and "abc" not in listeners
+    for foreign in ({"Host": "127.0.0.1:8188", "Origin": "https://evil.example"},
+                    {"Host": "127.0.0.1:8188", "Sec-Fetch-Site": "cross-site"}):
+        status, answer = post(handler, {"client_id": "abc", "listen": True}, headers=foreign)
+        assert status == 403 and "origin" in answer["error"] and "abc" not in listeners
 
 
 def test_listeners_are_bounded(comfy):
