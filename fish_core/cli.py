@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from .loading import hub
+from .engine import threads
 from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
 from .params import DEFAULTS, FIRST_FRAMES, Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
@@ -64,6 +65,8 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     g.add_argument("--models-dir", default=None, help="where downloaded models live")
     g.add_argument("--no-download", action="store_true", help="never download")
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    g.add_argument("--threads", default=None, metavar="N",
+                   help="CPU threads (default auto: the free physical cores; docs/cpu.md)")
     if precision:
         g.add_argument("--precision", default="auto", choices=PRECISIONS)
     if not engine:
@@ -499,6 +502,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_request(args)
+        if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
+            threads.apply(args.threads)
         message = COMMANDS[args.command](args)
         # With audio on stdout (say --stream -o -), the report goes to stderr.
         print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)

@@ -67,8 +67,24 @@ def validate_remote(remote="off"):
     return True
 
 
+def cpu_threads(threads, device: str) -> None:
+    """The loader's ``threads``: torch's CPU threads, for the whole ComfyUI process (ComfyUI sets
+    none of its own). N: N. 0 (auto): for a model on the CPU, the free physical cores
+    (``fish_core.engine.threads``); a GPU model leaves them as they are."""
+    import torch
+
+    from ..fish_core.engine import threads as policy
+
+    try:
+        n = policy.parse_threads(threads)
+    except ValueError as e:
+        raise ValueError(f"threads: {e}") from None
+    if n or torch.device(device).type == "cpu":
+        policy.apply(n)
+
+
 def load_model(model, precision, quantization, device, compile, context_length,
-               unload_after_minutes, remote="off", remote_model="", **removed):
+               unload_after_minutes, remote="off", remote_model="", threads=0, **removed):
     if removed:
         raise ValueError(
             f"{', '.join(sorted(removed))}: the Model Loader no longer takes engine URLs, "
@@ -87,6 +103,7 @@ def load_model(model, precision, quantization, device, compile, context_length,
         return (handle,)
     handle = ModelHandle(str(paths.resolve_model(model)), precision, quantization, device,
                          bool(compile), int(context_length), unload_after_minutes)
+    cpu_threads(threads, MANAGER.key(handle).device)
     MANAGER.get(handle)  # load now, so that a broken checkpoint fails on this node
     return (handle,)
 
@@ -103,8 +120,9 @@ MODEL_LOADER = Node(
         Combo("precision", PRECISIONS,
               "Weight precision. auto: bf16 (fp16 on GPUs without bf16).", "auto"),
         Combo("quantization", quantizations,
-              "Smaller weights: fp8 (pure torch), int8/int4/fp8-dynamic/nvfp4 (torchao). A "
-              "mode this device cannot run fails with the reason.", "none"),
+              "Smaller weights: fp8 (pure torch), int8/int4 (on a CPU: faster than none, int4 "
+              "the fastest; on a GPU through torchao), fp8-dynamic/nvfp4 (torchao). A mode this "
+              "device cannot run fails with the reason.", "none"),
         Combo("device", available_devices,
               "Where the model runs. auto: ComfyUI's device (honours --cpu).", "auto"),
         Boolean("compile", False,
@@ -127,6 +145,10 @@ MODEL_LOADER = Node(
                "/v1/models lists (e.g. s2-pro, drama-3). Empty: the endpoint's model if the "
                "operator set one, else the engine's first. An unknown name is an error listing "
                "the engine's models. Ignored when remote is off.", optional=True),
+        Int("threads", 0, 0, 1024,
+            "CPU threads for the whole ComfyUI process (torch's). 0: auto, the free physical "
+            "cores for a model on the CPU (more threads than free cores decode far slower); "
+            "a GPU model leaves them as they are.", optional=True, advanced=True),
     ],
     outputs=[Output(MODEL, "model", "The loaded model, for any Sailfish node.")],
     execute=load_model,

@@ -11,11 +11,12 @@ in their ``nn.Linear`` / ``nn.Embedding`` as is; ``finish`` then swaps those mod
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from . import torchao_modes
+from . import int_linear, torchao_modes
 from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
     float8_supported, quantize_rows, resolve_path, settle_path
 
@@ -32,6 +33,15 @@ DEFAULT_SKIP: tuple[str, ...] = ()
 # tables add logit error for little saving (``bench/bench_quant.py --errors`` measures both).
 EMBEDDINGS_BY_MODE = {"none": False, "fp8": False, "int8": False, "fp8-dynamic": False,
                       "int4": True, "nvfp4": True}
+
+# Modes that run on the CPU through our own layers on torch's kernels (``int_linear.py``):
+# torchao's CPU int8 casts the whole weight on every call, and its CPU int4 is a prototype.
+CPU_LAYERS = ("int8", "int4")
+# Layers a mode holds at another precision: (fnmatch patterns of module names, mode). In int4 the
+# fast AR (the codebook decoder and its head: half the bytes of a frame) stays int8, which keeps
+# its codes and the end of speech as int8 has them (``bench/bench_cpu.py --errors``).
+MIXED: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
+    "int4": ((("fast_layers.*", "fast_output"), "int8"),)}
 
 
 def normalize_mode(quantization: str | None) -> str:
@@ -71,26 +81,49 @@ def skipped(weight_name: str, skip) -> bool:
     return any(fnmatchcase(module, pattern) for pattern in skip)
 
 
+def layer_mode(weight_name: str, mode: str, mixed=None) -> str:
+    """The precision mode ``mode`` gives the Linear weight ``weight_name``: ``mode``, or what
+    ``mixed`` (default ``MIXED[mode]``) says for it."""
+    for patterns, other in MIXED.get(mode, ()) if mixed is None else mixed:
+        if skipped(weight_name, patterns):
+            return other
+    return mode
+
+
 class Converter:
     """Quantize the Linear weights named in ``targets`` for ``mode`` on ``device``, and hold the
     embedding tables named in ``embeddings`` as FP8 rows (``FP8Embedding``; dequantized at load,
     same numerics, where the device cannot hold float8).
 
-    ``mode`` "none" leaves bf16 weights alone but keeps FP8 checkpoint weights as FP8 ("fp8")."""
+    ``mode`` "none" leaves bf16 weights alone but keeps FP8 checkpoint weights as FP8 ("fp8").
+    On the CPU, int8 and int4 become ``Int8Linear`` / ``Int4Linear`` (``CPU_LAYERS``); ``mixed``
+    (default ``MIXED[mode]``) lists the layers held at another of these precisions."""
 
     def __init__(self, mode: str, device, dtype: torch.dtype, targets, fp8_path: str | None = None,
-                 embeddings=()):
+                 embeddings=(), mixed=None):
         self.mode, self.device, self.dtype = mode, torch.device(device), dtype
         self.targets = set(targets)
         self.embeddings = set(embeddings)
         self.fp8_tables = bool(self.embeddings) and float8_supported(self.device)
         self.fp8_path = resolve_path(fp8_path, self.device) if mode in ("none", "fp8") else "load"
-        self.config = None
-        if mode in torchao_modes.MODES:
-            torchao_modes.check(mode, self.device, dtype)
-            self.config = torchao_modes.config_for(mode)
+        self.mixed = MIXED.get(mode, ()) if mixed is None else tuple(mixed)
+        self.cpu_layers = mode in CPU_LAYERS and self.device.type == "cpu"
+        self.configs = {}  # torchao mode → its config
+        if mode in torchao_modes.MODES and not self.cpu_layers:
+            for m in {mode, *(m for _, m in self.mixed)} - {"none"}:
+                torchao_modes.check(m, self.device, dtype)
+                self.configs[m] = torchao_modes.config_for(m)
         self.scales: dict[str, Tensor] = {}  # weight name → scale, for layers kept as e4m3
-        self.left_bf16: list[str] = []  # targets torchao's kernel cannot take
+        self.layers: dict[str, Callable] = {}  # weight name → its module from the held codes
+        self.left_bf16: list[str] = []  # targets the mode's kernel cannot take
+
+    def converts(self, name: str) -> bool:
+        """Whether ``__call__`` changes the tensor ``name`` (else it is kept as given)."""
+        return name in self.embeddings or (name in self.targets and self.mode != "none")
+
+    def mode_of(self, name: str) -> str:
+        """The precision of the Linear weight ``name``: the mode, or what ``mixed`` says."""
+        return layer_mode(name, self.mode, self.mixed)
 
     def __call__(self, name: str, weight: Tensor) -> Tensor:
         """A bf16 (model-dtype) weight, already on the device → what the model should hold."""
@@ -103,7 +136,7 @@ class Converter:
                 return fake_quantize(weight)
             q, self.scales[name] = quantize_rows(weight)
             return q
-        return self._torchao(name, weight)
+        return self._integer(name, weight)
 
     def from_fp8(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         """A stored e4m3 weight and its ``[N, 1]`` scale (CPU) → what the model should hold."""
@@ -117,7 +150,7 @@ class Converter:
         weight = dequantize_rows(q.to(self.device), scale.to(self.device), self.dtype)
         if self.mode in ("none", "fp8") or name not in self.targets:
             return weight
-        return self._torchao(name, weight)
+        return self._integer(name, weight)
 
     def _table(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         """An embedding table's e4m3 rows: kept (``finish`` makes the FP8Embedding), or
@@ -127,15 +160,35 @@ class Converter:
         self.scales[name] = scale
         return q
 
-    def _torchao(self, name: str, weight: Tensor) -> Tensor:
-        if not torchao_modes.fits(self.mode, tuple(weight.shape)):
+    def _integer(self, name: str, weight: Tensor) -> Tensor:
+        """A torchao mode's weight: our CPU layer's codes (``finish`` builds the layer), or
+        torchao's tensor; a shape the kernel cannot take stays as it is."""
+        mode, shape = self.mode_of(name), tuple(weight.shape)
+        if mode == "none":
+            return weight
+        if self.cpu_layers:
+            if mode == "int4" and not int_linear.int4_fits(shape):
+                mode = "int8"  # K not a multiple of the group: the next precision up
+            if mode == "int4":
+                codes, params = int_linear.quantize_int4(weight, self.dtype)
+                self.layers[name] = lambda q: int_linear.Int4Linear.holding(q, params)
+                return int_linear.pack_int4(codes)
+            codes, scale = int_linear.quantize_int8(weight, self.dtype)
+            self.layers[name] = lambda q: int_linear.Int8Linear.holding(q, scale)
+            return codes
+        if not torchao_modes.fits(mode, shape):
             self.left_bf16.append(name)
             return weight
-        return torchao_modes.quantize_weight(weight, self.config)
+        return torchao_modes.quantize_weight(weight, self.configs[mode])
 
     def finish(self, model: nn.Module) -> nn.Module:
         """Swap every Linear (embedding) holding e4m3 codes for an ``FP8Linear``
-        (``FP8Embedding``) with its scale."""
+        (``FP8Embedding``) with its scale, and every Linear holding int codes for its CPU
+        layer."""
+        for name, build in self.layers.items():
+            parent, leaf = owner(model, name.rpartition(".")[0])
+            setattr(parent, leaf, build(getattr(parent, leaf).weight.detach()))
+        self.layers.clear()
         for name, scale in self.scales.items():
             parent, leaf = owner(model, name.rpartition(".")[0])
             q = getattr(parent, leaf).weight

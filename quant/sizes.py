@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from . import torchao_modes
-from .convert import EMBEDDINGS_BY_MODE, embedding_weights, linear_weights, normalize_mode, skipped
+from . import int_linear, torchao_modes
+from .convert import CPU_LAYERS, EMBEDDINGS_BY_MODE, embedding_weights, layer_mode, \
+    linear_weights, normalize_mode, skipped
 
 
 def tensor_bytes(t) -> int:
@@ -33,15 +34,18 @@ def fp8_rows_bytes(shape: tuple[int, int]) -> int:
     return n * k + n * 4
 
 
-def planned_bytes(model: nn.Module, mode: str, skip=(), quantize_embeddings: bool | None = None
-                  ) -> int:
+def planned_bytes(model: nn.Module, mode: str, skip=(), quantize_embeddings: bool | None = None,
+                  device: str = "cuda") -> int:
     """Bytes of ``model``'s parameters once quantized with ``mode`` (as ``quantize_model`` /
-    ``load_model`` with the same ``skip`` and ``quantize_embeddings`` would leave them), computed
-    from the shapes of a plain (bf16, any device, ``meta`` included) model.
+    ``load_model`` with the same ``skip`` and ``quantize_embeddings`` would leave them on a
+    ``device`` of that type), computed from the shapes of a plain (bf16, any device, ``meta``
+    included) model.
 
     ``fp8`` counts the stored layout (e4m3 + scales: CUDA's default path ``dequant``); on the CPU
-    the default path ``load`` holds the Linear weights in the model dtype instead. A Linear that a
-    torchao kernel cannot take stays in the model dtype, as when loading."""
+    the default path ``load`` holds the Linear weights in the model dtype instead. int8 / int4
+    count torchao's layouts on CUDA and ``int_linear``'s on the CPU; layers ``convert.MIXED``
+    holds at another precision count as that. A Linear that the kernel cannot take stays in the
+    model dtype (torchao) or goes to int8 (int4 on the CPU), as when loading."""
     mode = normalize_mode(mode)
     linears = {n: s for n, s in linear_weights(model).items() if not skipped(n, skip)}
     if quantize_embeddings is None:
@@ -57,8 +61,22 @@ def planned_bytes(model: nn.Module, mode: str, skip=(), quantize_embeddings: boo
             total += plain
         elif mode == "fp8":
             total += fp8_rows_bytes(linears[name])
-        elif torchao_modes.fits(mode, linears[name]):
-            total += torchao_modes.stored_bytes(mode, linears[name])
         else:
-            total += plain
+            total += quantized_bytes(layer_mode(name, mode), linears[name], p.element_size(),
+                                     str(device).startswith("cpu") and mode in CPU_LAYERS)
     return total
+
+
+def quantized_bytes(mode: str, shape: tuple[int, int], plain_size: int, cpu: bool) -> int:
+    """Bytes of one ``[N, K]`` Linear weight held in ``mode`` (``plain_size`` bytes a weight
+    when it stays unquantized) by ``int_linear`` (``cpu``) or torchao."""
+    n, k = shape
+    if mode == "none":
+        return n * k * plain_size
+    if cpu:
+        if mode == "int4" and int_linear.int4_fits(shape):
+            return int_linear.int4_bytes(shape, plain_size)
+        return int_linear.int8_bytes(shape, plain_size)
+    if torchao_modes.fits(mode, shape):
+        return torchao_modes.stored_bytes(mode, shape)
+    return n * k * plain_size

@@ -7,8 +7,9 @@ one sentence naming what is needed (torchao 0.18 on torch 2.13, measured):
 =========== ===================================================== =============================
 mode        torchao config                                        runs on
 =========== ===================================================== =============================
-int8        ``Int8WeightOnlyConfig()`` (per row)                  CPU, CUDA
+int8        ``Int8WeightOnlyConfig()`` (per row)                  CUDA (CPU: ``int_linear.py``)
 int4        ``Int4WeightOnlyConfig(128, "tile_packed_to_4d")``    CUDA >= 8.0 (tinygemm), bf16
+                                                                  (CPU: ``int_linear.py``)
 fp8-dynamic ``Float8DynamicActivationFloat8WeightConfig(PerRow)`` CUDA >= 8.9
 nvfp4       ``NVFP4WeightOnlyConfig()`` (dequantizes in forward)  CPU, CUDA (fast only on SM100+)
 =========== ===================================================== =============================
@@ -63,8 +64,8 @@ def check(mode: str, device: torch.device, dtype: torch.dtype) -> None:
     if mode == "int4":
         if cap is None:
             raise QuantizationError(
-                f"int4 weight-only needs CUDA (torchao's tile-packed int4 kernel); {device} has "
-                "none. On CPU use fp8, int8 or nvfp4")
+                f"int4 weight-only needs CUDA (torchao's tile-packed int4 kernel) or the CPU "
+                f"(quant.int_linear); {device} is neither. Use fp8 or nvfp4")
         if cap < (8, 0):
             raise QuantizationError(
                 f"int4 weight-only needs an NVIDIA GPU with compute capability >= 8.0, "

@@ -161,6 +161,21 @@ def served(synth, voices: Path, **options):
     service.close()
 
 
+@pytest.fixture
+def without_torchao(monkeypatch):
+    """``importlib.import_module`` as if torchao were not installed."""
+    import importlib
+
+    real = importlib.import_module
+
+    def no_torchao(name, *args):
+        if name == "torchao" or name.startswith("torchao."):
+            raise ImportError("no torchao")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", no_torchao)
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     # The goldens were recorded with one thread; keep reductions comparable and tests quiet.

@@ -2,7 +2,9 @@
 
 The model is built on the ``meta`` device and each tensor is streamed in, cast, quantized (a
 ``quant.Converter``, when a mode or FP8 embedding tables are asked for) and placed on its device
-one at a time, so peak memory is one copy of the model plus one tensor. Both the HF names and
+one at a time, so peak memory is one copy of the model plus one tensor: a tensor kept as stored
+on the CPU stays a view of the file's memory map (no copy), every other one is read into memory
+of its own and freed once converted (``shards.iter_tensors``). Both the HF names and
 fish-speech's internal names are accepted (``tensor_names``); an FP8 checkpoint (any tensor
 stored as float8_e4m3fn) goes through ``fp8_checkpoint``. Any missing, unexpected or mis-shaped
 tensor is reported in one ``CheckpointError``.
@@ -17,7 +19,7 @@ import torch
 from ..engine.config import ModelConfig
 from .fp8_checkpoint import is_fp8_checkpoint, load_fp8, stored_fp8
 from ..engine.model import DualAR
-from .shards import CheckpointError, iter_tensors
+from .shards import DTYPES, CheckpointError, iter_tensors
 from .siblings import quant
 from .tensor_names import to_hf, to_internal
 from .weights import StreamedLoad, assign
@@ -54,7 +56,7 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     converter = choose_converter(model, folder, mode, device, dtype, fp8_stored, fp8_path, skip,
                                  quantize_embeddings)
     if fp8_stored:
-        load_fp8(model, folder, device, dtype, converter)
+        load_fp8(model, folder, device, dtype, converter, kept_as_stored(device, dtype, converter))
     else:
         load_plain(model, folder, device, dtype, converter)
     model.reset_buffers(device)
@@ -83,6 +85,17 @@ def load_plain(model: DualAR, folder: Path, device: torch.device, dtype: torch.d
         tensor = tensor.to(device=device, dtype=dtype)
         return converter(name, tensor) if converter else tensor
 
-    for stored, tensor in iter_tensors(folder):
+    for stored, tensor in iter_tensors(folder, kept_as_stored(device, dtype, converter)):
         load.take(stored, to_internal(stored), tensor, place)
     load.finish(f"{folder}: the weights do not match config.json", CheckpointError)
+
+
+def kept_as_stored(device: torch.device, dtype: torch.dtype, converter: quant.Converter | None):
+    """``iter_tensors``' ``mapped``: whether a stored tensor ends up in the model as it is in the
+    file (same dtype, on the CPU, not converted), so it may stay a view of the file's map."""
+    stored_as = {v: k for k, v in DTYPES.items()}.get(dtype) if device.type == "cpu" else None
+
+    def mapped(stored: str, stored_dtype: str) -> bool:
+        return stored_dtype == stored_as and not (converter and converter.converts(
+            to_internal(stored)))
+    return mapped

@@ -104,9 +104,10 @@ class FP8Stream:
 
 
 def load_fp8(model: nn.Module, folder: Path, device: torch.device, dtype: torch.dtype,
-             converter: quant.Converter) -> None:
-    """Stream the FP8 checkpoint ``folder`` into ``model`` (built on meta)."""
+             converter: quant.Converter, mapped=None) -> None:
+    """Stream the FP8 checkpoint ``folder`` into ``model`` (built on meta); ``mapped`` as
+    ``shards.iter_tensors`` takes it."""
     stream = FP8Stream(model, device, dtype, converter)
-    for stored, tensor in iter_tensors(folder):
+    for stored, tensor in iter_tensors(folder, mapped):
         stream.take(stored, tensor)
     stream.finish(folder)

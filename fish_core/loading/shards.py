@@ -2,6 +2,14 @@
 time, and writing them back (one file, or numbered shards with an index).
 
 Every ``safe_open`` goes through ``open_shard``, so an unreadable file is reported one way.
+
+Memory: ``safe_open`` maps each file once, and a tensor it returns is a view of that map, so a
+tensor kept as stored costs no copy and its pages are resident only once read. A tensor that is
+converted (quantized, cast, moved to a GPU) must not come from the map: the pages read for it
+would stay resident for as long as any tensor of the same file is alive, a second copy of the
+model. ``iter_tensors(folder, mapped=...)`` therefore reads the tensors ``mapped`` refuses with
+plain file reads into memory of their own (``read_tensor``), freed once converted.
+
 Shard names come from ``model.safetensors.index.json`` (or the folder's ``*.safetensors``); a
 name must be a plain file name in the folder (``../x`` and absolute paths are refused), while
 the file itself may be a symlink anywhere, as in a Hugging Face cache snapshot
@@ -11,9 +19,11 @@ the file itself may be a symlink anywhere, as in a Hugging Face cache snapshot
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
+import math
+import struct
+from contextlib import contextmanager, nullcontext
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -73,12 +83,69 @@ def open_shard(path: Path):
         raise CheckpointError(f"cannot read {path}: {e}") from None
 
 
-def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(stored name, tensor)`` for every tensor of every shard, one at a time."""
+def iter_tensors(folder: str | Path, mapped: Callable[[str, str], bool] | None = None
+                 ) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(stored name, tensor)`` for every tensor of every shard, one at a time.
+
+    ``mapped(name, safetensors dtype)`` says whether a tensor may be a view of the file's memory
+    map (None: all may); the others are read into memory of their own (``read_tensor``)."""
     for path in shard_files(folder):
         with open_shard(path) as f:
-            for name in f.keys():
-                yield name, f.get_tensor(name)
+            names = list(f.keys())
+            copied = [n for n in names if mapped and not mapped(n, f.get_slice(n).get_dtype())]
+            offsets = data_offsets(path) if copied else {}
+            with open(path, "rb") if copied else nullcontext() as raw:
+                for name in names:
+                    if name in offsets:
+                        yield name, read_tensor(raw, f.get_slice(name), *offsets[name], path)
+                    else:
+                        yield name, f.get_tensor(name)
+
+
+DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+          "F64": torch.float64, "I8": torch.int8, "U8": torch.uint8, "I16": torch.int16,
+          "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool,
+          "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2}
+
+
+def data_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """``{name: (start, end)}``: where each tensor's bytes lie in a safetensors file (its
+    header: an 8-byte little-endian length, then JSON). ``safe_open`` has already validated the
+    file; offsets that are not as it read them are refused again here."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as fh:
+            length = struct.unpack("<Q", fh.read(8))[0]
+            if length > size - 8:
+                raise CheckpointError(f"cannot read {path}: header larger than the file")
+            header = json.loads(fh.read(length))
+    except (OSError, struct.error, ValueError) as e:
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = (8 + length + int(o) for o in info["data_offsets"])
+        if not 8 + length <= start <= end <= size:
+            raise CheckpointError(f"cannot read {path}: {name} lies outside the file")
+        out[name] = (start, end)
+    return out
+
+
+def read_tensor(raw, info, start: int, end: int, path: Path) -> torch.Tensor:
+    """The tensor described by ``info`` (``safe_open``'s slice: dtype, shape) from bytes
+    ``start:end`` of the open file ``raw``, in memory of its own."""
+    dtype, shape = DTYPES.get(info.get_dtype()), tuple(info.get_shape())
+    if dtype is None:
+        raise CheckpointError(f"cannot read {path}: unsupported dtype {info.get_dtype()}")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if end - start != nbytes:
+        raise CheckpointError(f"cannot read {path}: {nbytes} bytes expected, {end - start} stored")
+    out = torch.empty(nbytes, dtype=torch.uint8)
+    raw.seek(start)
+    if nbytes and raw.readinto(out.numpy()) != nbytes:
+        raise CheckpointError(f"cannot read {path}: the file ends early")
+    return out.view(dtype).reshape(shape)
 
 
 def read_headers(folder: str | Path) -> dict[str, tuple[tuple[int, ...], str]]:

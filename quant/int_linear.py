@@ -1,0 +1,241 @@
+"""Weight-only int8 and int4 Linear layers for the CPU, on torch's own kernels.
+
+    layer = Int8Linear.from_weight(w)           # w [N, K] → int8 codes, one scale per row
+    layer = Int4Linear.from_weight(w)           # → 4-bit codes, (scale, zero) per 128 columns
+
+At batch 1 a decode step reads every weight once, so on the CPU its speed is the bytes read per
+frame: bf16 reads 2 bytes a weight, these 1 and ~0.53. They multiply activations by the codes
+directly, never building a bf16 copy of the weight:
+
+- ``Int8Linear``: ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV: codes × activation, then
+  the row scale). torchao's ``Int8WeightOnlyConfig`` casts the whole weight to bf16 on every call
+  on the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads 1 byte and writes and reads 2
+  more per weight: slower than bf16 (bench/bench_quant.py). That is the gap this layer closes.
+- ``Int4Linear``: ``torch._weight_int4pack_mm_for_cpu``, the kernel torchao's CPU int4 tensor
+  (``Int4OpaqueTensor``, a prototype) calls; asymmetric, ``w = (q - 8) · scale + zero`` per group
+  of ``GROUP`` columns, scales and zeros in the activation dtype.
+
+Both kernels want scales in the activation dtype, so the scales are rounded to it *before* the
+codes are chosen: the codes are the best for the stored scale, and the only error is the
+rounding of the weight to the code grid (bounds in ``tests/test_quant.py``).
+
+Rows of activations: the kernels are GEMVs, one pass over the weight per row of activations;
+a few rows (decode of a small batch) go in one call, more (a prompt) go ``CHUNK_ROWS`` rows a
+call, where each call costs about what bf16's GEMM costs per row (measured per shape in
+``bench/bench_cpu.py --kernels``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+GROUP = 128  # int4: columns per (scale, zero) pair; K must be a multiple
+INT4_ROWS = 16  # int4: the packing takes N a multiple of this
+INT4_MAX = 15
+# Candidate shrinkings of each int4 group's [min, max] range: the one with the least squared
+# error is kept (1.0 = plain min/max, so never worse than it).
+CLIP_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
+CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split
+QUANTIZE_ROWS = 512  # weight rows quantized at a time (fp32 temporaries stay in the cache)
+
+
+def int4_fits(shape: tuple[int, int]) -> bool:
+    """Whether a ``[N, K]`` weight can be held by ``Int4Linear`` (K a multiple of ``GROUP``, N
+    of ``INT4_ROWS``)."""
+    n, k = shape
+    return k % GROUP == 0 and n % INT4_ROWS == 0 and n > 0
+
+
+def _rows_through(kernel, x: Tensor, out_features: int) -> Tensor:
+    """``kernel(x2 [M, K]) → [M, N]`` over ``x [..., K]``: small M in one call, large M in
+    chunks of ``CHUNK_ROWS`` (the kernels' per-row cost grows beyond a few rows)."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    if x2.shape[0] <= CHUNK_ROWS or torch.compiler.is_compiling():
+        y = kernel(x2)
+    else:
+        y = torch.cat([kernel(part) for part in x2.split(CHUNK_ROWS)])
+    return y.reshape(*shape[:-1], out_features)
+
+
+class IntLinear(nn.Module):
+    """What both layers share: ``weight`` (the codes) and one tensor of parameters (``PARAMS``),
+    set together."""
+
+    PARAMS = ""
+
+    @classmethod
+    def holding(cls, weight: Tensor, params: Tensor) -> "IntLinear":
+        """The layer holding ``weight`` (codes as the kernel takes them) and ``params``."""
+        layer = cls(*cls.features(weight, params), device="meta")
+        layer.set_quantized(weight, params)
+        return layer
+
+    def set_quantized(self, weight: Tensor, params: Tensor) -> None:
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        setattr(self, self.PARAMS, nn.Parameter(params, requires_grad=False))
+
+
+# ---------------------------------------------------------------------------- int8
+def quantize_int8(w: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``w [N, K]`` → (codes ``[N, K]`` int8 in -127..127, scale ``[N]`` in ``dtype``).
+
+    ``scale ≈ absmax(row) / 127`` rounded to ``dtype`` first; all-zero rows get scale 1."""
+    codes = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scales = torch.empty(w.shape[0], dtype=dtype, device=w.device)
+    for i in range(0, w.shape[0], QUANTIZE_ROWS):
+        rows = w[i: i + QUANTIZE_ROWS].float()
+        amax = rows.abs().amax(dim=1)
+        scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(dtype)
+        codes[i: i + QUANTIZE_ROWS] = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
+        scales[i: i + QUANTIZE_ROWS] = scale
+    return codes, scales
+
+
+class Int8Linear(IntLinear):
+    """A bias-free Linear holding ``weight [N, K]`` int8 and ``scale [N]`` (activation dtype):
+    ``y = (x @ weight.T) * scale``."""
+
+    PARAMS = "scale"
+
+    def __init__(self, in_features: int, out_features: int, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=torch.int8,
+                                               device=device), requires_grad=False)
+        self.scale = nn.Parameter(torch.ones(out_features, dtype=dtype, device=device),
+                                  requires_grad=False)
+
+    @classmethod
+    def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> "Int8Linear":
+        layer = cls(w.shape[1], w.shape[0], device="meta")
+        layer.set_quantized(*quantize_int8(w, dtype or w.dtype))
+        return layer
+
+    @staticmethod
+    def features(codes: Tensor, scale: Tensor) -> tuple[int, int]:
+        """(in, out) of ``quantize_int8``'s (codes, scale)."""
+        return codes.shape[1], codes.shape[0]
+
+    def dequantized(self, dtype: torch.dtype) -> Tensor:
+        """The weight the layer multiplies by, ``[N, K]`` in ``dtype`` (tests, checks)."""
+        return (self.weight.float() * self.scale.float()[:, None]).to(dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scale = self.scale if self.scale.dtype == x.dtype else self.scale.to(x.dtype)
+        return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
+                                                                   scale), x, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+# ---------------------------------------------------------------------------- int4
+def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
+                  ) -> tuple[Tensor, Tensor]:
+    """``w [N, K]`` → (codes ``[N, K]`` int32 in 0..15, ``scales_and_zeros [K / GROUP, N, 2]``
+    in ``dtype``), ``w ≈ (q - 8) · scale + zero`` per group of ``GROUP`` columns.
+
+    Per group, the range [min, max] shrunk by each of ``clip_ratios`` is tried and the one with
+    the least squared error kept; scale and zero are rounded to ``dtype`` before the codes are
+    chosen."""
+    n, k = w.shape
+    codes = torch.empty(n, k, dtype=torch.int32, device=w.device)
+    params = torch.empty(k // GROUP, n, 2, dtype=dtype, device=w.device)
+    for i in range(0, n, QUANTIZE_ROWS):
+        g = w[i: i + QUANTIZE_ROWS].float().reshape(-1, k // GROUP, GROUP)  # [r, G, GROUP]
+        lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+        best_err = best_q = best_sz = None
+        for ratio in clip_ratios:
+            q, scale, zero = _int4_grid(g, lo * ratio, hi * ratio, dtype)
+            err = ((q - 8) * scale + zero - g).square().sum(-1, keepdim=True)  # [r, G, 1]
+            if best_err is None:
+                best_err, best_q, best_sz = err, q, (scale, zero)
+                continue
+            better = err < best_err
+            best_err = torch.where(better, err, best_err)
+            best_q = torch.where(better, q, best_q)
+            best_sz = tuple(torch.where(better, new, old) for new, old in zip((scale, zero), best_sz))
+        codes[i: i + QUANTIZE_ROWS] = best_q.reshape(-1, k).to(torch.int32)
+        scale, zero = best_sz  # [r, G, 1] each
+        params[:, i: i + QUANTIZE_ROWS] = torch.cat([scale, zero], -1).transpose(0, 1).to(dtype)
+    return codes, params
+
+
+def pack_int4(codes: Tensor) -> Tensor:
+    """``codes [N, K]`` in 0..15 → ``[N, K / 2]`` uint8 in the CPU kernel's layout."""
+    return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+
+
+def _int4_grid(g: Tensor, lo: Tensor, hi: Tensor, dtype: torch.dtype):
+    """Codes (as floats), scale and zero (fp32 values of ``dtype`` numbers) for groups ``g``
+    mapped onto 16 levels spanning [lo, hi]."""
+    scale = ((hi - lo) / INT4_MAX).clamp(min=1e-12).to(dtype).float()
+    zero = (lo + 8 * scale).to(dtype).float()
+    q = torch.round((g - zero) / scale + 8).clamp(0, INT4_MAX)
+    return q, scale, zero
+
+
+class Int4Linear(IntLinear):
+    """A bias-free Linear holding 4-bit codes packed for ``torch._weight_int4pack_mm_for_cpu``
+    (``weight [N, K / 2]`` uint8) and ``scales_and_zeros [K / GROUP, N, 2]`` (activation dtype)."""
+
+    PARAMS = "scales_and_zeros"
+
+    def __init__(self, in_features: int, out_features: int, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        if not int4_fits((out_features, in_features)):
+            raise ValueError(f"Int4Linear needs in_features a multiple of {GROUP} and "
+                             f"out_features of {INT4_ROWS}, got {in_features} and {out_features}")
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features // 2, dtype=torch.uint8,
+                                               device=device), requires_grad=False)
+        self.scales_and_zeros = nn.Parameter(
+            torch.zeros(in_features // GROUP, out_features, 2, dtype=dtype, device=device),
+            requires_grad=False)
+
+    @classmethod
+    def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> "Int4Linear":
+        layer = cls(w.shape[1], w.shape[0], device="meta")
+        codes, params = quantize_int4(w, dtype or w.dtype)
+        layer.set_quantized(pack_int4(codes), params)
+        return layer
+
+    @staticmethod
+    def features(packed: Tensor, scales_and_zeros: Tensor) -> tuple[int, int]:
+        """(in, out) of ``pack_int4``'s codes and ``quantize_int4``'s ``[K / GROUP, N, 2]``."""
+        return scales_and_zeros.shape[0] * GROUP, packed.shape[0]
+
+    def dequantized(self, dtype: torch.dtype) -> Tensor:
+        """The weight the layer multiplies by, ``[N, K]`` in ``dtype``: the kernel applied to
+        the identity (exact: one product per output)."""
+        eye = torch.eye(self.in_features, dtype=self.scales_and_zeros.dtype,
+                        device=self.weight.device)
+        return torch._weight_int4pack_mm_for_cpu(eye, self.weight, GROUP,
+                                                 self.scales_and_zeros).T.to(dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        params = self.scales_and_zeros
+        if params.dtype != x.dtype:
+            params = params.to(x.dtype)
+        return _rows_through(
+            lambda x2: torch._weight_int4pack_mm_for_cpu(x2.contiguous(), self.weight, GROUP,
+                                                         params), x, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, " \
+               f"int4 g{GROUP}"
+
+
+def int8_bytes(shape: tuple[int, int], scale_bytes: int = 2) -> int:
+    """Bytes ``Int8Linear`` holds for a ``[N, K]`` weight (codes + a scale per row)."""
+    n, k = shape
+    return n * k + n * scale_bytes
+
+
+def int4_bytes(shape: tuple[int, int], param_bytes: int = 2) -> int:
+    """Bytes ``Int4Linear`` holds for a ``[N, K]`` weight (half a byte a code + a (scale, zero)
+    pair per group)."""
+    n, k = shape
+    return n * k // 2 + (k // GROUP) * n * 2 * param_bytes
