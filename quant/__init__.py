@@ -9,8 +9,10 @@ device, dtype, "fp8")``), and so is writing one (``fish_core.loading.export``, `
 fish_core.loading.export``).
 
 Modes: ``none``, ``fp8`` (our per-row e4m3 weight-only, pure torch; see ``fp8.py`` for how each
-device runs it), and through torchao (imported only for these) ``int8``, ``int4``,
-``fp8-dynamic`` and ``nvfp4`` (see ``torchao_modes.py`` for where each runs).
+device runs it), ``int8`` and ``int4`` (on the CPU our layers on torch's kernels,
+``int_linear.py``; on CUDA torchao's), and through torchao (imported only for these)
+``fp8-dynamic`` and ``nvfp4`` (see ``torchao_modes.py`` for where each runs). On the CPU,
+Linear weights left in bf16 are packed for oneDNN (``packed.py``).
 
 FP8 checkpoints (any tensor stored as float8_e4m3fn) load as FP8 with ``none`` or ``fp8``; the
 torchao modes dequantize them and quantize again, so the two errors add (sensible for int4/nvfp4:
@@ -19,14 +21,17 @@ a 4-bit model from the FP8 download; int8 and fp8-dynamic gain nothing on memory
 
 from __future__ import annotations
 
-from . import layout, torchao_modes
+from . import int_linear, layout, packed, torchao_modes
 from .convert import DEFAULT_SKIP, EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets, \
-    embedding_weights, linear_weights, normalize_mode, quantize_model, skipped
+    embedding_weights, linear_weights, normalize_mode, packs, quantize_model, skipped
 from .fp8 import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
+from .int_linear import Int4Linear, Int8Linear
+from .packed import PackedLinear
 from .sizes import planned_bytes, tensor_bytes, weight_bytes
 
 __all__ = ["MODES", "DEFAULT_SKIP", "EMBEDDINGS_BY_MODE", "Converter", "FP8Embedding",
-           "FP8Linear", "QuantizationError", "dequantize_rows", "embedding_targets",
-           "embedding_weights", "layout", "linear_weights", "normalize_mode", "planned_bytes",
+           "FP8Linear", "Int4Linear", "Int8Linear", "PackedLinear", "QuantizationError",
+           "dequantize_rows", "embedding_targets", "embedding_weights", "int_linear", "layout",
+           "linear_weights", "normalize_mode", "packed", "packs", "planned_bytes",
            "quantize_model", "quantize_rows", "skipped", "tensor_bytes", "torchao_modes",
            "weight_bytes"]

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from . import int_linear, torchao_modes
+from . import int_linear, packed, torchao_modes
 from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
     float8_supported, quantize_rows, resolve_path, settle_path
 
@@ -53,9 +53,10 @@ def normalize_mode(quantization: str | None) -> str:
 
 
 def linear_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """``{"layers.0.attention.wqkv.weight": (N, K), …}`` for every Linear (or FP8Linear)."""
+    """``{"layers.0.attention.wqkv.weight": (N, K), …}`` for every Linear (plain, FP8 or
+    packed)."""
     return {f"{name}.weight": (m.out_features, m.in_features) for name, m in model.named_modules()
-            if isinstance(m, (nn.Linear, FP8Linear))}
+            if isinstance(m, (nn.Linear, FP8Linear, packed.PackedLinear))}
 
 
 def embedding_weights(model: nn.Module) -> dict[str, tuple[int, int]]:
@@ -81,6 +82,12 @@ def skipped(weight_name: str, skip) -> bool:
     return any(fnmatchcase(module, pattern) for pattern in skip)
 
 
+def packs(device, dtype: torch.dtype) -> bool:
+    """Whether plain Linear weights of ``dtype`` on ``device`` are packed for oneDNN
+    (``SAILFISH_CPU_PACK=0`` turns it off: plain ``nn.Linear``, half the speed)."""
+    return torch.device(device).type == "cpu" and packed.enabled() and packed.available(dtype)
+
+
 def layer_mode(weight_name: str, mode: str, mixed=None) -> str:
     """The precision mode ``mode`` gives the Linear weight ``weight_name``: ``mode``, or what
     ``mixed`` (default ``MIXED[mode]``) says for it."""
@@ -97,12 +104,16 @@ class Converter:
 
     ``mode`` "none" leaves bf16 weights alone but keeps FP8 checkpoint weights as FP8 ("fp8").
     On the CPU, int8 and int4 become ``Int8Linear`` / ``Int4Linear`` (``CPU_LAYERS``); ``mixed``
-    (default ``MIXED[mode]``) lists the layers held at another of these precisions."""
+    (default ``MIXED[mode]``) lists the layers held at another of these precisions. Every Linear
+    weight of ``linears`` (default ``targets``) that stays a plain bf16 matrix on the CPU is
+    packed for oneDNN (``packed.PackedLinear``) when ``pack`` (None: where that runs)."""
 
     def __init__(self, mode: str, device, dtype: torch.dtype, targets, fp8_path: str | None = None,
-                 embeddings=(), mixed=None):
+                 embeddings=(), mixed=None, linears=None, pack: bool | None = None):
         self.mode, self.device, self.dtype = mode, torch.device(device), dtype
         self.targets = set(targets)
+        self.linears = self.targets if linears is None else set(linears)
+        self.pack = packs(self.device, dtype) if pack is None else pack
         self.embeddings = set(embeddings)
         self.fp8_tables = bool(self.embeddings) and float8_supported(self.device)
         self.fp8_path = resolve_path(fp8_path, self.device) if mode in ("none", "fp8") else "load"
@@ -117,9 +128,11 @@ class Converter:
         self.layers: dict[str, Callable] = {}  # weight name → its module from the held codes
         self.left_bf16: list[str] = []  # targets the mode's kernel cannot take
 
-    def converts(self, name: str) -> bool:
-        """Whether ``__call__`` changes the tensor ``name`` (else it is kept as given)."""
-        return name in self.embeddings or (name in self.targets and self.mode != "none")
+    def converts(self, name: str, shape=None) -> bool:
+        """Whether ``__call__`` changes the tensor ``name`` (of ``shape``, when known; else it
+        is kept as given)."""
+        return name in self.embeddings or (name in self.targets and self.mode != "none") or \
+            (self.pack and name in self.linears and (shape is None or packed.worth_it(shape)))
 
     def mode_of(self, name: str) -> str:
         """The precision of the Linear weight ``name``: the mode, or what ``mixed`` says."""
@@ -127,6 +140,9 @@ class Converter:
 
     def __call__(self, name: str, weight: Tensor) -> Tensor:
         """A bf16 (model-dtype) weight, already on the device → what the model should hold."""
+        return self._packed(name, self._convert(name, weight))
+
+    def _convert(self, name: str, weight: Tensor) -> Tensor:
         if name in self.embeddings:
             return self._table(name, *quantize_rows(weight))
         if name not in self.targets or self.mode == "none":
@@ -140,6 +156,9 @@ class Converter:
 
     def from_fp8(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         """A stored e4m3 weight and its ``[N, 1]`` scale (CPU) → what the model should hold."""
+        return self._packed(name, self._from_fp8(name, q, scale))
+
+    def _from_fp8(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         scale = scale.float().reshape(-1, 1)
         if name in self.embeddings:
             return self._table(name, q.to(self.device), scale.to(self.device))
@@ -151,6 +170,18 @@ class Converter:
         if self.mode in ("none", "fp8") or name not in self.targets:
             return weight
         return self._integer(name, weight)
+
+    def _packed(self, name: str, weight: Tensor) -> Tensor:
+        """``weight`` in oneDNN's layout if it is a Linear weight left a plain matrix of the
+        model dtype on the CPU (``finish`` makes the PackedLinear), else as it is."""
+        plain = type(weight) is Tensor or type(weight) is nn.Parameter
+        if not (self.pack and name in self.linears and name not in self.layers
+                and name not in self.scales and plain and weight.dtype == self.dtype
+                and weight.layout == torch.strided and weight.dim() == 2
+                and packed.worth_it(weight.shape)):
+            return weight
+        self.layers[name] = packed.PackedLinear
+        return packed.reorder(weight)
 
     def _table(self, name: str, q: Tensor, scale: Tensor) -> Tensor:
         """An embedding table's e4m3 rows: kept (``finish`` makes the FP8Embedding), or
@@ -229,6 +260,7 @@ def quantize_model(model: nn.Module, mode: str = "fp8", skip=DEFAULT_SKIP,
     for name in targets + tables:
         tensor = model.get_parameter(name)
         if tensor.dtype.is_floating_point and tensor.dtype.itemsize > 1:
+            tensor = tensor.to_dense() if tensor.is_mkldnn else tensor  # a PackedLinear's
             parent, leaf = owner(model, name)
             parent._parameters[leaf] = nn.Parameter(converter(name, tensor.detach()),
                                                     requires_grad=False)

@@ -35,7 +35,7 @@ INT4_ROWS = 16  # int4: the packing takes N a multiple of this
 INT4_MAX = 15
 # Candidate shrinkings of each int4 group's [min, max] range: the one with the least squared
 # error is kept (1.0 = plain min/max, so never worse than it).
-CLIP_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75)
+CLIP_RATIOS = (1.0, 0.9, 0.8)
 CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split
 QUANTIZE_ROWS = 512  # weight rows quantized at a time (fp32 temporaries stay in the cache)
 

@@ -481,6 +481,8 @@ def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:
     """The storage address of every parameter and buffer (of the plain tensors inside a tensor
     subclass, e.g. a torchao quantized weight): what a captured CUDA graph reads."""
     def addresses(t: Tensor):
+        if t.is_mkldnn:  # oneDNN-packed (CPU, quant.packed): no data pointer, no CUDA graph
+            return [id(t)]
         if not is_traceable_wrapper_subclass(t):
             return [t.data_ptr()]
         names, _ = t.__tensor_flatten__()

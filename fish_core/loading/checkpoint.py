@@ -67,13 +67,14 @@ def choose_converter(model: DualAR, folder: Path, mode: str, device: torch.devic
                      dtype: torch.dtype, fp8_stored: bool, fp8_path, skip,
                      quantize_embeddings) -> quant.Converter | None:
     """The per-tensor quantization policy of this load (None: every tensor as stored)."""
-    targets = [n for n in quant.linear_weights(model) if not quant.skipped(n, skip)]
+    linears = list(quant.linear_weights(model))
+    targets = [n for n in linears if not quant.skipped(n, skip)]
     tables = quant.embedding_targets(model, mode, quantize_embeddings, skip)
     if fp8_stored and quantize_embeddings is None:
         tables += [n for n in stored_fp8(folder) if n in quant.embedding_weights(model)]
-    if mode == "none" and not tables and not fp8_stored:
+    if mode == "none" and not tables and not fp8_stored and not quant.packs(device, dtype):
         return None
-    return quant.Converter(mode, device, dtype, targets, fp8_path, tables)
+    return quant.Converter(mode, device, dtype, targets, fp8_path, tables, linears=linears)
 
 
 def load_plain(model: DualAR, folder: Path, device: torch.device, dtype: torch.dtype,
@@ -95,7 +96,7 @@ def kept_as_stored(device: torch.device, dtype: torch.dtype, converter: quant.Co
     file (same dtype, on the CPU, not converted), so it may stay a view of the file's map."""
     stored_as = {v: k for k, v in DTYPES.items()}.get(dtype) if device.type == "cpu" else None
 
-    def mapped(stored: str, stored_dtype: str) -> bool:
+    def mapped(stored: str, stored_dtype: str, shape: tuple[int, ...]) -> bool:
         return stored_dtype == stored_as and not (converter and converter.converts(
-            to_internal(stored)))
+            to_internal(stored), shape))
     return mapped

@@ -83,16 +83,19 @@ def open_shard(path: Path):
         raise CheckpointError(f"cannot read {path}: {e}") from None
 
 
-def iter_tensors(folder: str | Path, mapped: Callable[[str, str], bool] | None = None
+def iter_tensors(folder: str | Path,
+                 mapped: Callable[[str, str, tuple[int, ...]], bool] | None = None
                  ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(stored name, tensor)`` for every tensor of every shard, one at a time.
 
-    ``mapped(name, safetensors dtype)`` says whether a tensor may be a view of the file's memory
-    map (None: all may); the others are read into memory of their own (``read_tensor``)."""
+    ``mapped(name, safetensors dtype, shape)`` says whether a tensor may be a view of the file's
+    memory map (None: all may); the others are read into memory of their own
+    (``read_tensor``)."""
     for path in shard_files(folder):
         with open_shard(path) as f:
             names = list(f.keys())
-            copied = [n for n in names if mapped and not mapped(n, f.get_slice(n).get_dtype())]
+            copied = [n for n in names if mapped and not mapped(
+                n, f.get_slice(n).get_dtype(), tuple(f.get_slice(n).get_shape()))]
             offsets = data_offsets(path) if copied else {}
             with open(path, "rb") if copied else nullcontext() as raw:
                 for name in names:
