@@ -19,6 +19,8 @@ peak memory is that load's; the precisions alternate, round after round. One run
   ``FIRST_FRAMES`` frames and their codec decode);
 - ``codec_decode_rtf``: seconds of codec decode per second of audio, ``--codec-frames`` frames
   of codes (the real codec, fp32 on the CPU), and ``peak_rss_GB`` at the end.
+
+``--load-only`` stops after the load figures (``gpu_first.py``'s ``realsize-load`` stage).
 """
 
 from __future__ import annotations
@@ -84,12 +86,15 @@ def one(args) -> dict:
     out["load_s"] = round(time.perf_counter() - t0, 2)
     weights = quant.weight_bytes(model)
     out.update(rss_before_GB=round(before / 1e9, 3), weight_GB=round(weights / 1e9, 3),
+               weight_bytes=weights,
                load_peak_rss_GB=round(peak_rss() / 1e9, 3),
                rss_after_load_GB=round(rss_now() / 1e9, 3))
     out["load_added_GB"] = round((peak_rss() - before) / 1e9, 3)
     out["load_added_over_weights"] = round((peak_rss() - before) / weights, 3)
     if device.type == "cuda":
         out["vram_GB"] = round(torch.cuda.memory_allocated(device) / 1e9, 3)
+    if args.load_only:
+        return out
 
     codec = Codec.from_file(args.model, device, codec_dtype_for(device, dtype))
     synth = Synthesizer(model, FishTokenizer.from_dir(args.model), codec)
@@ -153,6 +158,7 @@ def drive(args) -> dict:
                    "--threads", str(args.threads), "--frames", str(args.frames),
                    "--repeats", str(args.repeats), "--codec-frames", str(args.codec_frames),
                    "--device", args.device, "--text", args.text]
+            cmd += ["--load-only"] if args.load_only else []
             if args.bandwidth:
                 cmd += ["--bandwidth", str(args.bandwidth)]
             if args.taskset:
@@ -186,6 +192,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--text", default=TEXT)
     ap.add_argument("--bandwidth", type=float, default=None, help="GEMV bandwidth, GB/s")
+    ap.add_argument("--load-only", action="store_true",
+                    help="only the load figures (a folder without tokenizer or codec)")
     ap.add_argument("--json", help="write the runs and the summary here")
     args = ap.parse_args(argv)
     if args.one:

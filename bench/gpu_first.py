@@ -19,6 +19,10 @@ others with it; a stage that does not fit in what is left of the budget is skipp
     serving        continuous batching (engine rows joining a running decode): frames/s with
                    1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
                    join with and without KV reuse
+    realsize-load  a stand-in checkpoint in the real file layout written to a temporary folder
+                   (bench/make_standin.py, LLM only), then loaded by a fresh process per
+                   precision (bf16, int8, int4): load seconds, host peak RSS added by the
+                   load over the weights' bytes, VRAM (bench/bench_realsize.py --load-only)
     bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
 
 Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
@@ -79,6 +83,7 @@ STAGES = [
     Stage("int4", 80, 30, "int4", needs="torchao"),
     Stage("codec", 60, 15),
     Stage("serving", 150, 45, "none", frames=32),
+    Stage("realsize-load", 280, 150),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
 ]
 BY_NAME = {s.name: s for s in STAGES}
@@ -260,6 +265,32 @@ def codec_speed(args, seconds: float = 10.0) -> dict:
     return out
 
 
+REALSIZE_PRECISIONS = ("bf16", "int8", "int4")
+
+
+def realsize_load(args) -> dict:
+    """Write the stand-in of ``args.config`` (weights drawn on the device, LLM shards only) and
+    load it once per precision, each in a fresh process (``bench_realsize.py --load-only``)."""
+    import torch
+
+    import make_standin
+
+    device = torch.device(args.device)
+    with tempfile.TemporaryDirectory() as folder:
+        t0 = time.perf_counter()
+        info = make_standin.make_standin(Path(folder), args.config, codec=False, device=device)
+        out = {"write_s": round(time.perf_counter() - t0, 1),
+               "checkpoint_GB": round(info["llm_bytes"] / 1e9, 3), "loads": {}}
+        for precision in REALSIZE_PRECISIONS:
+            cmd = [sys.executable, str(ROOT / "bench/bench_realsize.py"), "--one", precision,
+                   "--model", folder, "--device", args.device, "--threads", "1", "--load-only"]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+            out["loads"][precision] = json.loads(lines[-1]) if lines and not done.returncode \
+                else {"error": last_error(done.stderr or done.stdout)}
+    return out
+
+
 SERVING_ROWS = 8
 
 
@@ -343,6 +374,8 @@ def run_stage(args) -> dict:
             out = codec_speed(args)
         elif stage.name == "serving":
             out = serving(args, stage)
+        elif stage.name == "realsize-load":
+            out = realsize_load(args)
         else:
             out = decode(args, stage)
     messages = list(dict.fromkeys(str(w.message).splitlines()[0][:300] for w in caught))

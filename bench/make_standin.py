@@ -58,6 +58,7 @@ SHARD_NAMES = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safeten
 FIRST_SHARD_BYTES = 5 * 10**9  # Hugging Face's default max_shard_size
 ROWS_PER_CHUNK = 4096  # rows drawn at a time (fp32 temporaries of ~40 MB at D = 2560)
 TINY_FIRST_ADDED = 600  # the fixture tokenizer's first added token (<|endoftext|>)
+SEMANTIC_TINY_FIRST = 635  # the fixture tokenizer's <|semantic:0|>
 REAL_FIRST_ADDED = 151643  # the same token in the real Qwen3 vocabulary
 
 
@@ -123,35 +124,37 @@ def write_safetensors(path: Path, tensors, make) -> int:
 
 class Weights:
     """Seeded random tensors, each from its own generator (seed, index), so any order gives the
-    same file."""
+    same file for a given generating ``device`` (a GPU draws them faster)."""
 
-    def __init__(self, config: dict, seed: int, eos_scale: float):
+    def __init__(self, config: dict, seed: int, eos_scale: float, device="cpu"):
         self.std = config["text_config"]["initializer_range"]
         self.eos_id, self.eos_scale, self.seed = config["eos_token_id"], eos_scale, seed
+        self.device = torch.device(device)
         self.count = 0
 
     def __call__(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         self.count += 1
         if len(shape) == 1:  # norm weights
             return torch.ones(shape, dtype=torch.bfloat16)
-        gen = torch.Generator().manual_seed(self.seed * 100003 + self.count)
+        gen = torch.Generator(self.device).manual_seed(self.seed * 100003 + self.count)
         out = torch.empty(shape, dtype=torch.bfloat16)
         for i in range(0, shape[0], ROWS_PER_CHUNK):
             rows = min(ROWS_PER_CHUNK, shape[0] - i)
-            out[i: i + rows] = torch.randn((rows, *shape[1:]), generator=gen) * self.std
+            block = torch.randn((rows, *shape[1:]), generator=gen, device=self.device)
+            out[i: i + rows] = (block * self.std).to("cpu", torch.bfloat16)
         if name == "text_model.model.embeddings.weight":
             out[self.eos_id] *= self.eos_scale  # the tied head's end-of-speech row
         return out
 
 
-def write_llm(out: Path, config: dict, seed: int, eos_scale: float) -> dict:
+def write_llm(out: Path, config: dict, seed: int, eos_scale: float, device="cpu") -> dict:
     tensors = llm_tensors(ModelConfig.from_dict(config))
     if config == json.loads(REAL_CONFIG.read_text(encoding="utf-8")):
         check_manifest(tensors)
     total = sum(math.prod(s) * 2 for _, s in tensors)
     first_bytes = FIRST_SHARD_BYTES if total > 2 * FIRST_SHARD_BYTES * 0.9 else total // 2
     shards = split_shards(tensors, min(first_bytes, total))
-    make = Weights(config, seed, eos_scale)
+    make = Weights(config, seed, eos_scale, device)
     weight_map = {}
     for name, part in zip(SHARD_NAMES, shards):
         write_safetensors(out / name, part, make)
@@ -234,14 +237,17 @@ def write_json(path: Path, data) -> None:
 
 
 def make_standin(out: Path, config_name: str = "real", seed: int = 0, eos_scale: float = 0.0,
-                 codec: bool = True) -> dict:
+                 codec: bool = True, device="cpu") -> dict:
+    """Write the stand-in into ``out`` (``device`` draws the random weights); the tokenizer
+    only where the vocabulary is the real one (``tiny``: the LLM and the codec only)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     config = standin_config(config_name)
     info = {"config": config_name, "seed": seed, "eos_scale": eos_scale}
-    info.update(write_llm(out, config, seed, eos_scale))
+    info.update(write_llm(out, config, seed, eos_scale, device))
     info["llm_write_s"] = round(time.perf_counter() - t0, 1)
-    write_tokenizer(out, config)
+    if config["semantic_start_token_id"] == real_id(SEMANTIC_TINY_FIRST):
+        write_tokenizer(out, config)
     if codec:
         t1 = time.perf_counter()
         info.update(write_codec(out, seed))
@@ -256,7 +262,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path, help="the folder to write (outside the repository)")
-    ap.add_argument("--config", choices=["real", "medium"], default="real")
+    ap.add_argument("--config", choices=["real", "medium", "tiny"], default="real",
+                    help="tiny: no tokenizer (its vocabulary is not the real one's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eos-scale", type=float, default=0.0,
                     help="factor on the <|im_end|> row of the tied head (0: never stops early)")

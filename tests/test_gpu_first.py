@@ -62,3 +62,20 @@ def test_serving_stage_dry_run(tmp_path):
     assert row["join_prefix_computed_s"] > 0 and row["join_prefix_reused_s"] > 0
     assert row["prefix_hits"] == 1  # the second join reused the voice prefix
     assert "| serving | ok |" in stdout
+
+
+def test_realsize_load_stage_dry_run(tmp_path):
+    """The stand-in written in the real layout and loaded per precision, each in its own
+    process: load seconds, the load's added peak over the weights' bytes."""
+    report, stdout = run(tmp_path, "--stages", "realsize-load", "--budget", "600")
+    entry = report["stages"]["realsize-load"]
+    assert entry["status"] == "ok", entry
+    row = entry["result"]
+    assert row["checkpoint_GB"] > 0 and row["write_s"] >= 0
+    assert list(row["loads"]) == ["bf16", "int8", "int4"]
+    for precision, load in row["loads"].items():
+        assert "error" not in load, (precision, load)
+        assert load["precision"] == precision and load["load_s"] > 0 and load["weight_bytes"] > 0
+        assert load["load_added_over_weights"] > 0
+    assert row["loads"]["int4"]["weight_bytes"] < row["loads"]["bf16"]["weight_bytes"]
+    assert "| realsize-load | ok |" in stdout

@@ -42,3 +42,20 @@ def test_loader_returns_a_small_handle(env, model):
     assert isinstance(model, env.pack.nodes.manager.ModelHandle)
     assert model.folder.endswith("tiny-s2") and model.device == "auto"
     assert len(loaded(env.manager)) == 1
+
+
+def test_threads_input_sets_torch_threads_for_a_cpu_model(env, monkeypatch):
+    import torch
+
+    optional = env.v1["SailfishModelLoader"].INPUT_TYPES()["optional"]
+    assert optional["threads"][0] == "INT" and optional["threads"][1]["default"] == 0
+    policy = env.pack.fish_core.engine.threads
+    applied = []
+    monkeypatch.setattr(policy, "apply", lambda n: applied.append(n))
+    before = torch.get_num_threads()
+    run_v1(env, "SailfishModelLoader", **{**LOADER, "device": "cpu", "threads": 0})
+    run_v1(env, "SailfishModelLoader", **{**LOADER, "device": "cpu", "threads": 2})
+    assert applied == [None, 2]  # auto (the free physical cores), then as asked
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads: threads must be a positive integer"):
+        run_v1(env, "SailfishModelLoader", **{**LOADER, "threads": -3})
