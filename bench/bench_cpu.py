@@ -343,7 +343,7 @@ def threads_study(args) -> dict:
     for config in ("tiny", "medium"):
         model = random_model(make_config(config), "cpu", torch.bfloat16)
         prompt = prompt_for(model.config, 64)
-        engine = Engine(model)
+        engine = Engine(quantized_copy(model, "bf16"))
         engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
         counts = {"1": 1, "2": 2, "default": policy.choose()[0]}
         fps = {k: [] for k in counts}
@@ -354,28 +354,56 @@ def threads_study(args) -> dict:
         out[config] = {k: summary(v) for k, v in fps.items()}
         print(config, json.dumps(out[config]), flush=True)
 
+    out["omp_wait_policy"] = omp_wait_study(args)
+
     import torch._dynamo
     import torch._inductor.config as inductor
 
-    model = random_model(make_config(args.compile_config), "cpu", torch.bfloat16)
-    prompt = prompt_for(model.config, 64)
-    set_threads(2)
-    engines = {"eager": Engine(model)}
-    for threads in (-1, 1):
-        torch._dynamo.reset()
-        inductor.cpp.threads = threads
-        e = Engine(model, compile=True)
-        e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # compiles now
-        engines[f"compiled, cpp.threads={threads}"] = e
-    inductor.cpp.threads = -1
-    fps = {k: [] for k in engines}
-    for _ in range(args.rounds):
-        for k, e in engines.items():
-            fps[k].append(frame_rate(e, prompt, args.frames)[0])
-    out["compile_threads"] = {"config": args.compile_config, "torch_threads": 2,
-                              **{k: summary(v) for k, v in fps.items()},
-                              "compiled": {k: e.compiled for k, e in engines.items()}}
-    print("compile", json.dumps(out["compile_threads"]), flush=True)
+    out["compile_threads"] = {}
+    for config in args.compile_config.split(","):
+        model = random_model(make_config(config), "cpu", torch.bfloat16)
+        prompt = prompt_for(model.config, 64)
+        set_threads(2)
+        engines = {"eager": Engine(model), "eager, packed": Engine(quantized_copy(model, "bf16"))}
+        for threads in (-1, 1):
+            torch._dynamo.reset()
+            inductor.cpp.threads = threads
+            e = Engine(model, compile=True)
+            e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # compiles now
+            engines[f"compiled, cpp.threads={threads}"] = e
+        inductor.cpp.threads = -1
+        fps = {k: [] for k in engines}
+        for _ in range(args.rounds):
+            for k, e in engines.items():
+                fps[k].append(frame_rate(e, prompt, args.frames)[0])
+        out["compile_threads"][config] = {
+            "torch_threads": 2, **{k: summary(v) for k, v in fps.items()},
+            "compiled": {k: e.compiled for k, e in engines.items()}}
+        print("compile", config, json.dumps(out["compile_threads"][config]), flush=True)
+    return out
+
+
+def omp_wait_study(args) -> dict:
+    """bf16 decode at 2 threads in fresh processes, OpenMP's wait policy as torch leaves it
+    (spinning) against ``OMP_WAIT_POLICY=PASSIVE`` (a waiting thread sleeps), alternated: what
+    a busy machine costs each (the variable must be set before the process starts)."""
+    import subprocess
+
+    out = {}
+    for config in ("tiny", "medium"):
+        fps = {"default": [], "PASSIVE": []}
+        for _ in range(args.rounds):
+            for policy in fps:
+                env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+                if policy == "PASSIVE":
+                    env["OMP_WAIT_POLICY"] = "PASSIVE"
+                cmd = [sys.executable, __file__, "--decode", "--config", config, "--precisions",
+                       "bf16", "--threads", "2", "--rounds", "1", "--frames", str(args.frames)]
+                done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = [ln for ln in done.stdout.splitlines() if ln.startswith("2 {")][-1]
+                fps[policy].append(json.loads(line[2:])["bf16"]["frames_per_s"]["median"])
+        out[config] = {k: summary(v) for k, v in fps.items()}
+        print("omp", config, json.dumps(out[config]), flush=True)
     return out
 
 
@@ -400,7 +428,8 @@ def main(argv=None):
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="GEMV bandwidth GB/s (from --kernels) for the fraction of the bound")
     ap.add_argument("--error-frames", type=int, default=32)
-    ap.add_argument("--compile-config", choices=["tiny", "medium"], default="tiny")
+    ap.add_argument("--compile-config", default="tiny,medium",
+                    help="configs of the compile-threads study (comma list)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.kernels:

@@ -20,14 +20,19 @@ codes are chosen: the codes are the best for the stored scale, and the only erro
 rounding of the weight to the code grid (bounds in ``tests/test_quant.py``).
 
 Rows of activations: the kernels are GEMVs, one pass over the weight per row of activations;
-a few rows (decode of a small batch) go in one call, more (a prompt) go ``CHUNK_ROWS`` rows a
-call, where each call costs about what bf16's GEMM costs per row (measured per shape in
-``bench/bench_cpu.py --kernels``).
+a few rows (decode of a small batch) go in one call, more go ``CHUNK_ROWS`` rows a call. A
+prompt (more than ``PREFILL_ROWS`` rows) of an ``Int8Linear`` is instead multiplied by its
+codes cast to the activation dtype in a per-thread scratch buffer (exact: the codes are
+integers of at most 127) by the bf16 GEMM, then scaled: 2.5x faster than the chunked GEMV for
+75 rows of a 9728 x 2560 weight (74 against 184 ms here), so int8's first audio comes sooner.
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 GROUP = 128  # int4: columns per (scale, zero) pair; K must be a multiple
@@ -37,6 +42,7 @@ INT4_MAX = 15
 # error is kept (1.0 = plain min/max, so never worse than it).
 CLIP_RATIOS = (1.0, 0.9, 0.8)
 CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split
+PREFILL_ROWS = 16  # Int8Linear: more rows than this go through the cast codes and the GEMM
 QUANTIZE_ROWS = 512  # weight rows quantized at a time (fp32 temporaries stay in the cache)
 
 
@@ -75,6 +81,20 @@ class IntLinear(nn.Module):
     def set_quantized(self, weight: Tensor, params: Tensor) -> None:
         self.weight = nn.Parameter(weight, requires_grad=False)
         setattr(self, self.PARAMS, nn.Parameter(params, requires_grad=False))
+
+
+_local = threading.local()
+
+
+def _scratch(shape, dtype: torch.dtype) -> Tensor:
+    """A per-thread buffer of ``shape`` (a view of one that only grows; reused, so no page
+    faults of a fresh allocation per call)."""
+    n = shape[0] * shape[1]
+    buf = getattr(_local, "buffers", {}).get(dtype)
+    if buf is None or buf.numel() < n:
+        buf = torch.empty(n, dtype=dtype)
+        _local.__dict__.setdefault("buffers", {})[dtype] = buf
+    return buf[:n].view(shape)
 
 
 # ---------------------------------------------------------------------------- int8
@@ -124,6 +144,10 @@ class Int8Linear(IntLinear):
 
     def forward(self, x: Tensor) -> Tensor:
         scale = self.scale if self.scale.dtype == x.dtype else self.scale.to(x.dtype)
+        rows = x.numel() // x.shape[-1]
+        if rows > PREFILL_ROWS and not torch.compiler.is_compiling():
+            codes = _scratch(self.weight.shape, x.dtype).copy_(self.weight)
+            return F.linear(x, codes) * scale
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
 

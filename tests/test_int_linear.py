@@ -85,7 +85,8 @@ def test_layers_multiply_by_their_dequantized_weight(cls, dtype):
     w = (torch.randn(96, 2 * GROUP, generator=g) * 0.02).to(dtype)
     layer = cls.from_weight(w)
     w_hat = layer.dequantized(torch.float32)
-    for rows in (1, 3, int_linear.CHUNK_ROWS + 5):  # decode rows, and a prompt split in chunks
+    # decode rows, a few rows split in chunks, and a prompt (int8: through the cast codes)
+    for rows in (1, 3, int_linear.CHUNK_ROWS + 5, int_linear.PREFILL_ROWS + 7):
         x = torch.randn(2, rows, w.shape[1], generator=g).to(dtype)
         y = layer(x)
         assert y.shape == (2, rows, 96) and y.dtype == dtype
