@@ -83,6 +83,8 @@ def layer_set(precision: str, shapes, blocks: int, dtype=torch.bfloat16):
         for n, k in shapes:
             w = (torch.randn(n, k, generator=gen) * 0.02).to(dtype)
             if precision == "bf16":
+                layers.append(quant.PackedLinear.from_weight(w))
+            elif precision == "bf16-plain":
                 layers.append(lambda x, w=w: F.linear(x, w))
             elif precision == "int8":
                 layers.append(int_linear.Int8Linear.from_weight(w))
@@ -101,7 +103,8 @@ def torchao_int8(w):
 
 
 def layer_bytes(precision: str, shapes, blocks: int) -> int:
-    per = {"bf16": lambda s: s[0] * s[1] * 2, "int8": int_linear.int8_bytes,
+    per = {"bf16": lambda s: s[0] * s[1] * 2, "bf16-plain": lambda s: s[0] * s[1] * 2,
+           "int8": int_linear.int8_bytes,
            "int4": int_linear.int4_bytes, "torchao-int8": int_linear.int8_bytes}[precision]
     return blocks * sum(per(s) for s in shapes)
 
@@ -157,6 +160,8 @@ def kernels(threads: list[int], rounds: int, config: str, precisions: list[str])
             row[p] = {"ms_per_pass": summary([x * 1e3 for x in times[p]]),
                       "GB_per_s": round(layer_bytes(p, shapes, blocks) / t / 1e9, 2),
                       "speedup_vs_bf16": round(bf16 / t, 2) if bf16 else None}
+        # the bound: what memory delivers to a large read, or what the packed bf16 GEMV reads,
+        # whichever is more
         row["gemv_bound_GB_per_s"] = max(row["bf16"]["GB_per_s"] if "bf16" in row else 0,
                                          row["read_GB_per_s"]["median"])
         out["threads"][n] = row

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from . import int_linear, packed, torchao_modes
+from . import cpu_gemv, int_linear, packed, torchao_modes
 from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
     float8_supported, quantize_rows, resolve_path, settle_path
 
@@ -206,6 +206,8 @@ class Converter:
                 return int_linear.pack_int4(codes)
             codes, scale = int_linear.quantize_int8(weight, self.dtype)
             self.layers[name] = lambda q: int_linear.Int8Linear.holding(q, scale)
+            if self.device.type == "cpu":
+                cpu_gemv.prepare()  # built now (once per machine), not in the first frame
             return codes
         if not torchao_modes.fits(mode, shape):
             self.left_bf16.append(name)

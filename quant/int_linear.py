@@ -7,10 +7,11 @@ At batch 1 a decode step reads every weight once, so on the CPU its speed is the
 frame: bf16 reads 2 bytes a weight, these 1 and ~0.53. They multiply activations by the codes
 directly, never building a bf16 copy of the weight:
 
-- ``Int8Linear``: ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV: codes × activation, then
-  the row scale). torchao's ``Int8WeightOnlyConfig`` casts the whole weight to bf16 on every call
-  on the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads 1 byte and writes and reads 2
-  more per weight: slower than bf16 (bench/bench_quant.py). That is the gap this layer closes.
+- ``Int8Linear``: our VNNI GEMV (``cpu_gemv.py``, where it builds and runs: torch's kernel is
+  bound by its arithmetic, not by memory) or ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV:
+  codes × activation, then the row scale). torchao's ``Int8WeightOnlyConfig`` casts the whole
+  weight to bf16 on every call on the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads
+  1 byte and writes and reads 2 more per weight: slower than bf16 (bench/bench_quant.py).
 - ``Int4Linear``: ``torch._weight_int4pack_mm_for_cpu``, the kernel torchao's CPU int4 tensor
   (``Int4OpaqueTensor``, a prototype) calls; asymmetric, ``w = (q - 8) · scale + zero`` per group
   of ``GROUP`` columns, scales and zeros in the activation dtype.
@@ -35,13 +36,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import cpu_gemv
+
 GROUP = 128  # int4: columns per (scale, zero) pair; K must be a multiple
 INT4_ROWS = 16  # int4: the packing takes N a multiple of this
 INT4_MAX = 15
 # Candidate shrinkings of each int4 group's [min, max] range: the one with the least squared
 # error is kept (1.0 = plain min/max, so never worse than it).
 CLIP_RATIOS = (1.0, 0.9, 0.8)
-CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split
+CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split (≤ cpu_gemv's)
 PREFILL_ROWS = 16  # Int8Linear: more rows than this go through the cast codes and the GEMM
 QUANTIZE_ROWS = 512  # weight rows quantized at a time (fp32 temporaries stay in the cache)
 
@@ -148,8 +151,19 @@ class Int8Linear(IntLinear):
         if rows > PREFILL_ROWS and not torch.compiler.is_compiling():
             codes = _scratch(self.weight.shape, x.dtype).copy_(self.weight)
             return F.linear(x, codes) * scale
+        if self.own_kernel:
+            scale32 = self.scale.float()
+            return _rows_through(lambda x2: cpu_gemv.int8_gemv(x2.float(), self.weight, scale32)
+                                 .to(x.dtype), x, self.out_features)
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
+
+    @property
+    def own_kernel(self) -> bool:
+        """Whether decode steps go through ``cpu_gemv`` (built and runnable here, CPU weights,
+        K a multiple of its block)."""
+        return self.weight.device.type == "cpu" and self.in_features % cpu_gemv.BLOCK == 0 \
+            and cpu_gemv.available()
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"

@@ -14,7 +14,7 @@ from fish_core.engine.config import ModelConfig
 from fish_core.engine.generate import Engine
 from fish_core.loading.checkpoint import build_meta, load_model
 from fish_core.params import SamplingParams
-from quant import int_linear
+from quant import cpu_gemv, int_linear
 from quant.int_linear import GROUP, Int4Linear, Int8Linear, pack_int4, quantize_int4, quantize_int8
 
 BF16_REL = 2.0 ** -8  # one bf16 rounding, relative
@@ -121,6 +121,45 @@ def test_int4_needs_whole_groups():
         Int4Linear(GROUP + 32, rows)
     packed = pack_int4(torch.randint(0, 16, (rows, GROUP), dtype=torch.int32))
     assert packed.dtype == torch.uint8 and packed.shape == (rows, GROUP // 2)
+
+
+# ---------------------------------------------------------------------------- our int8 kernel
+@pytest.fixture(scope="module")
+def own_kernel():
+    if not cpu_gemv.available():
+        pytest.skip(f"Sailfish's int8 CPU kernel does not run here: {cpu_gemv.unavailable()}")
+
+
+def test_own_int8_kernel_is_within_its_activation_rounding(own_kernel):
+    """Exact products of the codes with int16 activations (one scale per 128 columns), summed
+    in int32 per block and fp32 across: off the exact product by at most the rounding of the
+    activations, |x - x̂| <= s_g / 2 with s_g = max|x_g| / 32767."""
+    g = torch.Generator().manual_seed(4)
+    K, B = 3 * cpu_gemv.BLOCK, cpu_gemv.BLOCK
+    w = torch.randn(40, K, generator=g) * torch.logspace(-2, 1, 40)[:, None]
+    codes, scale = quantize_int8(w, torch.float32)
+    for rows in range(1, cpu_gemv.MAX_ROWS + 1):
+        x = torch.randn(rows, K, generator=g) * torch.logspace(-3, 2, K)  # blocks of every size
+        x[0, 5] = 300.0  # an outlier in the first block
+        y = cpu_gemv.int8_gemv(x, codes, scale).double()
+        exact = x.double() @ (codes.double() * scale.double()[:, None]).T
+        step = x.abs().view(rows, -1, B).amax(-1).double() / 32767  # [rows, G]
+        bound = (step / 2) @ (codes.abs().double().view(40, -1, B).sum(-1) * scale.double()[:, None]).T
+        slack = 1e-6 * (x.abs().double() @ (codes.abs().double() * scale.double()[:, None]).T)
+        assert ((y - exact).abs() <= bound + slack).all(), rows
+        assert float(((y - exact).abs() / (bound + slack)).max()) > 0.01  # not vacuous
+
+
+def test_int8_layer_uses_the_kernel_and_falls_back_without_it(own_kernel, monkeypatch):
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn(64, 2 * GROUP, generator=g) * 0.02).to(torch.bfloat16)
+    layer = Int8Linear.from_weight(w)
+    x = torch.randn(3, 2 * GROUP, generator=g).to(torch.bfloat16)
+    assert layer.own_kernel
+    ours = layer(x)
+    monkeypatch.setitem(cpu_gemv._state, "module", None)  # as where it cannot be built
+    assert not layer.own_kernel
+    torch.testing.assert_close(layer(x), ours, rtol=2 * BF16_REL, atol=1e-3)
 
 
 # ---------------------------------------------------------------------------- the loader
