@@ -6,7 +6,9 @@ they do not: at the real size on the 2-core EPYC here, one thread, int8 decoded 
 reading 14-15 GB/s, while bf16 packed for oneDNN decoded 2.1 reading 31 GB/s
 (``bench/bench_realsize.py``). Torch's kernel converts every code to fp32 and multiplies in
 fp32: three vector instructions per 16 weights, so it is bound by its arithmetic, not by memory.
-A plain AVX-512 fp32 kernel of ours did no better (5.7 against 6.7 G weights/s, dropped).
+A plain AVX-512 fp32 kernel of ours did no better (5.7 against 6.7 G weights/s, dropped). (The
+same approach for int4, nibbles unpacked in registers, measured only ~1.1x torch's int4 kernel,
+39.5 against 36.1 G weights/s: not worth a second weight layout, so int4 keeps torch's.)
 
 What this one does: the activations are rounded once per call to int16 with one scale per 128
 columns (``x ≈ s_g · q``, |error| ≤ s_g / 2 = max|x_g| / 65534, far below bf16's own rounding
@@ -39,7 +41,7 @@ ENV = "SAILFISH_CPU_KERNELS"
 log = logging.getLogger("sailfish.quant")
 BLOCK = 128  # activation columns per int16 scale; K must be a multiple
 MAX_ROWS = 4  # activation rows per call (decode of a small batch)
-NAME = "sailfish_cpu_gemv_v2"
+NAME = "sailfish_cpu_gemv_v4"
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -56,53 +58,21 @@ bool supported() {
          __builtin_cpu_supports("avx512vnni");
 }
 
-// One weight row against M activation rows: the rows of w are read one after another, a single
-// sequential stream (measured: 26-27 GB/s on one core here, against 15-18 GB/s when 4 or 8
-// rows are read side by side). Four int32 accumulators per activation row hide vpdpwssd's
-// latency; a 128-column block's sum goes to fp32 with its activation scale.
-template <int M>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
-static void row_dot(const int16_t* xq, const float* xs, const int8_t* wr, int64_t K, float* out) {
-  const int64_t G = K / BLOCK;
-  __m512 accf[M];
-  for (int m = 0; m < M; ++m) accf[m] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t k0 = g * BLOCK;
-    __m512i wv[4];
-    for (int j = 0; j < 4; ++j)
-      wv[j] = _mm512_cvtepi8_epi16(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + k0 + 32 * j)));
-    for (int m = 0; m < M; ++m) {
-      const int16_t* xm = xq + m * K + k0;
-      __m512i a0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv[0],
-                                       _mm512_loadu_si512(reinterpret_cast<const void*>(xm)));
-      __m512i a1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv[1],
-                                       _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 32)));
-      a0 = _mm512_dpwssd_epi32(a0, wv[2], _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 64)));
-      a1 = _mm512_dpwssd_epi32(a1, wv[3], _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 96)));
-      accf[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)),
-                                _mm512_set1_ps(xs[m * G + g]), accf[m]);
-    }
-  }
-  for (int m = 0; m < M; ++m) out[m] = _mm512_reduce_add_ps(accf[m]);
-}
+// The activations x [M, K] fp32 as int16 codes q, one scale s per 128 columns (x ~ s * q).
+struct Activations {
+  torch::Tensor q, s;
+  int64_t M, K, G;
+};
 
-torch::Tensor int8_gemv(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kInt8 &&
-              scale.dtype() == torch::kFloat32, "int8_gemv: fp32 x, int8 w, fp32 scale");
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) && scale.numel() == w.size(0),
-              "int8_gemv: x [M, K], w [N, K], scale [N]");
-  auto xc = x.contiguous(); auto wc = w.contiguous(); auto sc = scale.contiguous();
-  const int64_t M = xc.size(0), K = xc.size(1), N = wc.size(0);
-  TORCH_CHECK(K % BLOCK == 0, "int8_gemv: K must be a multiple of 128");
-  TORCH_CHECK(M >= 1 && M <= 4, "int8_gemv: 1 to 4 activation rows");
-  const int64_t G = K / BLOCK;
-  auto xq = torch::empty({M, K}, xc.options().dtype(torch::kInt16));
-  auto xs = torch::empty({M, G}, xc.options());
-  const float* xp = xc.data_ptr<float>();
-  int16_t* qp = xq.data_ptr<int16_t>();
-  float* sp = xs.data_ptr<float>();
-  for (int64_t i = 0; i < M * G; ++i) {
+static Activations quantize_x(const torch::Tensor& x) {
+  Activations a;
+  a.M = x.size(0); a.K = x.size(1); a.G = a.K / BLOCK;
+  a.q = torch::empty({a.M, a.K}, x.options().dtype(torch::kInt16));
+  a.s = torch::empty({a.M, a.G}, x.options());
+  const float* xp = x.data_ptr<float>();
+  int16_t* qp = a.q.data_ptr<int16_t>();
+  float* sp = a.s.data_ptr<float>();
+  for (int64_t i = 0; i < a.M * a.G; ++i) {
     const float* blk = xp + i * BLOCK;
     float amax = 0.f;
     for (int64_t j = 0; j < BLOCK; ++j) amax = std::max(amax, std::fabs(blk[j]));
@@ -112,25 +82,85 @@ torch::Tensor int8_gemv(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
     for (int64_t j = 0; j < BLOCK; ++j)
       qp[i * BLOCK + j] = static_cast<int16_t>(std::nearbyint(blk[j] * inv));
   }
-  auto y = torch::empty({M, N}, xc.options());
-  const int8_t* wp = wc.data_ptr<int8_t>();
-  const float* scp = sc.data_ptr<float>();
+  return a;
+}
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+
+// Four int32 partial sums of a 128-column block: codes w0..w3 (32 int16 each) against the
+// block's activations of row m.
+TARGET static inline __m512i block_dot(const int16_t* xm, __m512i w0, __m512i w1, __m512i w2,
+                                       __m512i w3) {
+  __m512i a0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0,
+                                   _mm512_loadu_si512(reinterpret_cast<const void*>(xm)));
+  __m512i a1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w1,
+                                   _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 32)));
+  a0 = _mm512_dpwssd_epi32(a0, w2, _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 64)));
+  a1 = _mm512_dpwssd_epi32(a1, w3, _mm512_loadu_si512(reinterpret_cast<const void*>(xm + 96)));
+  return _mm512_add_epi32(a0, a1);
+}
+
+// One int8 weight row [K] against the M activation rows; out[m] = sum_k w[k] * x[m, k].
+template <int M>
+TARGET static void row_int8(const Activations& a, const int8_t* wr, float* out) {
+  const int16_t* xq = a.q.data_ptr<int16_t>();
+  const float* xs = a.s.data_ptr<float>();
+  __m512 accf[M];
+  for (int m = 0; m < M; ++m) accf[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < a.G; ++g) {
+    const int8_t* wg = wr + g * BLOCK;
+    __m512i w[4];
+    for (int j = 0; j < 4; ++j)
+      w[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32 * j)));
+    for (int m = 0; m < M; ++m)
+      accf[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(xq + m * a.K + g * BLOCK, w[0], w[1], w[2], w[3])),
+                                _mm512_set1_ps(xs[m * a.G + g]), accf[m]);
+  }
+  for (int m = 0; m < M; ++m) out[m] = _mm512_reduce_add_ps(accf[m]);
+}
+
+template <typename Row>
+static torch::Tensor rows_out(const Activations& a, int64_t N, const torch::Tensor& like, Row row) {
+  auto y = torch::empty({a.M, N}, like.options());
   float* yp = y.data_ptr<float>();
+  // Weight rows one after another: a single sequential stream per thread.
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
     float out[4];
     for (int64_t n = n0; n < n1; ++n) {
-      const int8_t* wr = wp + n * K;
-      switch (M) {
-        case 1: row_dot<1>(qp, sp, wr, K, out); break;
-        case 2: row_dot<2>(qp, sp, wr, K, out); break;
-        case 3: row_dot<3>(qp, sp, wr, K, out); break;
-        default: row_dot<4>(qp, sp, wr, K, out); break;
-      }
-      for (int64_t m = 0; m < M; ++m) yp[m * N + n] = out[m] * scp[n];
+      row(n, out);
+      for (int64_t m = 0; m < a.M; ++m) yp[m * N + n] = out[m];
     }
   });
   return y;
 }
+
+static void check_x(const torch::Tensor& x, int64_t K) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
+              "x must be a contiguous fp32 [M, K]");
+  TORCH_CHECK(x.size(1) == K && K % BLOCK == 0, "K must be the weight's, a multiple of 128");
+  TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 4, "1 to 4 activation rows");
+}
+
+// y [M, N] = (x @ w^T) * scale: w [N, K] int8, scale [N] fp32.
+torch::Tensor int8_gemv(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
+  TORCH_CHECK(w.dtype() == torch::kInt8 && w.is_contiguous() && scale.dtype() == torch::kFloat32 &&
+              scale.numel() == w.size(0), "int8_gemv: w [N, K] int8, scale [N] fp32");
+  check_x(x, w.size(1));
+  const Activations a = quantize_x(x);
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = scale.data_ptr<float>();
+  const int64_t K = a.K;
+  return rows_out(a, w.size(0), x, [&](int64_t n, float* out) {
+    switch (a.M) {
+      case 1: row_int8<1>(a, wp + n * K, out); break;
+      case 2: row_int8<2>(a, wp + n * K, out); break;
+      case 3: row_int8<3>(a, wp + n * K, out); break;
+      default: row_int8<4>(a, wp + n * K, out); break;
+    }
+    for (int64_t m = 0; m < a.M; ++m) out[m] *= sp[n];
+  });
+}
+
 """
 DECLARATIONS = ("bool supported();\n"
                 "torch::Tensor int8_gemv(torch::Tensor x, torch::Tensor w, torch::Tensor scale);")
@@ -153,7 +183,8 @@ def _build():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 module = load_inline(NAME, cpp_sources=[DECLARATIONS, SOURCE],
-                                     functions=["supported", "int8_gemv"], extra_cflags=FLAGS,
+                                     functions=["supported", "int8_gemv"],
+                                     extra_cflags=FLAGS,
                                      extra_ldflags=["-fopenmp"], verbose=False)
             if not module.supported():
                 module, why = None, "this CPU has no AVX-512 VNNI"
