@@ -9,7 +9,8 @@ kernels behind them, their accuracy, and the thread settings.
 
 Decode speed is ``(n - 1) / (t(frame n) - t(frame 1))``: the prompt's prefill and the first
 frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precisions: ``bf16``
-(packed for oneDNN, as loaded), ``bf16-plain`` (``nn.Linear``, as before packing), ``int8``,
+(packed for oneDNN, as loaded), ``bf16-plain`` (``nn.Linear``, as before packing), ``int8``
+(our VNNI kernel where it runs), ``int8-torch`` (torch's ``_weight_int8pack_mm``),
 ``int4`` (the fast AR int8), ``int4-all`` (the fast AR int4 too: faster, not recommended), ``fp8`` (per-row FP8, on the CPU dequantized at load: bf16 speed), each loaded
 through the real loader (``load_model``) when ``--model`` is given, else the random ``--config``
 model quantized by the same ``quant.Converter``. Runs are alternated precision by precision,
@@ -49,6 +50,7 @@ from quant.convert import Converter, embedding_targets, linear_weights  # noqa: 
 FAST_AR = ("fast_layers.*", "fast_output")
 # precision → (quant mode, mixed override or None for the mode's default)
 PRECISIONS = {"bf16": ("none", None), "bf16-plain": ("none", None), "int8": ("int8", None),
+              "int8-torch": ("int8", None),
               "int4": ("int4", None), "int4-all": ("int4", ()), "fp8": ("fp8", None)}
 
 
@@ -86,13 +88,22 @@ def layer_set(precision: str, shapes, blocks: int, dtype=torch.bfloat16):
                 layers.append(quant.PackedLinear.from_weight(w))
             elif precision == "bf16-plain":
                 layers.append(lambda x, w=w: F.linear(x, w))
-            elif precision == "int8":
-                layers.append(int_linear.Int8Linear.from_weight(w))
+            elif precision in ("int8", "int8-torch"):
+                layers.append(torch_kernel(int_linear.Int8Linear.from_weight(w), precision))
             elif precision == "int4":
                 layers.append(int_linear.Int4Linear.from_weight(w))
             elif precision == "torchao-int8":
                 layers.append(torchao_int8(w))
     return layers
+
+
+def torch_kernel(model, precision: str):
+    """``model`` with its ``Int8Linear`` layers on torch's kernel for ``int8-torch`` (our
+    ``quant.cpu_gemv`` otherwise, where it runs)."""
+    for m in model.modules():
+        if isinstance(m, int_linear.Int8Linear):
+            m.torch_kernel = precision == "int8-torch"
+    return model
 
 
 def torchao_int8(w):
@@ -104,7 +115,7 @@ def torchao_int8(w):
 
 def layer_bytes(precision: str, shapes, blocks: int) -> int:
     per = {"bf16": lambda s: s[0] * s[1] * 2, "bf16-plain": lambda s: s[0] * s[1] * 2,
-           "int8": int_linear.int8_bytes,
+           "int8": int_linear.int8_bytes, "int8-torch": int_linear.int8_bytes,
            "int4": int_linear.int4_bytes, "torchao-int8": int_linear.int8_bytes}[precision]
     return blocks * sum(per(s) for s in shapes)
 
@@ -176,6 +187,8 @@ def quantized_copy(base, precision: str):
     mode, mixed = PRECISIONS[precision]
     if precision == "bf16-plain":
         return base
+    if precision == "int8-torch":
+        return torch_kernel(quantized_copy(base, "int8"), precision)
     model = build_meta(base.config, base.dtype)
     targets = list(linear_weights(model))
     tables = embedding_targets(model, mode, None, ())
@@ -197,7 +210,7 @@ def load_precision(folder, precision: str):
         finally:
             del os.environ[quant.packed.ENV]
     if mixed is None:
-        return load_model(folder, "cpu", torch.bfloat16, mode)
+        return torch_kernel(load_model(folder, "cpu", torch.bfloat16, mode), precision)
     saved = dict(quant.convert.MIXED)
     quant.convert.MIXED.pop(mode, None)
     try:

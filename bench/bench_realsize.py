@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-QUANTIZATION = {"bf16": "none", "bf16-plain": "none", "int8": "int8", "int4": "int4",
-                "fp8": "fp8"}
+QUANTIZATION = {"bf16": "none", "bf16-plain": "none", "int8": "int8", "int8-torch": "int8",
+                "int4": "int4", "fp8": "fp8"}
 TEXT = "Hello there. This is a benchmark of the decode speed at the real size."
 
 
@@ -76,6 +76,8 @@ def one(args) -> dict:
     torch.set_num_threads(args.threads)
     if args.one == "bf16-plain":  # nn.Linear, as before packing (quant/packed.py)
         os.environ[quant.packed.ENV] = "0"
+    if args.one == "int8-torch":  # torch's int8 kernel, not ours (quant/cpu_gemv.py)
+        os.environ[quant.cpu_gemv.ENV] = "0"
     device = torch.device(args.device)
     dtype = torch.bfloat16
     out = {"precision": args.one, "threads": args.threads, "device": str(device),

@@ -158,12 +158,14 @@ class Int8Linear(IntLinear):
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
 
+    torch_kernel = False  # True: never ``cpu_gemv`` (benchmarks compare the two)
+
     @property
     def own_kernel(self) -> bool:
         """Whether decode steps go through ``cpu_gemv`` (built and runnable here, CPU weights,
         K a multiple of its block)."""
-        return self.weight.device.type == "cpu" and self.in_features % cpu_gemv.BLOCK == 0 \
-            and cpu_gemv.available()
+        return not self.torch_kernel and self.weight.device.type == "cpu" \
+            and self.in_features % cpu_gemv.BLOCK == 0 and cpu_gemv.available()
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
