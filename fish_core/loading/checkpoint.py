@@ -22,7 +22,7 @@ from ..engine.model import DualAR
 from .shards import DTYPES, CheckpointError, iter_tensors
 from .siblings import quant
 from .tensor_names import to_hf, to_internal
-from .weights import StreamedLoad, assign
+from .weights import StreamedLoad, assign, separate_large_buffers
 
 __all__ = ["CheckpointError", "assign", "build_meta", "iter_tensors", "load_model", "to_hf",
            "to_internal"]
@@ -55,10 +55,12 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     fp8_stored = is_fp8_checkpoint(folder)
     converter = choose_converter(model, folder, mode, device, dtype, fp8_stored, fp8_path, skip,
                                  quantize_embeddings)
-    if fp8_stored:
-        load_fp8(model, folder, device, dtype, converter, kept_as_stored(device, dtype, converter))
-    else:
-        load_plain(model, folder, device, dtype, converter)
+    with separate_large_buffers():
+        if fp8_stored:
+            load_fp8(model, folder, device, dtype, converter,
+                     kept_as_stored(device, dtype, converter))
+        else:
+            load_plain(model, folder, device, dtype, converter)
     model.reset_buffers(device)
     return (converter.finish(model) if converter else model).eval()
 

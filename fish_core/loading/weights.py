@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -75,24 +76,49 @@ class Trim:
 
 def release_freed_memory() -> None:
     """glibc's ``malloc_trim(0)``: free heap pages go back to the OS (no-op elsewhere)."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
 
 
-_trim_fn: list = []
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc malloc.h)
+LOAD_MMAP_THRESHOLD = 1 << 20  # while loading: buffers of 1 MB and more get pages of their own
+AFTER_MMAP_THRESHOLD = 32 << 20  # after: glibc's own ceiling, where its dynamic threshold ends
 
 
-def _malloc_trim():
-    if not _trim_fn:
+@contextmanager
+def separate_large_buffers():
+    """While loading, buffers of ``LOAD_MMAP_THRESHOLD`` and more are mapped on their own and
+    unmapped when freed (glibc ``mallopt``; elsewhere nothing), so the quantizer's temporaries
+    cannot interleave with the weights kept in one heap and strand freed pages between them
+    (measured: the real-size int4 load's peak varied from 1.13x to 1.30x the weights' bytes
+    with ``Trim`` alone). Afterwards the threshold is glibc's 32 MB ceiling, which its
+    dynamic threshold reaches after the first large free anyway."""
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, LOAD_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        if mallopt is not None:
+            mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD)
+        release_freed_memory()
+
+
+_libc_fns: dict = {}
+
+
+def _libc(name: str):
+    """A glibc function by name, or None (another C library, another OS)."""
+    if name not in _libc_fns:
         fn = None
         try:
-            name = ctypes.util.find_library("c")
-            fn = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+            path = ctypes.util.find_library("c")
+            fn = getattr(ctypes.CDLL(path), name, None) if path else None
         except OSError:
             fn = None
-        _trim_fn.append(fn)
-    return _trim_fn[0]
+        _libc_fns[name] = fn
+    return _libc_fns[name]
 
 
 class StreamedLoad:
