@@ -49,9 +49,8 @@ def join_pieces(pieces: Sequence[torch.Tensor], results: Sequence[BatchResult],
         if gap and i > 0:
             out.append(torch.zeros(gap))
             cursor += gap
-            piece = fade_in(piece, sample_rate)
-        if gap and i + 1 < len(results):
-            piece = fade_out(piece, sample_rate)
+        if gap:
+            piece = faded(piece, 0, piece.shape[0], sample_rate, i > 0, i + 1 < len(results))
         out.append(piece)
         end = cursor + piece.shape[0]
         segments.append(segment(result, cursor, end, sample_rate))
@@ -91,15 +90,18 @@ def segment(result: BatchResult, start: int, end: int, sample_rate: int) -> Segm
                    result.frames, result.seconds, result.generated.stopped_on_eos)
 
 
-def fade_in(wave: torch.Tensor, sample_rate: int, seconds: float = FADE_SECONDS) -> torch.Tensor:
-    n = min(wave.shape[0], round(sample_rate * seconds))
-    out = wave.clone()
-    out[:n] *= torch.linspace(0, 1, n)
+def faded(part: torch.Tensor, start: int, length: int, sample_rate: int, fade_in: bool,
+          fade_out: bool, seconds: float = FADE_SECONDS) -> torch.Tensor:
+    """Samples ``start .. start + len(part)`` of a piece ``length`` samples long (``part``, not
+    changed), with a fade-in at the piece's start and/or a fade-out at its end, each
+    ``min(length, seconds)`` long: any stretch of the piece shaped as the whole is."""
+    out = part.clone()
+    n = min(length, round(sample_rate * seconds))
+    end = start + out.shape[0]
+    if fade_in and start < n:
+        out[:min(n, end) - start] *= torch.linspace(0, 1, n)[start:min(n, end)]
+    if fade_out and end > length - n:
+        first = max(start, length - n)
+        out[first - start:] *= torch.linspace(1, 0, n)[first - (length - n):end - (length - n)]
     return out
 
-
-def fade_out(wave: torch.Tensor, sample_rate: int, seconds: float = FADE_SECONDS) -> torch.Tensor:
-    n = min(wave.shape[0], round(sample_rate * seconds))
-    out = wave.clone()
-    out[wave.shape[0] - n:] *= torch.linspace(1, 0, n)
-    return out

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..speech.interface import OnChunk
-from ..speech.timeline import FADE_SECONDS, fade_in, fade_out
+from ..speech.timeline import FADE_SECONDS, faded
 
 
 class Layout:
@@ -66,36 +66,38 @@ class TakeLayout(Layout):
         self._begin()
 
     def _begin(self) -> None:
-        self.piece: list[torch.Tensor] = []  # this batch's chunks
-        self.sent = 0  # samples of this batch's piece handed out
+        self.length = 0  # samples of this batch's piece so far
+        self.sent = 0  # of them handed out
+        self.unsent: list[torch.Tensor] = []  # the piece's samples from ``sent`` on
         self.fades_in = bool(self.gap) and self.index > 0
         self.fades_out = bool(self.gap) and self.index + 1 < self.batches
 
     def _add(self, chunks: list[torch.Tensor], final: bool) -> None:
-        self.piece += chunks
         if not (self.fades_in or self.fades_out):  # no pause: the decode is the output
             for chunk in chunks:
                 self._send(chunk.clone())
             return
-        length = sum(c.shape[0] for c in self.piece)
-        ready = length
+        self.unsent += chunks
+        self.length += sum(c.shape[0] for c in chunks)
+        ready = self.length
         if not final:
             if self.fades_out:
                 ready -= self.fade  # the fade-out's samples wait for the batch's end
-            if self.fades_in and length < self.fade:
+            if self.fades_in and self.length < self.fade:
                 ready = 0  # the fade-in's length is min(piece, fade): not known yet
         if ready > self.sent:
-            self._send(self._laid_out(final)[self.sent:ready])
+            held = torch.cat(self.unsent)  # only what waits: a fade and the newest chunks
+            part, rest = held[:ready - self.sent], held[ready - self.sent:]
+            self._send(self._laid_out(part, final))
+            self.unsent = [rest] if rest.shape[0] else []
             self.sent = ready
 
-    def _laid_out(self, final: bool) -> torch.Tensor:
-        """This batch's piece so far as ``join_pieces`` shapes it (fade-out only at the end)."""
-        piece = torch.cat(self.piece)
-        if self.fades_in:
-            piece = fade_in(piece, self.sample_rate)
-        if self.fades_out and final:
-            piece = fade_out(piece, self.sample_rate)
-        return piece
+    def _laid_out(self, part: torch.Tensor, final: bool) -> torch.Tensor:
+        """Samples ``sent ..`` of this batch's piece as ``join_pieces`` shapes it (fade-out
+        only at the end)."""
+        return faded(part, self.sent, self.length, self.sample_rate, self.fades_in,
+                     self.fades_out and final)
+
 
 class CueLayout(Layout):
     """``subtitles``: cue i's chunks placed as ``timeline.place_cues`` places them."""
