@@ -1,6 +1,7 @@
-"""Continuous batching on the fp32 fixture model: rows join a running decode and leave it at
-different frames, and every request's codes (and audio) are exactly those it makes alone with the
-same seed; the served API keeps its results with ``--batching continuous`` and ``static``."""
+"""The one decode loop (``RowBatch``) on the fp32 fixture model: rows join a running decode and
+leave it at different frames, alone or several in one prefill, and every request's codes (and
+audio) are exactly those it makes alone with the same seed; the served API keeps its results
+with ``--batching continuous`` and ``static``."""
 
 import threading
 
@@ -23,10 +24,15 @@ def voice(tiny_synth):
     return tiny_synth.encode_voice(tone(sr), "A short reference.", name="v", sample_rate=sr)
 
 
+def system(synth, voices):
+    runtime = synth.runtime
+    return runtime.system_turn(runtime.references(voices))
+
+
 def prompts(synth, voice):
-    refs = synth.references([voice])
     texts = ["Hello there.", "A somewhat longer sentence to say now.", "Short.", "Fourth one."]
-    return [synth.prompt(t, refs if i % 2 == 0 else [], [], 10) for i, t in enumerate(texts)]
+    return [synth.runtime.prompt(t, system(synth, [voice] if i % 2 == 0 else []), [], 10)
+            for i, t in enumerate(texts)]
 
 
 def alone(synth, prompt, params, seed):
@@ -61,7 +67,7 @@ def test_rows_joining_and_leaving_match_single_runs(tiny_synth, voice, rows):
 
 def test_prefix_reuse_inside_rows(tiny_synth, voice):
     ps = prompts(tiny_synth, voice)
-    prefix = tiny_synth.prefix_length(tiny_synth.references([voice]))
+    prefix = system(tiny_synth, [voice]).shape[1]
     engine = Engine(tiny_synth.model, prefix_cache_mb=16)
     batch = RowBatch(engine, 2)
     for _ in range(2):  # the second join reuses the voice prefix
@@ -78,13 +84,13 @@ def test_jobs_in_rows_equal_tts(tiny_synth, voice):
     text = "The first sentence is here. A second one follows it. Then a third one comes."
     kw = dict(temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=8)
     want = [tiny_synth.tts(text, voice, seed=s, max_bytes=30, **kw) for s in (1, 2, 3)]
-    jobs = [SpeechJob(tiny_synth, text, [voice], params=SamplingParams(**kw), seed=s,
+    jobs = [SpeechJob(tiny_synth.runtime, text, [voice], params=SamplingParams(**kw), seed=s,
                       max_bytes=30, keep=True) for s in (1, 2, 3)]
-    pool = JobRows(tiny_synth, 2)
+    pool = JobRows(tiny_synth.runtime, 2)
     queue = list(jobs)
     while queue or len(pool):
         while queue and pool.free:
-            pool.add(queue.pop(0))
+            pool.add([queue.pop(0)])
         for job in pool.step():
             if not job.done and job.error is None:
                 queue.append(job)
@@ -105,14 +111,15 @@ def test_cache_growth_keeps_running_rows_exact(tiny_synth, voice):
     """A request needing a longer cache joins mid-decode: the cache grows (rows copied over)
     and the row already running still makes exactly its single-run codes."""
     ps = prompts(tiny_synth, voice)
-    batch = RowBatch(Engine(tiny_synth.model), 2)
-    length = batch.caches.shape[1]
+    engine = Engine(tiny_synth.model)
+    batch = RowBatch(engine, 2)
     r, _ = batch.join(ps[0], SAMPLED, 21)
+    length = engine.caches.shape[1]  # sized to the first prompt
     batch.step()
     batch.step()
     long = SamplingParams(0.8, 0.8, 30, length + 8)
     other, _ = batch.join(ps[1], long, 22)
-    assert batch.caches.shape[1] > length
+    assert engine.caches.shape[1] > length
     while not batch.ended(r):
         batch.step()
     assert torch.equal(batch.leave(r).columns, alone(tiny_synth, ps[0], SAMPLED, 21).columns)
@@ -122,20 +129,20 @@ def test_cache_growth_keeps_running_rows_exact(tiny_synth, voice):
 
 def test_cancelled_and_timed_out_jobs_leave_at_once(tiny_synth, voice):
     kw = dict(temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=30)
-    pool = JobRows(tiny_synth, 1)
+    pool = JobRows(tiny_synth.runtime, 1)
     for stop in ("cancel", "deadline"):
-        job = SpeechJob(tiny_synth, "A long request that will be stopped.", [voice],
+        job = SpeechJob(tiny_synth.runtime, "A long request that will be stopped.", [voice],
                         params=SamplingParams(**kw), seed=1)
-        pool.add(job)
+        pool.add([job])
         pool.step()
         if stop == "cancel":
             job.cancel()
         else:
             job.deadline = 0.0  # long past
         assert pool.step() == [job] and pool.free == 1 and not job.results
-    after = SpeechJob(tiny_synth, "Next one.", [voice], params=SamplingParams(**kw), seed=4,
-                      keep=True)
-    pool.add(after)
+    after = SpeechJob(tiny_synth.runtime, "Next one.", [voice], params=SamplingParams(**kw),
+                      seed=4, keep=True)
+    pool.add([after])
     while len(pool):
         pool.step()
     assert torch.equal(after.results[0].generated.codes,

@@ -1,15 +1,15 @@
 """One worker thread per model: a fair queue of speech tasks, decoded in batches.
 
-The engine runs one generation at a time, so every task goes through this queue. Two ways to
-batch (``batching``):
+The engine runs one decode at a time, so every task goes through this queue, and both ways to
+batch (``batching``) decode in the rows of the one decode loop (``driver.JobRows``):
 
-- ``continuous`` (default): one running decode of ``max_batch`` rows (``driver.JobRows``). A
-  task joins at the next frame boundary as soon as a row is free (its prefill done, then its
-  row decodes with the others); a task whose text batch ended, or that was cancelled or timed
-  out, leaves its row at once and frees it.
+- ``continuous`` (default): one running decode of ``max_batch`` rows. Queued tasks join at the
+  next frame boundary as soon as rows are free (those that join together prefilled in one run,
+  then their rows decode with the others); a task whose text batch ended, or that was
+  cancelled or timed out, leaves its row at once and frees it.
 - ``static``: each round takes up to ``max_batch`` tasks from the front (after waiting
-  ``batch_wait`` for others that arrive together) and generates the next text batch of each as
-  one engine batch to the end (``driver.run_round``).
+  ``batch_wait`` for others that arrive together) and generates the next text batch of each,
+  their rows joining together and decoding to their ends (``driver.run_round``).
 
 Either way every row has its own seed, so a batched request sounds exactly as it would alone,
 and a task with more text batches goes to the back of the queue, so a long text cannot hold the
@@ -62,7 +62,8 @@ class Scheduler:
     def __init__(self, model: Callable[[], AbstractContextManager], voices: VoiceLibrary,
                  limits: Limits, max_batch: int = 1, batch_wait: float = 0.01,
                  default_voice: str | None = None, batching: str = "continuous"):
-        """``model()``: a context manager that yields the Synthesizer, loaded, while it works."""
+        """``model()``: a context manager that yields the Synthesizer, loaded, while it works
+        (the worker uses its ``runtime``)."""
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         self.batching = batching
@@ -130,14 +131,14 @@ class Scheduler:
             self.busy = True
             try:
                 with self.model() as synth:
-                    self._round(synth, tasks)
+                    self._round(synth.runtime, tasks)
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
                 for task in tasks:
                     fail(task, e)
             finally:
                 self.busy = False
 
-    def _round(self, synth, tasks: list[Task]) -> None:
+    def _round(self, runtime, tasks: list[Task]) -> None:
         live = []
         for task in tasks:
             if task.cancelled.is_set():
@@ -147,7 +148,7 @@ class Scheduler:
                 continue
             if task.job is None:
                 try:
-                    self._start(synth, task)
+                    self._start(runtime, task)
                 except Exception as e:  # noqa: BLE001 - a bad voice or reference
                     fail(task, e)
                     continue
@@ -156,7 +157,7 @@ class Scheduler:
             return
         self.batch_sizes.append(len(live))
         try:
-            run_round(synth, [task.job for task in live])
+            run_round(runtime, [task.job for task in live])
         except Cancelled:
             pass  # every row was cancelled or timed out: sorted out below
         except Exception as e:  # noqa: BLE001 - reported to every task of the round
@@ -191,19 +192,19 @@ class Scheduler:
             running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
             try:
                 with self.model() as synth:
-                    self._decode(synth, running)
+                    self._decode(synth.runtime, running)
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
                 for task in running.values():
                     fail(task, e)
             finally:
                 self.busy = False
 
-    def _decode(self, synth, running: dict[int, Task]) -> None:
+    def _decode(self, runtime, running: dict[int, Task]) -> None:
         """Decode until no task is left: tasks join free rows between frames and leave them
         as soon as their text batch ends (or they are cancelled or time out)."""
-        rows = JobRows(synth, self.max_batch)
+        rows = JobRows(runtime, self.max_batch)
         while True:
-            if self._admit(synth, rows, running):
+            if self._admit(runtime, rows, running):
                 self.batch_sizes.append(len(rows))
             if not len(rows):
                 return
@@ -213,10 +214,11 @@ class Scheduler:
             for job in rows.step():
                 self._settle(running.pop(id(job)))
 
-    def _admit(self, synth, rows: JobRows, running: dict[int, Task]) -> int:
-        """Move queued tasks into free rows (prefilling each); returns how many joined."""
-        joined = 0
-        while rows.free and not self._closed:
+    def _admit(self, runtime, rows: JobRows, running: dict[int, Task]) -> int:
+        """Move queued tasks into free rows, all prefilled together; returns how many
+        joined."""
+        tasks = []
+        while len(tasks) < rows.free and not self._closed:
             with self._cond:
                 if not self._queue:
                     break
@@ -228,22 +230,30 @@ class Scheduler:
                 continue
             try:
                 if task.job is None:
-                    self._start(synth, task)
-                added = rows.add(task.job)
+                    self._start(runtime, task)
             except Exception as e:  # noqa: BLE001 - a bad voice or reference
                 fail(task, e)
                 continue
-            if not added:  # its prompt cannot fit
+            tasks.append(task)
+        if not tasks:
+            return 0
+        try:
+            joined = {id(job) for job in rows.add([task.job for task in tasks])}
+        except Exception as e:  # noqa: BLE001 - reported to every task of the join
+            for task in tasks:
+                fail(task, e)
+            return 0
+        for task in tasks:
+            if id(task.job) in joined:
+                running[id(task.job)] = task
+            else:  # its prompt cannot fit
                 fail(task, task.job.error)
-                continue
-            running[id(task.job)] = task
-            joined += 1
-        return joined
+        return len(joined)
 
-    def _start(self, synth, task: Task) -> None:
+    def _start(self, runtime, task: Task) -> None:
         """Build the task's voice and job (on the worker: the codec encodes references)."""
         request = task.request
-        c = synth.config
+        c = runtime.config
         clips = []
         voice = request.voice or self.default_voice
         if voice:
@@ -251,18 +261,18 @@ class Scheduler:
             clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
         for ref in request.references:
             wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
-            clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
-        voices = [Voice("speaker", clips, synth.sample_rate)] if clips else []
+            clips += runtime.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
+        voices = [Voice("speaker", clips, runtime.sample_rate)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
-        task.job = SpeechJob(synth, request.text, voices, params=params, seed=request.seed,
+        task.job = SpeechJob(runtime, request.text, voices, params=params, seed=request.seed,
                              max_bytes=request.max_bytes,
                              emit=lambda chunk: task.emit("chunk", chunk),
                              deadline=task.deadline)
         if task.cancelled.is_set():
             task.job.cancel()
-        task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed,
-                            "frame_length": synth.codec.frame_length})
+        task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,
+                            "frame_length": runtime.require_codec().frame_length})
 
 
 def fail(task: Task, error: Exception) -> None:

@@ -3,10 +3,10 @@
     for chunk in synth.stream("Hello there!", voice=voice, seed=1):   # float32 [n] each
         player.write(chunk.numpy())
 
-``AudioStream`` runs one live ``SpeechJob`` (``driver``) on a worker thread, round after round,
-and hands its chunks to the consumer. The job is planned, prompted, seeded and decoded exactly
-as ``Synthesizer.tts`` does it, so with the same settings the concatenated stream equals the
-non-streamed waveform exactly.
+``AudioStream`` runs one live ``SpeechJob`` (``driver``) on a worker thread, text batch after
+text batch (``run_round``), and hands its chunks to the consumer. The job is planned, prompted,
+seeded and decoded exactly as ``Synthesizer.tts`` does it, so with the same settings the
+concatenated stream equals the non-streamed waveform exactly.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ class AudioStream:
 
     _END = object()
 
-    def __init__(self, synth, job: SpeechJob):
-        self.synth = synth
+    def __init__(self, runtime, job: SpeechJob):
+        self.runtime = runtime
         self.job = job
-        self.sample_rate = synth.sample_rate
+        self.sample_rate = runtime.sample_rate
         self._queue: queue.Queue = queue.Queue()
         job.emit = self._queue.put
         self._thread = threading.Thread(target=self._run, name="sailfish-stream", daemon=True)
@@ -43,7 +43,7 @@ class AudioStream:
     def _run(self) -> None:
         try:
             while not self.job.done and not self.job.stopped:
-                run_round(self.synth, [self.job])
+                run_round(self.runtime, [self.job])
                 if self.job.error is not None:
                     raise self.job.error
             if self.job.timed_out:
