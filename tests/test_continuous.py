@@ -10,7 +10,7 @@ import torch
 
 from fish_core.engine.continuous import RowBatch
 from fish_core.engine.generate import Engine
-from fish_core.params import SamplingParams
+from fish_core.params import GenerationError, SamplingParams
 from fish_core.synthesis.driver import JobRows, SpeechJob
 
 from conftest import tone
@@ -76,6 +76,116 @@ def test_prefix_reuse_inside_rows(tiny_synth, voice):
             batch.step()
         assert torch.equal(batch.leave(r).columns, alone(tiny_synth, ps[0], SAMPLED, 5).columns)
     assert engine.prefixes.hits == 1
+
+
+def count_runs(engine, monkeypatch) -> dict:
+    """Count the engine's prefill runs by kind (``whole``: no voice prefix; ``after``: the rest
+    after a prefix; ``prefix``: a voice prefix run alone)."""
+    runs = {"whole": 0, "after": 0, "prefix": 0}
+    for kind, name in (("whole", "prefill_whole"), ("after", "prefill_after"),
+                       ("prefix", "run_prefix")):
+        original = getattr(engine, name)
+
+        def counted(*args, kind=kind, original=original, **kwargs):
+            runs[kind] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(engine, name, counted)
+    return runs
+
+
+def test_prompts_joining_together_are_prefilled_once_and_equal_single_runs(tiny_synth, voice,
+                                                                          monkeypatch):
+    """Four prompts of different lengths, two with the voice prefix and two without, join one
+    running row in the same frame: one prefill of each kind (the shared prefix run once), and
+    every row's codes are those of its one-prompt run."""
+    ps = prompts(tiny_synth, voice)
+    prefix = system(tiny_synth, [voice]).shape[1]
+    plain = system(tiny_synth, []).shape[1]
+    params = [SamplingParams(0.8, 0.8, 30, n) for n in (9, 5, 7, 10)]
+    seeds = [31, 32, 33, 34]
+    prefixes = [prefix if i % 2 == 0 else plain for i in range(4)]
+    want = [alone(tiny_synth, p, q, s) for p, q, s in zip(ps, params, seeds)]
+    engine = Engine(tiny_synth.model, prefix_cache_mb=0)
+    batch = RowBatch(engine, 5)
+    early, _ = batch.join(ps[1], SAMPLED, 30)  # already decoding when the others join
+    batch.step()
+    runs = count_runs(engine, monkeypatch)
+    rows, first = batch.join_many(ps, params, seeds, prefixes)
+    assert rows == [1, 2, 3, 4] and first.shape == (4, 1 + tiny_synth.config.num_codebooks)
+    assert runs == {"whole": 0, "after": 1, "prefix": 2}  # two voices' prefixes, one rest run
+    while not all(batch.ended(r) for r in rows):
+        batch.step()
+    for i, r in enumerate(rows):
+        assert torch.equal(batch.leave(r).columns, want[i].columns), f"request {i}"
+    assert torch.equal(batch.leave(early).columns, alone(tiny_synth, ps[1], SAMPLED, 30).columns)
+    # Prompts without a prefix run apart from those with one: one run of each kind.
+    runs.update(whole=0, after=0, prefix=0)
+    rows, _ = batch.join_many(ps, params, seeds, [prefix, 0, prefix, 0])
+    assert runs == {"whole": 1, "after": 1, "prefix": 1}  # one voice: its prefix run once
+    while not all(batch.ended(r) for r in rows):
+        batch.step()
+    for i, r in enumerate(rows):  # the prompts without a prefix ran whole, as Engine.generate
+        gen = batch.leave(r)
+        if i % 2:
+            want_whole = Engine(tiny_synth.model).generate(ps[i], params[i], seeds=[seeds[i]])
+            assert torch.equal(gen.columns, want_whole[0].columns)
+        else:
+            assert torch.equal(gen.columns, want[i].columns)
+
+
+def test_rows_joining_scattered_free_rows_are_exact(tiny_synth, voice):
+    """Free rows that are not next to each other: the joining prompts are prefilled together
+    into them (written and read by index) and still make their single-run codes."""
+    ps = prompts(tiny_synth, voice)
+    batch = RowBatch(Engine(tiny_synth.model), 4)
+    long = SamplingParams(0.8, 0.8, 30, 12)
+    rows, _ = batch.join_many(ps, [long] * 4, [40, 41, 42, 43])
+    batch.step()
+    batch.leave(rows[0])
+    batch.leave(rows[2])
+    joined, _ = batch.join_many([ps[2], ps[3]], [SAMPLED, SAMPLED], [44, 45])
+    assert joined == [0, 2]
+    while not all(batch.ended(r) for r in batch.active):
+        batch.step()
+    assert torch.equal(batch.leave(0).columns, alone(tiny_synth, ps[2], SAMPLED, 44).columns)
+    assert torch.equal(batch.leave(2).columns, alone(tiny_synth, ps[3], SAMPLED, 45).columns)
+    assert torch.equal(batch.leave(1).columns, alone(tiny_synth, ps[1], long, 41).columns)
+
+
+def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
+    """``step(read=False)`` with the stop token checked every 8 frames (as on CUDA): rows keep
+    decoding past their ``<|im_end|>`` until the next read, and those frames are dropped."""
+    ps = prompts(tiny_synth, voice)
+    params = [SamplingParams(0.8, 0.8, 30, n) for n in (30, 4, 30, 11)]
+    engine = Engine(tiny_synth.model, eos_check_every=8)
+    batch = RowBatch(engine, 4)
+    rows, _ = batch.join_many(ps, params, [50, 51, 52, 53])
+    assert batch.step(read=False) is None
+    first = batch.slots[rows[0]]
+    assert first.made == 2 and len(first.columns) == 1  # made on the device, not read yet
+    while not all(batch.ended(r) for r in rows):
+        batch.step(read=False)
+    got = [batch.leave(r) for r in rows]
+    for i, gen in enumerate(got):
+        assert torch.equal(gen.columns, alone(tiny_synth, ps[i], params[i], 50 + i).columns)
+    assert any(gen.stopped_on_eos for gen in got)
+
+
+def test_a_newer_decode_or_a_release_stops_an_older_one(tiny_synth, voice):
+    ps = prompts(tiny_synth, voice)
+    engine = Engine(tiny_synth.model)
+    old = RowBatch(engine, 2)
+    old.join(ps[0], SAMPLED, 1)
+    RowBatch(engine, 1).join(ps[1], SAMPLED, 2)  # another decode takes the cache over
+    with pytest.raises(GenerationError, match="another decode"):
+        old.step()
+    again = RowBatch(engine, 1)
+    again.join(ps[0], SAMPLED, 3)
+    engine.release()
+    with pytest.raises(GenerationError, match="released"):
+        again.step()
+    assert engine.caches is None
 
 
 def test_jobs_in_rows_equal_tts(tiny_synth, voice):

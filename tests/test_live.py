@@ -120,7 +120,7 @@ def test_subtitle_chunks_are_the_timeline(synth, voice):
 def test_the_layout_of_any_batch_lengths(synth):
     """``TakeLayout`` on made-up batches (0, 1, a few and many frames, with and without
     pauses): the chunks are ``join_batches`` of ``decode_batches``, whether the frames come
-    column by column or only at the end of a batch."""
+    column by column or only at the end of a batch; what it holds back stays bounded."""
     K = synth.config.num_codebooks
     g = torch.Generator().manual_seed(0)
     lengths = [0, 1, 3, 40, 2, 17]
@@ -139,6 +139,8 @@ def test_the_layout_of_any_batch_lengths(synth):
                 for chunk in chunks + decoder.flush():
                     decoded.append(chunk)
                     layout.chunk(chunk)
+                    # only what waits is held (a fade and this chunk), never the whole batch
+                    assert sum(u.shape[0] for u in layout.unsent) <= layout.fade + len(chunk)
                 layout.end_batch()
             whole = decode_batches(synth.codec, codes)
             assert torch.equal(torch.cat(decoded), whole)

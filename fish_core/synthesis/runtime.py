@@ -20,6 +20,7 @@ from ..engine.config import ModelConfig
 from ..engine.continuous import RowBatch
 from ..engine.generate import Engine
 from ..engine.model import DualAR
+from ..engine.prefix_cache import megabytes
 from ..loading.checkpoint import CheckpointError
 from ..params import GenerationError
 from ..speech.voices import Voice, encode_voice
@@ -65,6 +66,11 @@ class Runtime:
     def release(self) -> None:
         """Free the KV caches, the CUDA graph and the kept voice prefixes."""
         self.engine.release()
+
+    def resize_prefix_cache(self, prefix_cache_mb: float | None) -> None:
+        """A new budget for the kept voice prefixes (None: the default, 0: off); the least
+        recently used go until the rest fits."""
+        self.engine.prefixes.resize(megabytes(prefix_cache_mb))
 
     # ------------------------------------------------------------------ prompts
     def references(self, voices: Sequence[Voice]) -> list[Reference]:
