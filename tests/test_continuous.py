@@ -35,8 +35,9 @@ def prompts(synth, voice):
             for i, t in enumerate(texts)]
 
 
-def alone(synth, prompt, params, seed):
-    return Engine(synth.model).generate(prompt, params, seeds=[seed])[0]
+def alone(synth, prompt, params, seed, prefix=None):
+    prefixes = None if prefix is None else [prefix]
+    return Engine(synth.model).generate(prompt, params, seeds=[seed], prefixes=prefixes)[0]
 
 
 @pytest.mark.parametrize("rows", [2, 3])
@@ -105,7 +106,7 @@ def test_prompts_joining_together_are_prefilled_once_and_equal_single_runs(tiny_
     params = [SamplingParams(0.8, 0.8, 30, n) for n in (9, 5, 7, 10)]
     seeds = [31, 32, 33, 34]
     prefixes = [prefix if i % 2 == 0 else plain for i in range(4)]
-    want = [alone(tiny_synth, p, q, s) for p, q, s in zip(ps, params, seeds)]
+    want = [alone(tiny_synth, p, q, s, n) for p, q, s, n in zip(ps, params, seeds, prefixes)]
     engine = Engine(tiny_synth.model, prefix_cache_mb=0)
     batch = RowBatch(engine, 5)
     early, _ = batch.join(ps[1], SAMPLED, 30)  # already decoding when the others join
@@ -125,32 +126,34 @@ def test_prompts_joining_together_are_prefilled_once_and_equal_single_runs(tiny_
     assert runs == {"whole": 1, "after": 1, "prefix": 1}  # one voice: its prefix run once
     while not all(batch.ended(r) for r in rows):
         batch.step()
-    for i, r in enumerate(rows):  # the prompts without a prefix ran whole, as Engine.generate
+    for i, r in enumerate(rows):  # the prompts without a prefix ran whole, alone or not
         gen = batch.leave(r)
-        if i % 2:
-            want_whole = Engine(tiny_synth.model).generate(ps[i], params[i], seeds=[seeds[i]])
-            assert torch.equal(gen.columns, want_whole[0].columns)
-        else:
-            assert torch.equal(gen.columns, want[i].columns)
+        expected = alone(tiny_synth, ps[i], params[i], seeds[i], None if i % 2 else prefix)
+        assert torch.equal(gen.columns, expected.columns), f"request {i}"
 
 
 def test_rows_joining_scattered_free_rows_are_exact(tiny_synth, voice):
     """Free rows that are not next to each other: the joining prompts are prefilled together
-    into them (written and read by index) and still make their single-run codes."""
+    into them (written and read by index), with or without their voice prefixes, and still
+    make their single-run codes."""
     ps = prompts(tiny_synth, voice)
-    batch = RowBatch(Engine(tiny_synth.model), 4)
+    prefixes = [system(tiny_synth, [voice] if i % 2 == 0 else []).shape[1] for i in range(4)]
     long = SamplingParams(0.8, 0.8, 30, 12)
-    rows, _ = batch.join_many(ps, [long] * 4, [40, 41, 42, 43])
-    batch.step()
-    batch.leave(rows[0])
-    batch.leave(rows[2])
-    joined, _ = batch.join_many([ps[2], ps[3]], [SAMPLED, SAMPLED], [44, 45])
-    assert joined == [0, 2]
-    while not all(batch.ended(r) for r in batch.active):
+    for with_prefix in (False, True):
+        batch = RowBatch(Engine(tiny_synth.model), 4)
+        rows, _ = batch.join_many(ps, [long] * 4, [40, 41, 42, 43])
         batch.step()
-    assert torch.equal(batch.leave(0).columns, alone(tiny_synth, ps[2], SAMPLED, 44).columns)
-    assert torch.equal(batch.leave(2).columns, alone(tiny_synth, ps[3], SAMPLED, 45).columns)
-    assert torch.equal(batch.leave(1).columns, alone(tiny_synth, ps[1], long, 41).columns)
+        batch.leave(rows[0])
+        batch.leave(rows[2])
+        joining = [prefixes[2], prefixes[3]] if with_prefix else None
+        joined, _ = batch.join_many([ps[2], ps[3]], [SAMPLED, SAMPLED], [44, 45], joining)
+        assert joined == [0, 2]
+        while not all(batch.ended(r) for r in batch.active):
+            batch.step()
+        for row, i, seed in ((0, 2, 44), (2, 3, 45)):
+            want = alone(tiny_synth, ps[i], SAMPLED, seed, prefixes[i] if with_prefix else None)
+            assert torch.equal(batch.leave(row).columns, want.columns), (with_prefix, i)
+        assert torch.equal(batch.leave(1).columns, alone(tiny_synth, ps[1], long, 41).columns)
 
 
 def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
@@ -170,6 +173,40 @@ def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
     for i, gen in enumerate(got):
         assert torch.equal(gen.columns, alone(tiny_synth, ps[i], params[i], 50 + i).columns)
     assert any(gen.stopped_on_eos for gen in got)
+
+
+def test_rows_on_the_graph_path_are_exact_and_capture_once_per_cache(tiny_synth, voice,
+                                                                     monkeypatch):
+    """The fixed-shape path (a CUDA graph, here its CPU stand-in: static inputs copied in,
+    outputs in the graph's own buffers, overwritten by the next replay): every row decodes
+    every frame, rows join (together and alone) and leave, and each still makes its single-run
+    codes; one capture per cache, a new one when the cache grows."""
+    import fish_core.engine.generate as generate
+    from test_generate import CpuFrameGraph
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    ps = prompts(tiny_synth, voice)
+    engine = Engine(tiny_synth.model, cuda_graph=True)
+    batch = RowBatch(engine, 3)
+    params = [SamplingParams(0.8, 0.8, 30, n) for n in (9, 4, 7)]
+    rows, _ = batch.join_many(ps[:3], params, [60, 61, 62])
+    got, late = {}, None
+    while len(got) < 4:
+        for r in list(batch.active):
+            if batch.ended(r):
+                got[r if r != late else "late"] = batch.leave(r)
+        if late is None and batch.free:
+            late, _ = batch.join(ps[3], SAMPLED, 63)  # joins a free row mid-decode
+        if batch.active:
+            batch.step()
+    for i, r in enumerate(rows):
+        assert torch.equal(got[r].columns, alone(tiny_synth, ps[i], params[i], 60 + i).columns)
+    assert torch.equal(got["late"].columns, alone(tiny_synth, ps[3], SAMPLED, 63).columns)
+    assert CpuFrameGraph.captures == 1 and engine.graph_captures == 1
+    batch.join(ps[0], SamplingParams(0.8, 0.8, 30, engine.caches.shape[1]), 64)  # grows
+    batch.step()
+    assert CpuFrameGraph.captures == 2 and CpuFrameGraph.released == 1
 
 
 def test_a_newer_decode_or_a_release_stops_an_older_one(tiny_synth, voice):

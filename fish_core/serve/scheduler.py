@@ -29,7 +29,7 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..params import Cancelled, GenerationError, SamplingParams
+from ..params import GenerationError, SamplingParams
 from ..synthesis.driver import JobRows, SpeechJob, run_round
 from ..speech.voices import Voice
 from .logs import log
@@ -156,10 +156,8 @@ class Scheduler:
         if not live:
             return
         self.batch_sizes.append(len(live))
-        try:
+        try:  # a task cancelled or timed out leaves its row: sorted out below
             run_round(runtime, [task.job for task in live])
-        except Cancelled:
-            pass  # every row was cancelled or timed out: sorted out below
         except Exception as e:  # noqa: BLE001 - reported to every task of the round
             for task in live:
                 fail(task, e)
