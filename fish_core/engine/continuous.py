@@ -27,7 +27,10 @@ over) when a prompt joining a running one needs more.
 Exactness: rows never mix (attention, sampling and every layer act per row). Each row draws its
 random numbers from its own generator in the reference's order (``Draws``) and stops on its own
 ``<|im_end|>`` or length limit, so its codes are those of a one-prompt run with the same seed,
-whenever it joins and whoever else is in the batch.
+whenever it joins and whoever else is in the batch (bit for bit where a kernel gives a row the
+same result whatever the batch around it, as the CPU kernels do on the test fixtures,
+``tests/test_continuous.py``; a GPU library may pick another kernel for another batch size and
+round differently).
 
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
 live decoding and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
