@@ -5,8 +5,9 @@ batch (``batching``) decode in the rows of the one decode loop (``driver.JobRows
 
 - ``continuous`` (default): one running decode of ``max_batch`` rows. Queued tasks join at the
   next frame boundary as soon as rows are free (those that join together prefilled in one run,
-  then their rows decode with the others); a task whose text batch ended, or that was
-  cancelled or timed out, leaves its row at once and frees it.
+  then their rows decode with the others; an idle decode first waits ``batch_wait`` for
+  requests that arrive together); a task whose text batch ended, or that was cancelled or
+  timed out, leaves its row at once and frees it.
 - ``static``: each round takes up to ``max_batch`` tasks from the front (after waiting
   ``batch_wait`` for others that arrive together) and generates the next text batch of each,
   their rows joining together and decoding to their ends (``driver.run_round``).
@@ -123,8 +124,7 @@ class Scheduler:
         while True:
             if not self._wait_for_work():
                 return
-            if self.max_batch > 1 and len(self._queue) < self.max_batch:
-                time.sleep(self.batch_wait)  # let requests that arrive together join
+            self._gather()
             with self._cond:
                 tasks = [self._queue.popleft()
                          for _ in range(min(self.max_batch, len(self._queue)))]
@@ -182,10 +182,17 @@ class Scheduler:
                 self._queue.append(task)  # its next text batch waits its turn
 
     # ---------------------------------------------------------------- continuous batching
+    def _gather(self) -> None:
+        """Wait ``batch_wait`` for requests that arrive together, so that they start together
+        (one prefill)."""
+        if self.max_batch > 1 and len(self._queue) < self.max_batch:
+            time.sleep(self.batch_wait)
+
     def _run_continuous(self) -> None:
         while True:
             if not self._wait_for_work():
                 return
+            self._gather()  # an idle decode: requests arriving together join in one prefill
             self.busy = True
             running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
             try:
