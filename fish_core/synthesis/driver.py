@@ -246,6 +246,7 @@ class JobRows:
     def free(self) -> int:
         return self.batch.free
 
+    @torch.inference_mode()  # the codec decodes what the rows make
     def add(self, jobs: Sequence[SpeechJob]) -> list[SpeechJob]:
         """Start the next text batch of each job in a free row, all in one prefill; returns the
         jobs that joined (the others' prompts cannot fit: ``job.error`` says why)."""
@@ -268,6 +269,7 @@ class JobRows:
             job.feed(column, self.batch.stopped(row))
         return ready
 
+    @torch.inference_mode()
     def step(self) -> list[SpeechJob]:
         """One frame for every row (when any job is still decoding); returns the jobs that
         left their rows. The frame reaches the host at once only when a live job reads it."""
@@ -278,6 +280,7 @@ class JobRows:
                 job.feed(columns[row], self.batch.stopped(row))
         return self.collect()
 
+    @torch.inference_mode()
     def collect(self) -> list[SpeechJob]:
         left = []
         for row, job in list(self.jobs.items()):
