@@ -192,7 +192,7 @@ class RowBatch:
         length limit (benchmarks)."""
         engine = self.engine
         self.check()
-        prompts, params = engine.check_request(prompts, params)
+        prompts, params = check_requests(engine, prompts, params)
         B = len(prompts)
         if prefixes is not None and len(prefixes) != B:
             raise GenerationError(f"prefixes must hold one length per prompt: got "
@@ -208,7 +208,7 @@ class RowBatch:
         self.read()
         self.fit(max(lengths) + max(steps))
         at = index(rows, engine.device)
-        sampling = engine.sampling_tensors(params)
+        sampling = sampling_tensors(engine, params)
         for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
             state[at] = value
         c = engine.config
@@ -315,6 +315,39 @@ class RowBatch:
         if not self.engine.current(self.ticket):
             raise GenerationError("another decode started on this engine (or its caches were "
                                   "released) while these rows were decoding")
+
+
+def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
+    """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and their
+    SamplingParams (one for all, or one each)."""
+    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
+    if not prompts:
+        raise GenerationError("prompts must hold at least one prompt")
+    params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if len(params) != len(prompts):
+        raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+    for p in params:
+        p.validate()
+    width = 1 + engine.config.num_codebooks
+    for i, p in enumerate(prompts):
+        if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
+            raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
+                                  f"got {tuple(p.shape)}")
+    longest = max(p.shape[1] for p in prompts)
+    if longest >= engine.max_context:
+        raise GenerationError(f"prompt is too long: {longest} tokens, the context "
+                              f"length is {engine.max_context}")
+    return prompts, params
+
+
+def sampling_tensors(engine, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
+    """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
+    def column(name, dtype):
+        return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
+                            dtype=dtype)
+
+    return column("temperature", engine.dtype), column("top_p", engine.dtype), \
+        column("top_k", torch.long)
 
 
 def index(rows: list[int], device) -> slice | Tensor:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..params import GenerationError, Generated, SamplingParams
+from ..params import Generated, SamplingParams
 from . import continuous
 from .compile_choice import MeasuredStep, compile_mode, warn_cpu_compile
 from .continuous import cache_length  # noqa: F401 - where callers have always found it
@@ -407,37 +407,7 @@ class Engine:
         last = torch.tensor(rest, device=self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
 
-    # ------------------------------------------------------------------ requests
-    def check_request(self, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
-        """Validate the prompts and their SamplingParams (one for all, or one each)."""
-        prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
-        if not prompts:
-            raise GenerationError("prompts must hold at least one prompt")
-        params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(params) != len(prompts):
-            raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        for p in params:
-            p.validate()
-        width = 1 + self.config.num_codebooks
-        for i, p in enumerate(prompts):
-            if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
-                raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
-                                      f"got {tuple(p.shape)}")
-        longest = max(p.shape[1] for p in prompts)
-        if longest >= self.max_context:
-            raise GenerationError(f"prompt is too long: {longest} tokens, the context "
-                                  f"length is {self.max_context}")
-        return prompts, params
-
-    def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
-        """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
-        def column(name, dtype):
-            return torch.tensor([[getattr(p, name)] for p in params], device=self.device,
-                                dtype=dtype)
-
-        return column("temperature", self.dtype), column("top_p", self.dtype), \
-            column("top_k", torch.long)
-
+    # ------------------------------------------------------------------ convenience
     def generate(self, prompts: Tensor | Sequence[Tensor],
                  params: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
                  **options) -> list[Generated]:
