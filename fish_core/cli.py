@@ -8,6 +8,10 @@
     voice register me.wav --text "What I say." --name me --remote URL --voice-consent ID
     say --script play.txt --remote URL --remote-model drama-3 -o play.wav   Drama 3 on an engine
     srt film.srt -o film.wav [--srt-out generated.srt] [--voice me.safetensors]
+    say "Hi. [pause:700ms] Bye." --loudness -16 --speed 1.1 --lexicon words.tsv -o hi.wav
+    plan --text-file story.txt --lexicon words.tsv           what the model will read, batch by batch
+    book novel.epub -o novel/ --voice me.safetensors --seed 7 --loudness -18   one file per chapter
+    voice from-take take2.wav --text "What the take says." -o cast.safetensors
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
@@ -37,6 +41,8 @@ from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputErro
                       check_output, write_or_keep)
 from .remote.http import RemoteError
 from .text.plan import check_text, read_text_file
+
+LOUDNESS_HELP = "normalise to this integrated loudness, LUFS (-16 podcast, -23 broadcast)"
 
 DEFAULT_MODEL = "s2-pro"
 
@@ -119,6 +125,51 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
                        help="earlier batches the model hears again as context")
 
 
+def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: bool = True
+                       ) -> None:
+    """Finished audio (``speech.finishing``): loudness, speaking rate, lexicon."""
+    g = p.add_argument_group("finished audio (docs/finished-audio.md)")
+    g.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="pronunciation lexicon: word<TAB>respelling lines (# comments)")
+    if rate:
+        g.add_argument("--speed", type=float, default=1.0,
+                       help="speaking rate 0.5-2.0, pitch kept (needs pedalboard)")
+    if loudness:
+        g.add_argument("--loudness", type=float, default=None, metavar="LUFS", help=LOUDNESS_HELP)
+        g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
+                       help="normalise the mix, each speaker's track or each line")
+        g.add_argument("--ceiling", type=float, default=-1.0, metavar="DB",
+                       help="highest peak after --loudness (default -1)")
+        g.add_argument("--sample-peak", action="store_true",
+                       help="hold the ceiling as sample peak (dBFS), not true peak (dBTP)")
+
+
+def finishing(args) -> dict:
+    """The finishing keywords of ``tts``/``dialogue``/``subtitles``/``stream``."""
+    from .audio.loudness import Loudness, check_target
+    from .text.lexicon import Lexicon
+
+    found: dict = {}
+    if getattr(args, "lexicon", None):
+        found["lexicon"] = Lexicon.load(args.lexicon, "--lexicon")
+    if getattr(args, "speed", 1.0) != 1.0:
+        found["speed"] = args.speed
+    if getattr(args, "loudness", None) is not None:
+        found["loudness"] = Loudness(check_target(args.loudness, "--loudness"), args.ceiling,
+                                     not args.sample_peak, args.loudness_per)
+    return found
+
+
+def finish_note(speech) -> str:
+    """What finishing did, for the report line."""
+    info = (speech.finishing or {}).get("loudness")
+    if not info or info.get("measured") is None:
+        return ""
+    held = ", held by the ceiling" if info["held_by_ceiling"] else ""
+    unit = "dBTP" if info["true_peak"] else "dBFS"
+    return f", {info['measured']:.1f} LUFS, peak {info['peak']:.1f} {unit}{held}"
+
+
 def debug_flag() -> argparse.ArgumentParser:
     """``--debug``, accepted before the command and after it (SUPPRESS: a sub-command that is
     not given it leaves the value the main parser set)."""
@@ -155,6 +206,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_remote_args(p)
     add_sampling_args(p)
+    add_finishing_args(p)
+
+    p = add_command("plan", help="print the text batches the model will read (after the "
+                                 "lexicon, pauses and speaker tags); loads no model")
+    p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
+    p.add_argument("--text-file", help="read the text from this file")
+    p.add_argument("--script", help="a multi-speaker script file")
+    p.add_argument("--voice", action="append", default=[],
+                   help="voice .safetensors (names the script's speakers; its own lexicon)")
+    p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
+    p.add_argument("--turn-by-turn", action="store_true", help="each script turn on its own")
+    p.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_finishing_args(p, rate=False, loudness=False)
+
+    p = add_command("book", help="speak a .txt/.md/.epub book, one audio file per chapter "
+                                 "(resumes an interrupted run)")
+    p.add_argument("book", help="the book: .txt, .md or .epub")
+    p.add_argument("-o", "--out", required=True, help="output folder")
+    p.add_argument("--voice", default=None, help="voice .safetensors")
+    p.add_argument("--format", default="wav", choices=["wav", "flac"], help="chapter files")
+    add_model_args(p)
+    add_remote_args(p)
+    add_sampling_args(p)
+    add_finishing_args(p)
 
     p = add_command("codes", help="generate semantic codes only")
     p.add_argument("text")
@@ -164,13 +240,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_command("voice", help="voices")
     vs = p.add_subparsers(dest="voice_command", required=True)
-    e = vs.add_parser("encode", parents=common,
-                      help="encode a reference clip into a reusable voice")
-    e.add_argument("audio")
-    e.add_argument("--text", required=True, help="the words spoken in the clip")
-    e.add_argument("--name", default=None)
-    e.add_argument("-o", "--out", required=True, help="output .safetensors")
-    add_model_args(e, engine=False)
+    for name, about, audio, text in (
+            ("encode", "encode a reference clip into a reusable voice", "the clip",
+             "the words spoken in the clip"),
+            ("from-take", "keep a generated take as a voice (casting: silence trimmed, tags "
+             "taken out of the transcript)", "the take (.wav/.flac, e.g. written by say)",
+             "the text the take says (as given to say)")):
+        e = vs.add_parser(name, parents=common, help=about)
+        e.add_argument("audio", help=audio)
+        e.add_argument("--text", required=True, help=text)
+        e.add_argument("--name", default=None)
+        e.add_argument("-o", "--out", required=True, help="output .safetensors")
+        e.add_argument("--lexicon", default=None, metavar="FILE",
+                       help="keep this pronunciation lexicon in the voice (used wherever it "
+                            "speaks; for a take: the one it was made with)")
+        add_model_args(e, engine=False)
     r = vs.add_parser("register", parents=common,
                       help="register a reference clip in a remote engine's voice store")
     r.add_argument("audio")
@@ -186,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_remote_args(p)
     add_sampling_args(p, batches=False)
+    add_finishing_args(p)
 
     p = add_command("encode", help="codec: audio file to codes")
     p.add_argument("audio")
@@ -279,6 +364,18 @@ def check_request(args) -> None:
         resolve_device(args.device, "--device")
     if getattr(args, "seed", None) is not None:
         check_seed(args.seed, "--seed")
+    options = finishing(args)  # a bad lexicon, speed or loudness fails before a model loads
+    if "speed" in options:
+        from .audio.stretch import check_speed, import_pedalboard
+
+        check_speed(args.speed, "--speed")
+        import_pedalboard()
+    if "loudness" in options:
+        from .audio.loudness import import_pyloudnorm
+
+        import_pyloudnorm()
+    if args.command == "book":
+        check_book_folder(args.out)
 
 
 def save(path: str, write, what: str) -> None:
@@ -352,15 +449,15 @@ def cmd_say(args) -> str:
     try:
         if script is not None:
             speech = synth.dialogue(script, voices, pause=args.pause, max_bytes=args.max_bytes,
-                                    on_progress=bar, **sampling(args))
+                                    on_progress=bar, **sampling(args), **finishing(args))
         else:
             speech = synth.tts(text, voices, max_bytes=args.max_bytes, on_progress=bar,
-                               **sampling(args))
+                               **sampling(args), **finishing(args))
     finally:
         bar.close()
     save(args.out, lambda p: save_audio(p, speech.waveform, speech.sample_rate), "audio")
     return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
-            f"seed {speech.seed}")
+            f"seed {speech.seed}{finish_note(speech)}")
 
 
 def stream_say(args, synth, voices) -> str:
@@ -374,7 +471,7 @@ def stream_say(args, synth, voices) -> str:
     if fmt not in ("wav", "pcm"):
         raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
     stream = synth.stream(read_text(args), voices, max_bytes=args.max_bytes,
-                          first_frames=args.first_frames, **sampling(args))
+                          first_frames=args.first_frames, **sampling(args), **finishing(args))
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
     out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
     try:
@@ -414,12 +511,24 @@ def cmd_voice(args) -> str:
 
     if args.voice_command == "register":
         return cmd_voice_register(args)
-
+    lexicon = finishing(args).get("lexicon")
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
     codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
-    voice = encode_voice(codec, args.audio, args.text, name=name)
+    notes = []
+    if args.voice_command == "from-take":
+        from .audio.files import load_audio
+        from .speech.casting import take_clip
+
+        wave = load_audio(args.audio, target_sr=codec.sample_rate)
+        clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
+        voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
+    else:
+        voice = encode_voice(codec, args.audio, args.text, name=name)
+    voice.lexicon = lexicon
     save(args.out, voice.save, "voice")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
 
 
@@ -446,7 +555,8 @@ def cmd_srt(args) -> str:
     voice = load_voice(args.voice, synth) if args.voice else None
     bar = Bar("generating")
     try:
-        result = synth.subtitles(document, voice, on_progress=bar, **sampling(args))
+        result = synth.subtitles(document, voice, on_progress=bar, **sampling(args),
+                                 **finishing(args))
     finally:
         bar.close()
     for line in result.overruns:
@@ -459,6 +569,80 @@ def cmd_srt(args) -> str:
     if any(notes):
         raise OutputError("; ".join(n for n in notes if n))
     return f"wrote {args.out}: {result.duration:.2f} s, {len(result.cues)} cues"
+
+
+def cmd_plan(args) -> str:
+    """``plan``: the text batches exactly as the model will read them, with the pauses."""
+    import json
+
+    from .speech.arguments import script_turns
+    from .speech.finishing import Finishing
+    from .speech.voices import Voice
+
+    voices = [Voice.load(v) for v in args.voice]
+    finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
+    if args.script:
+        turns, voices = script_turns(read_text_file(args.script, "--script"), voices, None,
+                                     args.pause)
+        batches = finish.turn_batches(turns, voices, args.max_bytes,
+                                      args.pause > 0 or args.turn_by_turn)
+    else:
+        batches = finish.batches(read_text(args), voices, args.max_bytes)
+    from .speech.timeline import gaps
+
+    silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]
+    if args.json:
+        return json.dumps({"batches": [
+            {"text": b.text, "speaker": b.speaker, "silence_before": silences[i],
+             **({"silence_after": silences[-1]} if i == len(batches) - 1 else {})}
+            for i, b in enumerate(batches)]}, ensure_ascii=False, indent=1)
+    lines = []
+    for i, batch in enumerate(batches):
+        if silences[i]:
+            lines.append(f"        [silence {silences[i]:g} s]")
+        who = "" if batch.speaker is None else f" (voice {batch.speaker + 1})"
+        lines.append(f"batch {i + 1}{who}: {batch.text}")
+    if silences[-1]:
+        lines.append(f"        [silence {silences[-1]:g} s]")
+    return "\n".join(lines)
+
+
+def check_book_folder(out: str) -> None:
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out} is a file; book writes a folder of chapter files")
+
+
+def cmd_book(args) -> str:
+    """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
+    an interrupted run resumes where it stopped."""
+    from tqdm import tqdm
+
+    from .speech.audiobook import render_book
+    from .text.book import read_book
+
+    book = read_book(args.book)  # a bad book fails before the model loads
+    synth = load_synth(args)
+    voice = load_voice(args.voice, synth) if args.voice else None
+    options = {k: v for k, v in sampling(args).items() if k != "seed"}
+    bar = tqdm(desc=book.title[:30] or "book", total=sum(len(c.text) for c in book.chapters),
+               unit="char", dynamic_ncols=True)
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    try:
+        result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
+                             audio_format=args.format, model=str(args.remote or args.model),
+                             max_bytes=args.max_bytes, on_progress=progress, **options,
+                             **finishing(args))
+    finally:
+        bar.close()
+    made = len(result.chapters) - result.skipped
+    return (f"wrote {args.out}: {len(result.chapters)} chapters ({made} spoken, "
+            f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
+            "chapters.ffmetadata")
 
 
 def cmd_encode(args) -> str:
@@ -490,7 +674,8 @@ def cmd_download(args) -> str:
     return f"model ready in {path}"
 
 
-COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_srt,
+COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_codes,
+            "voice": cmd_voice, "srt": cmd_srt,
             "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
             "download": cmd_download}
 

@@ -130,7 +130,7 @@ def test_the_layout_of_any_batch_lengths(synth):
     for pause in (0.0, 0.05):
         for by_column in (True, False):
             record = Recorder(synth.sample_rate)
-            layout = TakeLayout(record, synth.sample_rate, len(codes), pause)
+            layout = TakeLayout(record, synth.sample_rate, [r.batch for r in results], pause)
             decoder = ChunkDecoder(synth.codec)
             decoded = []
             for c in codes:

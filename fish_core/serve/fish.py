@@ -8,8 +8,8 @@ from aiohttp import web
 
 from . import formats
 from .bodies import read_object
-from .requests import (Limits, SpeechRequest, audio_format, bad, choice, integer, number,
-                       references, reject_unknown, require_object, sampling, text_field,
+from .requests import (Limits, SpeechRequest, audio_format, bad, choice, finishing, integer,
+                       number, references, reject_unknown, require_object, sampling, text_field,
                        voice_name)
 from .service import Service
 from .speak import speak
@@ -17,7 +17,7 @@ from .voices_api import added_voice
 
 FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
                "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
-               "repetition_penalty", "temperature", "top_k"}
+               "repetition_penalty", "temperature", "top_k", "speed", "loudness"}
 
 
 def parse_fish(body, limits: Limits) -> SpeechRequest:
@@ -42,6 +42,7 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
     if not isinstance(body.get("normalize", True), bool):
         raise bad("normalize", "must be true or false")
     number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
+    finishing(body, request, "text")  # extensions: speed, loudness
     sampling(body, request, limits)
     return request
 

@@ -48,6 +48,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
+    g.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="pronunciation lexicon (word<TAB>respelling lines) applied to every "
+                        "request; a saved voice's own lexicon goes over it")
     g.add_argument("--lazy", action="store_true", help="load the model on the first request")
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
@@ -135,11 +138,17 @@ def build_service(args, key: str | None = None):
                     max_reference_seconds=args.max_reference_seconds,
                     timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
                     stream_idle_seconds=args.stream_idle_timeout)
+    lexicon = None
+    if args.lexicon:
+        from ..text.lexicon import Lexicon
+
+        lexicon = Lexicon.load(args.lexicon, "--lexicon")
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=key,
                               limits=limits, max_batch=args.max_batch,
                               default_voice=args.default_voice, guard=guard(args),
-                              max_queue=args.max_queue, batching=args.batching)
+                              max_queue=args.max_queue, batching=args.batching,
+                              lexicon=lexicon)
 
 
 def serve(args) -> str:

@@ -75,6 +75,8 @@ class SpeechRequest:
     top_k: int = DEFAULTS.top_k
     max_new_tokens: int = DEFAULTS.max_new_tokens
     max_bytes: int = 300  # text batch size
+    speed: float = 1.0  # speaking rate (OpenAI's field; fish-speech: our extension)
+    loudness: float | None = None  # extension: target in LUFS (docs/finished-audio.md)
 
 
 # ---------------------------------------------------------------- field checks
@@ -237,6 +239,25 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
         raise bad(param, f"is not readable audio ({detail(e)})") from None
     except AudioError as e:
         raise bad(param, detail(str(e).removeprefix(f"{param}: "))) from None
+
+
+# ---------------------------------------------------------------- finishing (both dialects)
+def finishing(body: dict, request: SpeechRequest, text_param: str) -> None:
+    """``speed`` (0.5 … 2) and the extension ``loudness`` (LUFS); ``[pause:…]`` tags in the
+    text checked now, so a bad one is a 400 naming the field."""
+    from ..audio.loudness import HIGHEST, LOWEST
+    from ..audio.stretch import MAX_SPEED, MIN_SPEED
+    from ..text.pauses import PauseError, split_pauses
+
+    speed = body.get("speed", 1.0)
+    if speed is not None and speed != 1.0:
+        request.speed = number(body, "speed", 1.0, MIN_SPEED, MAX_SPEED)
+    if body.get("loudness") is not None:
+        request.loudness = number(body, "loudness", None, LOWEST, HIGHEST)
+    try:
+        split_pauses(request.text, text_param)
+    except PauseError as e:
+        raise ApiError(400, detail(e), text_param) from None
 
 
 # ---------------------------------------------------------------- sampling (both dialects)

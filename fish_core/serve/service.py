@@ -52,11 +52,12 @@ class Service:
                  limits: Limits = Limits(), max_batch: int = 1,
                  default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
                  guard: Guard = Guard(), max_queue: int | None = None,
-                 batching: str = "continuous"):
+                 batching: str = "continuous", lexicon=None):
         """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
         whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
         ``max_queue``: requests in progress at once (default ``default_max_queue``);
-        ``batching``: ``continuous`` or ``static`` (``scheduler``)."""
+        ``batching``: ``continuous`` or ``static`` (``scheduler``); ``lexicon``: the operator's
+        pronunciation lexicon (``text.lexicon.Lexicon``) for every request."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
         self.model_names = {model_name, *MODEL_ALIASES}
@@ -68,7 +69,8 @@ class Service:
         self._open = 0  # requests admitted and not finished
         self._open_lock = threading.Lock()
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
-                                   default_voice=default_voice, batching=batching)
+                                   default_voice=default_voice, batching=batching,
+                                   lexicon=lexicon)
 
     @classmethod
     def standalone(cls, load: Callable[[], object], lazy: bool = False, **kwargs) -> "Service":
