@@ -47,7 +47,7 @@ def test_every_feature_has_an_example_with_a_readable_name():
     assert not (FOLDER / "index.json").exists()
     for feature in ("text to speech", "voice clone", "multi-speaker dialogue", "subtitles",
                     "voice library", "takes", "speaker tracks", "remote engine",
-                    "Drama 3"):
+                    "Drama 3", "loudness-normalised dialogue", "casting"):
         assert any(feature in name for name in names), feature
     assert all(name.startswith("Sailfish TTS - ") and "_" not in name for name in names)
 

@@ -18,7 +18,7 @@ from ..text.pauses import strip_pauses
 
 SILENCE_DB = -60.0  # what counts as silence at the ends of a take
 MARGIN_SECONDS = 0.1  # kept around the speech
-MIN_SECONDS = 1.0
+MIN_SECONDS = 0.5
 ADVICE_SECONDS = 30.0  # longer references work but cost prompt length
 
 

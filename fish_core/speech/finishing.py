@@ -173,7 +173,9 @@ class Finishing:
 def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, list]:
     """``speech.waveform`` brought to ``loudness`` per mix, per speaker track or per line: the
     gain of a track or line applies to its segments' samples, so the tracks (``Speech.tracks``)
-    still sum to the mix. A line too short to measure (under 0.4 s) takes the mix's gain."""
+    still sum to the mix. A track is measured as its own file would be (the mix's length,
+    silent where others speak); a line on its own. A line too short to measure (under 0.4 s)
+    takes the mix's gain."""
     wave, sr = speech.waveform, speech.sample_rate
     if loudness.per == "mix" or not speech.segments:
         out, gain = lufs.normalize(wave, sr, loudness)
@@ -189,7 +191,13 @@ def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, li
     out, gains = wave.clone(), []
     for segments in windows:
         spans = [slice(s.start_sample, s.end_sample) for s in segments]
-        gain = lufs.gain_for(torch.cat([wave[span] for span in spans]), sr, loudness)
+        if loudness.per == "track":
+            measured = torch.zeros_like(wave)
+            for span in spans:
+                measured[span] = wave[span]
+        else:
+            measured = torch.cat([wave[span] for span in spans])
+        gain = lufs.gain_for(measured, sr, loudness)
         if gain.measured is None:
             gain = fallback
         for span in spans:

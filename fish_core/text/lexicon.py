@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .plan import check_text, read_text_file
@@ -35,7 +35,7 @@ class LexiconError(ValueError):
 @dataclass(frozen=True)
 class Lexicon:
     entries: tuple[tuple[str, str], ...] = ()  # (word as written, respelling), file order
-    source: str = "lexicon"
+    source: str = field(default="lexicon", compare=False)  # how errors name it
 
     # ---------------------------------------------------------------- reading
     @classmethod
