@@ -33,7 +33,7 @@ from ..params import Cancelled, GenerationError, SamplingParams
 from ..synthesis.driver import JobRows, SpeechJob, run_round
 from ..speech.voices import Voice
 from .logs import log
-from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
+from .requests import ApiError, Limits, SpeechRequest, detail
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
@@ -249,9 +249,8 @@ class Scheduler:
         if voice:
             param = request.voice_param if request.voice else "default_voice"
             clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
-        for ref in request.references:
-            wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
-            clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
+        for ref in request.references:  # encoded once per Reference (a WS session's sentences)
+            clips += ref.clips(synth, self.limits)
         voices = [Voice("speaker", clips, synth.sample_rate)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
