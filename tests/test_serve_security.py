@@ -727,3 +727,19 @@ def test_parsing_and_listing_run_off_the_event_loop(synth, voices_dir, monkeypat
             assert slow.is_alive()
             release.set()
             slow.join(120)
+
+
+def test_undecodable_bytes_are_escaped_in_logs(server, caplog):
+    """Header bytes that are not UTF-8 reach the server as lone surrogates: the access line
+    shows them escaped (so a log file that takes only UTF-8 can always write it)."""
+    caplog.set_level(logging.INFO)
+    raw = raw_request(server, b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: "
+                              b"a\xffb\r\nConnection: close\r\n\r\n")
+    assert status_and_body(raw)[0] == 200
+    for _ in range(100):
+        lines = [r.getMessage() for r in caplog.records if r.name == "sailfish.serve.access"]
+        if any("/v1/health" in line for line in lines):
+            break
+        threading.Event().wait(0.05)
+    assert any("a\\udcffb" in line for line in lines), lines
+    assert all(line.encode("utf-8") for line in lines)
