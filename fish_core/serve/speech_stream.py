@@ -39,8 +39,9 @@ text and the HTTP streaming ones, and the session fields of SGLang-Omni and vLLM
   the field: what S2 cannot do (``VoiceDesign``, speaker embeddings, word timestamps, x-vector
   only cloning, Qwen3's prompt modes).
 
-Differences left from the peers (docs/security.md lists them too): ``input.done`` ends the
-session (vLLM-Omni keeps it open for another utterance and ends it with ``session.close``);
+Differences left from the peers (docs/engines.md lists them with every field): ``input.done``
+ends the session (vLLM-Omni keeps it open for another utterance and ends it with
+``session.close``);
 the default ``split_granularity`` is ``sentence`` (vLLM-Omni: ``none``), the default
 ``response_format`` ``pcm`` (vLLM-Omni: ``wav``) and the default ``stream_audio`` ``true``;
 seeds are 0 … 2**63-1; reference audio is inline only (``data:`` URLs or base64).
