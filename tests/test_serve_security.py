@@ -743,3 +743,13 @@ def test_undecodable_bytes_are_escaped_in_logs(server, caplog):
         threading.Event().wait(0.05)
     assert any("a\\udcffb" in line for line in lines), lines
     assert all(line.encode("utf-8") for line in lines)
+
+
+def test_streams_per_client_flag(ckpt_dir, tmp_path, monkeypatch, capsys):
+    with started(monkeypatch) as calls:
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams-per-client", "3")) == 0
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams-per-client", "0")) == 2
+        assert "--max-streams-per-client" in capsys.readouterr().err
+    (app, _), = calls
+    assert app[SERVICE].limits.max_streams_per_client == 3
+    app[SERVICE].close()
