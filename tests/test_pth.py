@@ -62,7 +62,7 @@ def test_the_fixture_codec_is_read_bit_for_bit(ckpt_dir, monkeypatch):
     ref = torch.load(ckpt_dir / "codec.pth", map_location="cpu", weights_only=True)
     monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load was used"))
     ours = read_state_dict(ckpt_dir / "codec.pth")
-    assert isinstance(ours, OrderedDict) and len(ours) == len(ref)
+    assert isinstance(ours, dict) and len(ours) == len(ref) > 0
     assert_same(ours, ref)
 
 

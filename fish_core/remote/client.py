@@ -459,7 +459,9 @@ def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str 
     which keeps no list): what a model picker offers. The first is the default."""
     transport = Transport(url if isinstance(url, str) else list(url), api_key,
                           Timeouts(connect_timeout, read_timeout), 1, 0.5)
-    return pick_dialect(dialect, transport).models(transport)
+    chosen = pick_dialect(dialect, transport)
+    transport.needs_identity = chosen.name == "sailfish"  # as RemoteSynthesizer
+    return chosen.models(transport)
 
 
 class RemoteStream:
