@@ -94,6 +94,27 @@ def test_voice_clone_equals_local(server, synth):
                        wire(local.waveform))
 
 
+def test_a_clip_is_written_once_however_often_it_is_sent(server, synth, monkeypatch):
+    """The reference WAV of a voice made here is written once per clip, and the same bytes go
+    with every request (three takes, then a dialogue turn)."""
+    from fish_core.audio import files
+
+    writes = []
+    soundfile = files.import_soundfile()
+    monkeypatch.setattr(files, "import_soundfile", lambda: writes.append(1) or soundfile)
+    client = remote(server, synth)
+    voice = client.encode_voice(tone(synth.sample_rate), "A short reference.", name="me",
+                                sample_rate=synth.sample_rate)
+    sent = []
+    body = client.dialect.body
+    monkeypatch.setattr(client.dialect, "body",
+                        lambda *a: sent.append(body(*a)) or sent[-1])
+    client.tts("Written once.", voice, seed=4, takes=3, **FAST)
+    client.dialogue("A: Sent again.", {"A": voice}, seed=4, **FAST)
+    assert len(writes) == 1 and len(sent) == 4
+    assert len({b["references"][0]["audio"] for b in sent}) == 1
+
+
 def test_registered_voice_is_reused_by_id(server, synth):
     ref = tone(synth.sample_rate, 0.6, 440.0)
     local = synth.tts("Registered.", synth.encode_voice(ref, "Words.",

@@ -22,7 +22,7 @@ CONTROL = {"fixed", "increment", "decrement", "randomize"}
 
 
 # Endpoints an example names, configured as the README tells the operator to.
-OPERATOR_ENDPOINTS = ("drama",)
+OPERATOR_ENDPOINTS = ("drama", "local")
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ from ..speech.finishing import Finishing
 from ..speech.timeline import fade_in, fade_out, gaps, join_pieces, place_cues
 from ..speech.voices import Voice
 from .dialects import Clip, Dialect, OnChunk, Params, dialect as pick_dialect, stated_consent
-from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
+from .http import RemoteError, RemoteUserError, Timeouts, Transport
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
 from .wire import check_audio
@@ -105,6 +105,9 @@ class RemoteSynthesizer:
                                    Timeouts(connect_timeout, read_timeout), retries, backoff,
                                    name)
         self.dialect: Dialect = pick_dialect(dialect, self.transport)
+        # A Sailfish serve says who it is: until it has, no text of the engine is quoted
+        # (whatever answers on a configured port is never reflected into an error).
+        self.transport.needs_identity = self.dialect.name == "sailfish"
         # The engine's output rate: as given, else S2-Pro's until the first reply says otherwise.
         self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
         self._rate_known = bool(sample_rate)
@@ -126,7 +129,8 @@ class RemoteSynthesizer:
     @functools.cached_property
     def model(self) -> str | None:
         """The model every request asks for: the one given, else the engine's first."""
-        return choose(self._requested_model, self.models, self.label)
+        return choose(self._requested_model, self.models, self.label,
+                      self.transport.quote_names)
 
     @functools.cached_property
     def spec(self) -> ModelSpec:
@@ -157,7 +161,7 @@ class RemoteSynthesizer:
     @property
     def label(self) -> str:
         """How errors name the engine: its configured name, else its URL(s)."""
-        return self.transport.endpoints[0].label or self.url
+        return self.transport.name
 
     def answer_limit(self, max_new_tokens: int) -> int:
         """Most bytes one speech answer of ``max_new_tokens`` frames may take (``pcm.reply_budget``:
@@ -247,7 +251,7 @@ class RemoteSynthesizer:
                     f"voice {name!r} holds codes only (a saved voice file), which the remote "
                     f"model {self.spec.label} cannot take, so the server must have a voice of "
                     f"that name, but {self.label} has "
-                    f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
+                    f"{self.transport.quote_names(known) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")
             self._server_voices[name] = name
@@ -487,7 +491,9 @@ def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str 
     which keeps no list): what a model picker offers. The first is the default."""
     transport = Transport(url if isinstance(url, str) else list(url), api_key,
                           Timeouts(connect_timeout, read_timeout), 1, 0.5)
-    return pick_dialect(dialect, transport).models(transport)
+    chosen = pick_dialect(dialect, transport)
+    transport.needs_identity = chosen.name == "sailfish"  # as RemoteSynthesizer
+    return chosen.models(transport)
 
 
 class RemoteStream:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from . import formats
-from .bodies import read_object
+from .bodies import off_loop, read_object
 from .requests import (Limits, SpeechRequest, audio_format, bad, choice, finishing, integer,
                        number, references, reject_unknown, require_object, sampling, text_field,
                        voice_name)
@@ -48,12 +48,13 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:
-    body = await read_object(request, service.limits, msgpack=True)
+    body = await read_object(request, service.limits, msgpack=True, references=True)
     return await speak(service, request, parse_fish(body, service.limits))
 
 
 async def fish_list(service: Service, request: web.Request) -> web.Response:
-    return web.json_response({"success": True, "reference_ids": service.voices.names()})
+    names = await off_loop(service.voices.names)
+    return web.json_response({"success": True, "reference_ids": names})
 
 
 async def fish_add(service: Service, request: web.Request) -> web.Response:

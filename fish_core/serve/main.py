@@ -77,8 +77,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
                    help="seconds to receive a request body")
     g.add_argument("--stream-idle-timeout", type=float, default=limits.stream_idle_seconds,
-                   help="seconds a WS /v1/audio/speech/stream session may send nothing while "
-                        "nothing is being spoken before it is closed")
+                   help="seconds a WS /v1/audio/speech/stream session may go without completing "
+                        "a sentence while nothing is being spoken before it is closed")
+    g.add_argument("--max-streams-per-client", type=int, default=limits.max_streams_per_client,
+                   help="WS /v1/audio/speech/stream sessions one peer address may hold open "
+                        "(behind a proxy every client is the proxy: raise it there)")
 
 
 def read_key_file(path: str) -> str:
@@ -137,7 +140,8 @@ def build_service(args, key: str | None = None):
                     max_text_chars=args.max_text_length, max_references=args.max_references,
                     max_reference_seconds=args.max_reference_seconds,
                     timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
-                    stream_idle_seconds=args.stream_idle_timeout)
+                    stream_idle_seconds=args.stream_idle_timeout,
+                    max_streams_per_client=args.max_streams_per_client)
     lexicon = None
     if args.lexicon:
         from ..text.lexicon import Lexicon
@@ -161,6 +165,9 @@ def serve(args) -> str:
     check_bind(args.host, key, args.allow_no_key)
     if args.max_queue is not None and args.max_queue < 1:
         raise ValueError(f"--max-queue must be at least 1, got {args.max_queue}")
+    if args.max_streams_per_client < 1:
+        raise ValueError(f"--max-streams-per-client must be at least 1, got "
+                         f"{args.max_streams_per_client}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     service = build_service(args, key)
     web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG)

@@ -37,7 +37,7 @@ from ..synthesis.live import TakeLayout, layout_needed
 from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
 from .logs import log
-from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
+from .requests import ApiError, Limits, SpeechRequest, detail
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
@@ -257,9 +257,8 @@ class Scheduler:
             param = request.voice_param if request.voice else "default_voice"
             saved = self.voices.load(voice, param, c.num_codebooks, c.codebook_size)
             clips, lexicon = list(saved.clips), saved.lexicon
-        for ref in request.references:
-            wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
-            clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
+        for ref in request.references:  # encoded once per Reference (a WS session's sentences)
+            clips += ref.clips(synth, self.limits)
         voices = [Voice("speaker", clips, synth.sample_rate, lexicon=lexicon)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
