@@ -539,7 +539,7 @@ def test_session_config_fields_of_the_peers_are_checked(server):
     accepted = [dict(speaker="alice", voice=None), dict(language="English"),
                 dict(initial_codec_chunk_frames=4), dict(task_type="CustomVoice"),
                 dict(x_vector_only_mode=False, non_streaming_mode=None, word_timestamps=False),
-                dict(speed=1.0, instructions="calm"), dict(stream_audio=True)]
+                dict(speed=1.0, instructions="calm"), dict(speed=1.5), dict(stream_audio=True)]
     for extra in accepted:
         messages = [config(**extra), {"type": "input.done"}]
         run(spoken_session(server, messages))
@@ -553,7 +553,7 @@ def test_session_config_fields_of_the_peers_are_checked(server):
         (dict(stream_audio="yes"), "stream_audio"),
         (dict(response_format="wav"), "response_format"),  # streamed audio is PCM
         (dict(speaker="bob"), "speaker"),  # a second name for voice "alice"
-        (dict(speed=1.5), "speed"), (dict(language=7), "language"),
+        (dict(speed=3.0), "speed"), (dict(loudness=-16), "loudness"), (dict(language=7), "language"),
         (dict(initial_codec_chunk_frames=-1), "initial_codec_chunk_frames"),
     ]
     for extra, param in refused:
@@ -646,3 +646,15 @@ def test_a_key_protocol_without_ours_is_refused_and_never_logged(server, caplog)
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert token not in logged and KEY not in logged
     assert token.split(".")[-1] not in logged
+
+
+def test_speed_stretches_each_sentence(server):
+    """``speed`` in session.config: every sentence is the unstretched one's length / speed
+    (finishing per sentence; the same seed gives the same speech)."""
+    pieces = [{"type": "input.text", "text": "First one. Second one."}, {"type": "input.done"}]
+    lengths = {}
+    for speed in (1.0, 2.0):
+        _, sentences = run(spoken_session(server, [config(seed=4, speed=speed)] + pieces))
+        lengths[speed] = [sum(map(len, frames)) // 2 for _, frames in sentences]
+    assert len(lengths[1.0]) == len(lengths[2.0]) == 2
+    assert lengths[2.0] == [round(n / 2.0) for n in lengths[1.0]]

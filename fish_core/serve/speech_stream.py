@@ -21,8 +21,9 @@ Server → client::
     or, on any error: {"type": "error", "error": {message, type, param, code}}, then the close
 
 ``session.config`` takes the fields of ``POST /v1/audio/speech`` (voice, references,
-ref_audio/ref_text, seed, sampling, instructions, model, response_format, speed 1.0) except the
-text and the HTTP streaming ones, and the session fields of SGLang-Omni and vLLM-Omni:
+ref_audio/ref_text, seed, sampling, instructions, model, response_format, speed 0.5 … 2: each
+sentence stretched) except the text, the HTTP streaming ones and ``loudness`` (a session has no
+whole to measure), and the session fields of SGLang-Omni and vLLM-Omni:
 
 * ``split_granularity``: ``sentence`` (default; ``text.plan``'s rule, see ``SentenceCutter``),
   ``clause`` (also at ``, ; :`` before white space and ``，、；：،``), or ``none`` (nothing is
@@ -282,9 +283,11 @@ def peer_fields(message: dict) -> None:
 
 def sentence_request(config: StreamConfig, text: str, seed: int) -> SpeechRequest:
     r = config.request
-    return SpeechRequest(config.prefix + text, r.voice, r.voice_param, r.references, "pcm",
-                         "audio", seed, r.temperature, r.top_p, r.top_k, r.max_new_tokens,
-                         r.max_bytes)
+    request = SpeechRequest(config.prefix + text, r.voice, r.voice_param, r.references, "pcm",
+                            "audio", seed, r.temperature, r.top_p, r.top_k, r.max_new_tokens,
+                            r.max_bytes)
+    request.speed = r.speed  # each sentence stretched on its own (docs/finished-audio.md)
+    return request
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:
