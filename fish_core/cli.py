@@ -348,7 +348,8 @@ class Bar:
     def __init__(self, desc: str = "speaking"):
         from tqdm import tqdm
 
-        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True, leave=False)
+        # shown after half a second (a short run prints only its result), gone when done
+        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True, leave=False, delay=0.5)
 
     def __call__(self, done: int, total: int) -> None:
         self.bar.total = max(total, done)
