@@ -455,7 +455,8 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
     for path in voices:
         file = Path(path).expanduser()
         if not file.is_file():
-            raise ValueError(f"--voice: {'a folder' if file.is_dir() else 'no such file'}: {path}")
+            wrong = "a folder, not a file" if file.is_dir() else "file not found"
+            raise ValueError(f"--voice: {wrong}: {path}")
         if not is_voice_file(file):
             try:
                 check_audio_file(file, "--voice")

@@ -175,7 +175,7 @@ def test_load_errors(tmp_path):
             load_audio(path, field="--voice")
         assert str(e.value).startswith("--voice: ") and "does not exist" not in str(e.value)
 
-    refused(tmp_path / "missing.wav", "no such file")
+    refused(tmp_path / "missing.wav", "file not found")
     refused(tmp_path, "is a folder, not an audio file")
     (tmp_path / "empty.wav").write_bytes(b"")
     refused(tmp_path / "empty.wav", r"is empty \(0 bytes\)")

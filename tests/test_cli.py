@@ -215,7 +215,7 @@ def test_a_clip_as_voice_says_how_to_use_it(ckpt_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, says", [
-    (None, "no such file"),
+    (None, "file not found"),
     (b"", r"is empty \(0 bytes\)"),
     (b"Just some notes, not a recording.", "is neither a voice file|is not audio: its content"),
     (b"ID3\x03\x00\x00\x00\x00\x00\x00" + bytes(range(256)) * 8,

@@ -83,7 +83,7 @@ def check_audio_file(path, field: str = "audio"):
     known kind that cannot be decoded (corrupt or truncated)."""
     path = Path(path)
     if not path.exists():
-        raise AudioError(f"{field}: no such file: {path}")
+        raise AudioError(f"{field}: file not found: {path}")
     if path.is_dir():
         raise AudioError(f"{field}: {path} is a folder, not an audio file")
     try:
