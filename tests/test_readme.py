@@ -221,3 +221,12 @@ def test_requirements_table_matches_the_computation():
                 assert cell.startswith(f"{want[key]:.1f} GB"), (row, key, cell, want[key])
                 checked += 1
     assert checked >= 10
+
+
+def test_the_test_commands_are_real():
+    """The README's test command is what CI runs, and its quick subset names existing files."""
+    full, quick = blocks("Tests", "bash")
+    assert full.strip().endswith("&& bash tests/run_all.sh")
+    assert "bash tests/run_all.sh" in (ROOT / ".ci" / "run").read_text()
+    files = re.findall(r"tests/\S+\.py", quick)
+    assert files and all((ROOT / f).is_file() for f in files)
