@@ -263,12 +263,17 @@ def engine(server, tiny_synth, voices_dir):
     service.close()
 
 
+FRONTEND_ONLY = ("Note", "MarkdownNote")  # nodes the frontend keeps out of the API prompt
+
+
 def to_api(workflow: dict, object_info: dict) -> dict:
     """UI-format workflow → API prompt: widget values are mapped by each node's input order
     from /object_info (a control_after_generate widget stores one extra value)."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
+        if node["type"] in FRONTEND_ONLY:
+            continue
         info = object_info[node["type"]]
         spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
         order = info["input_order"].get("required", []) + info["input_order"].get("optional", [])

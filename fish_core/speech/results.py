@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -103,6 +104,13 @@ class Speech:
             window = slice(segment.start_sample, segment.end_sample)
             tracks[speaker, window] = self.waveform[window]
         return tracks
+
+    def save(self, path) -> Path:
+        """Write the waveform to ``path`` in the format its suffix names: .wav, .flac, .mp3,
+        .opus/.ogg or .pcm (16-bit; mp3 and opus where libsndfile can write them)."""
+        from ..audio.formats import write
+
+        return write(path, self.waveform, self.sample_rate)
 
     def timeline(self, take: int = 0) -> dict:
         """Where every segment sits: the ``takes`` entry of ``timeline_json``."""

@@ -44,6 +44,7 @@ from ..speech.results import Batch, Speech, SubtitleSpeech
 from ..speech.timeline import place_cues
 from ..speech.voices import Voice, encode_voice
 from ..text import plan as textplan
+from ..text.pace import Pace
 from ..text.prompt import PromptEncoder, conversation, system_message
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_round
@@ -301,19 +302,21 @@ class Synthesizer:
 
     def _drive(self, jobs: list[SpeechJob], on_progress: Progress | None, cancel) -> None:
         """Run the jobs (in step: one round per text batch) to the end, reporting progress in
-        frames; a job's failure is raised."""
+        frames generated against the frames the text is expected to take (``text/pace.py``: a
+        guess from its length, corrected as batches end); a job's failure is raised."""
         frames = min(jobs[0].params.max_new_tokens, self.engine.max_context)  # at most, per batch
-        total = len(jobs[0].batches) * frames
+        codec = self.require_codec()
+        pace = Pace([b.text for b in jobs[0].batches], codec.sample_rate / codec.frame_length,
+                    frames)
         while not jobs[0].done:
-            done = jobs[0].batch * frames
-
-            def on_frame(i, n, done=done):
+            def on_frame(i, n):
                 if on_progress is not None:
-                    on_progress(done + i, total)
+                    on_progress(*pace.frame(i))
 
             run_round(self, jobs, on_frame=on_frame, cancel=cancel)
             for job in jobs:
                 if job.error is not None:
                     raise job.error
+            progress = pace.end_batch()
             if on_progress is not None:
-                on_progress(done + frames, total)
+                on_progress(*progress)
