@@ -219,7 +219,7 @@ def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: 
         g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
                        help="normalise the mix, each speaker's track or each line")
         g.add_argument("--ceiling", type=float, default=-1.0, metavar="DB",
-                       help="highest peak after --loudness (default -1)")
+                       help="highest peak after --loudness, dB")
         g.add_argument("--sample-peak", action="store_true",
                        help="hold the ceiling as sample peak (dBFS), not true peak (dBTP)")
 

@@ -1,5 +1,6 @@
 """The README runs as written, on the tiny checkpoint and offline: its Python blocks, the command
-lines of "Try it in two minutes", "Quick start: command line" and "Quick start: HTTP", and the
+lines of "Try it in two minutes", "Quick start: command line", "Finished audio" and "Quick
+start: HTTP", and the
 computed figures of its requirements table.
 
 Each block runs in a fresh folder holding the files it names (``me.wav``, ``dialogue.txt`` …),
@@ -110,6 +111,19 @@ def test_command_line_quick_start(workdir):
     from fish_core import Voice
 
     assert Voice.load(work / "me.safetensors").name == "me"
+
+
+def test_finished_audio(workdir):
+    work, env = workdir
+    (work / "words.tsv").write_text("# word<TAB>respelling\nonce\twunce\n")
+    (block,) = blocks("Finished audio", "bash")
+    run_bash(block, work, env)
+    for name in ("intro.wav", "take-2.wav", "chapter1.wav"):
+        audio(work / name)
+    assert (work / "story" / "chapters.json").is_file()
+    from fish_core import Voice
+
+    assert Voice.load(work / "narrator.safetensors").clips
 
 
 def test_python_quick_start(workdir):
