@@ -241,6 +241,12 @@ def test_the_test_commands_are_real():
     """The README's test command is what CI runs, and its quick subset names existing files."""
     full, quick = blocks("Tests", "bash")
     assert full.strip().endswith("&& bash tests/run_all.sh")
-    assert "bash tests/run_all.sh" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash tests/run_all.sh" in ci
+    # the same packages: what the README's reader installs is what CI tests with
+    readme_setup = full.split("&&")[0].split("pip install", 1)[1].split()
+    ci_setup = re.search(r"pip install (.*?)\n\s*#", ci, re.DOTALL).group(1)
+    ci_setup = [w for w in ci_setup.replace("\\", " ").split() if not w.startswith("--")]
+    assert sorted(readme_setup) == sorted(ci_setup)
     files = re.findall(r"tests/\S+\.py", quick)
     assert files and all((ROOT / f).is_file() for f in files)
