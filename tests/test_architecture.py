@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
     "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
             "remote", "serve", "quant"},
-    "api": {"synthesis"},  # fish_core/__init__.py: ``from fish_core import Synthesizer``
+    "api": {"params", "speech", "synthesis"},  # fish_core/__init__.py: ``from fish_core import …``
     "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core

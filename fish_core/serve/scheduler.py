@@ -30,11 +30,15 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
+from ..audio.loudness import as_loudness
 from ..params import GenerationError, SamplingParams
+from ..speech.finishing import Finishing
 from ..synthesis.driver import JobRows, SpeechJob, run_round
+from ..synthesis.live import TakeLayout, layout_needed
 from ..speech.voices import Voice
+from ..text.lexicon import Lexicon
 from .logs import log
-from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
+from .requests import ApiError, Limits, SpeechRequest, detail
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
@@ -62,9 +66,12 @@ class Task:
 class Scheduler:
     def __init__(self, model: Callable[[], AbstractContextManager], voices: VoiceLibrary,
                  limits: Limits, max_batch: int = 1, batch_wait: float = 0.01,
-                 default_voice: str | None = None, batching: str = "continuous"):
+                 default_voice: str | None = None, batching: str = "continuous",
+                 lexicon: Lexicon | None = None):
         """``model()``: a context manager that yields the Synthesizer, loaded, while it works
-        (the worker uses its ``runtime``)."""
+        (the worker uses its ``runtime``); ``lexicon``: the operator's pronunciation lexicon,
+        applied to every request."""
+        self.lexicon = lexicon
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         self.batching = batching
@@ -259,21 +266,29 @@ class Scheduler:
         """Build the task's voice and job (on the worker: the codec encodes references)."""
         request = task.request
         c = runtime.config
-        clips = []
+        clips, lexicon = [], None
         voice = request.voice or self.default_voice
         if voice:
             param = request.voice_param if request.voice else "default_voice"
-            clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
-        for ref in request.references:
-            wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
-            clips += runtime.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
-        voices = [Voice("speaker", clips, runtime.sample_rate)] if clips else []
+            saved = self.voices.load(voice, param, c.num_codebooks, c.codebook_size)
+            clips, lexicon = list(saved.clips), saved.lexicon
+        for ref in request.references:  # encoded once per Reference (a WS session's sentences)
+            clips += ref.clips(runtime, self.limits)
+        voices = [Voice("speaker", clips, runtime.sample_rate, lexicon=lexicon)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
-        task.job = SpeechJob(runtime, request.text, voices, params=params, seed=request.seed,
-                             max_bytes=request.max_bytes,
-                             emit=lambda chunk: task.emit("chunk", chunk),
-                             deadline=task.deadline)
+        # Finishing (speech.finishing): lexicon and pauses here, rate and loudness in a layout
+        # (a whole answer normalised at its end, a stream with a gain fixed from its start).
+        finishing = Finishing(as_loudness(request.loudness), request.speed, self.lexicon)
+        batches = finishing.batches(request.text, voices, request.max_bytes)
+        send = {"emit": lambda chunk: task.emit("chunk", chunk)}
+        if layout_needed(batches, 0.0, finishing):
+            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
+                                runtime.sample_rate, batches, 0.0, finishing,
+                                whole=request.stream is None)
+            send = {"emit": layout.chunk, "end_batch": layout.end_batch}
+        task.job = SpeechJob(runtime, batches, voices, params=params, seed=request.seed,
+                             max_bytes=request.max_bytes, deadline=task.deadline, **send)
         if task.cancelled.is_set():
             task.job.cancel()
         task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,

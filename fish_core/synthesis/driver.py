@@ -34,6 +34,7 @@ from ..params import CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated,
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
+from ..text.pace import Pace
 
 
 def check_frames(value, field: str) -> int:
@@ -327,19 +328,22 @@ def run_round(runtime, jobs: Sequence[SpeechJob],
 def run_jobs(runtime, jobs: list[SpeechJob], on_progress: Callable[[int, int], None] | None,
              cancel: Callable[[], bool] | None) -> None:
     """Run jobs in step to their ends (one ``run_round`` per text batch: the takes of one
-    request), reporting progress in frames; a job's failure is raised."""
+    request), reporting progress in frames generated against the frames the text is expected
+    to take (``text/pace.py``: a guess from its length, corrected as batches end); a job's
+    failure is raised."""
     frames = min(jobs[0].params.max_new_tokens, runtime.max_context)  # at most, per batch
-    total = len(jobs[0].batches) * frames
+    codec = runtime.require_codec()
+    pace = Pace([b.text for b in jobs[0].batches], codec.sample_rate / codec.frame_length,
+                frames)
     while not jobs[0].done:
-        done = jobs[0].batch * frames
-
-        def on_frame(i, n, done=done):
+        def on_frame(i, n):
             if on_progress is not None:
-                on_progress(done + i, total)
+                on_progress(*pace.frame(i))
 
         run_round(runtime, jobs, on_frame=on_frame, cancel=cancel)
         for job in jobs:
             if job.error is not None:
                 raise job.error
+        progress = pace.end_batch()
         if on_progress is not None:
-            on_progress(done + frames, total)
+            on_progress(*progress)

@@ -18,7 +18,9 @@ from typing import Iterator
 import torch
 
 from ..params import Cancelled
+from ..speech.finishing import Finishing
 from .driver import SpeechJob, run_round
+from .live import PLAIN, TakeLayout, layout_needed
 
 
 class AudioStream:
@@ -27,12 +29,16 @@ class AudioStream:
 
     _END = object()
 
-    def __init__(self, runtime, job: SpeechJob):
+    def __init__(self, runtime, job: SpeechJob, finishing: Finishing = PLAIN):
         self.runtime = runtime
         self.job = job
         self.sample_rate = runtime.sample_rate
         self._queue: queue.Queue = queue.Queue()
         job.emit = self._queue.put
+        if layout_needed(job.batches, 0.0, finishing):  # pauses, speed, loudness
+            layout = TakeLayout(lambda samples, rate: self._queue.put(samples),
+                                self.sample_rate, job.batches, 0.0, finishing)
+            job.emit, job.end_batch = layout.chunk, layout.end_batch
         self._thread = threading.Thread(target=self._run, name="sailfish-stream", daemon=True)
         self._thread.start()
 
