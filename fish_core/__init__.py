@@ -5,20 +5,40 @@ Subpackages, in the order data flows (ARCHITECTURE.md draws them and the allowed
 ``loading`` (checkpoints, ``quant``) → ``codec`` → ``audio``; ``speech`` holds what every
 synthesizer takes and returns (results, timeline, voices); ``synthesis`` is the local
 ``Synthesizer``, ``remote`` the same API on remote engines, ``serve`` the HTTP service and
-``cli`` the command line (``python -m fish_core``).
+``cli`` the command line (``sailfish``, or ``python -m fish_core``).
 
-``from fish_core import Synthesizer`` is the stable public import; it loads the engine only
-when first used.
+The public API is what this module exports (the README uses only these names)::
+
+    from fish_core import Synthesizer, Voice
+
+Each name is imported when first used, so ``import fish_core`` loads neither torch's model code
+nor the codec.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["Synthesizer"]
+__all__ = ["Cancelled", "GenerationError", "SamplingParams", "Speech", "SubtitleSpeech",
+           "Synthesizer", "Voice", "timeline_json"]
 
 
 def __getattr__(name: str):
-    if name == "Synthesizer":
-        from .synthesis.synthesizer import Synthesizer
+    if name == "Synthesizer":  # from_pretrained, remote, encode_voice, tts, dialogue, …
+        from .synthesis.synthesizer import Synthesizer as value
+    elif name == "Voice":  # a saved voice: codes + transcript + name (.safetensors)
+        from .speech.voices import Voice as value
+    elif name in ("Speech", "SubtitleSpeech", "timeline_json"):  # results and their timeline
+        from .speech import results
 
-        return Synthesizer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(results, name)
+    elif name in ("SamplingParams", "GenerationError", "Cancelled"):  # options and errors
+        from . import params
+
+        value = getattr(params, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,51 +1,127 @@
-"""Command line: ``python -m fish_core <command>``.
+"""Command line: ``sailfish <command>`` (the same as ``python -m fish_core <command>``).
 
-    say "Hello there!" -o hello.wav                       text (or --text-file) to speech
-    say "Hi." --voice me.safetensors -o hi.wav            ... in a saved voice
-    say "Hi." --ref-audio me.wav --ref-text "..." -o hi.wav   ... cloning a clip directly
+    say "Hello there!" -o hello.wav                       text (or --text-file, - for stdin)
+    say "Hi." --voice me.safetensors -o hi.mp3            ... in a saved voice; .wav .flac .mp3 .opus
+    say "Hi." --voice me.wav --voice-text "..." -o hi.wav ... cloning a clip directly
+    say "Hi." --takes 3 -o hi.wav                         three takes: hi-1.wav hi-2.wav hi-3.wav
     say --script dialogue.txt --voice alice.safetensors --voice bob.safetensors -o talk.wav
     voice encode me.wav --text "What I say." --name me -o me.safetensors
     voice register me.wav --text "What I say." --name me --remote URL --voice-consent ID
     say --script play.txt --remote URL --remote-model drama-3 -o play.wav   Drama 3 on an engine
     srt film.srt -o film.wav [--srt-out generated.srt] [--voice me.safetensors]
+    say "Hi. [pause:700ms] Bye." --loudness -16 --speed 1.1 --lexicon words.tsv -o hi.wav
+    plan --text-file story.txt --lexicon words.tsv           what the model will read, batch by batch
+    book novel.epub -o novel/ --voice me.safetensors --seed 7 --loudness -18   one file per chapter
+    voice from-take take2.wav --text "What the take says." -o cast.safetensors
     codes "Hello" -o codes.npy                            semantic codes only (no codec)
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
     serve --port 8080 [--api-key-file F] [--voices DIR]   HTTP API (OpenAI and fish-speech)
 
-``--model`` takes a checkpoint folder, a variant (s2-pro, s2-pro-fp8) or a Hugging Face repo id;
-downloads go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and
-honour HF_HUB_OFFLINE. A mistake in what was asked (a bad value, a missing file) is one
-``error:`` line; ``--debug`` adds its traceback. Anything else (a bug, out of memory) keeps its
-traceback.
+``--model`` takes a checkpoint folder, a variant (s2-pro) or a Hugging Face repo id; downloads
+go to --models-dir (default $SAILFISH_MODELS_DIR or ~/.cache/sailfish/models) and honour
+HF_HUB_OFFLINE. A mistake in what was asked (a bad value, a missing file) is one ``error:``
+line, checked before a model loads where it can be; ``--debug`` adds its traceback. Anything
+else (a bug, out of memory) keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import difflib
+import errno
+import re
 import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
-import torch
+try:
+    import torch
+except ImportError:  # `pip install .` leaves torch to you (ComfyUI owns it in its environment)
+    raise SystemExit("error: Sailfish needs PyTorch, which `pip install .` does not install: "
+                     "pip install torch (https://pytorch.org/get-started/locally/ picks the "
+                     "build for your GPU)") from None
 
 from .loading import hub
 from .engine import threads
 from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
 from .params import DEFAULTS, FIRST_FRAMES, Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
-                      check_output, write_or_keep)
+                      check_audio_output, check_output, take_paths, write_audio, write_or_keep)
 from .remote.http import RemoteError
+from .speech.results import MAX_TAKES
+from .text.pace import Pace
 from .text.plan import check_text, read_text_file
 
+LOUDNESS_HELP = "normalise to this integrated loudness, LUFS (-16 podcast, -23 broadcast)"
+
 DEFAULT_MODEL = "s2-pro"
+CODEC_FRAME_RATE = 44100 / 2048  # S2's codec, for a progress estimate without one loaded
 
 # What a user's mistake raises: every error class of ours is a ValueError (GenerationError,
-# CheckpointError, ScriptError …) or a FileNotFoundError (ModelNotFound), and Ctrl-C in the
-# progress bar is Cancelled; a remote engine's failure is a RemoteError. Anything else is
-# unexpected and keeps its traceback.
+# CheckpointError, ScriptError, AudioError …) or a FileNotFoundError (ModelNotFound), and
+# Ctrl-C in the progress bar is Cancelled; a remote engine's failure is a RemoteError. Anything
+# else is unexpected and keeps its traceback.
 USER_ERRORS = (ValueError, FileNotFoundError, Cancelled, RemoteError)
+
+
+# ---------------------------------------------------------------- the parser
+def shows_default(action: argparse.Action) -> bool:
+    default = action.default
+    return (bool(action.option_strings) and action.nargs != 0 and default is not None
+            and default is not False and default not in ([], "", argparse.SUPPRESS))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help says its default (an option without help gets one saying it)."""
+
+    def _format_action(self, action):
+        if not action.help and shows_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if shows_default(action) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that says "did you mean …" for a mistyped command, choice or flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    argv: list[str] = []  # what was typed (``parse``), for the flags a "required" error hides
+
+    def error(self, message):
+        super().error(message + did_you_mean(self, message, Parser.argv))
+
+
+def did_you_mean(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> str:
+    """`` (did you mean --temperature?)`` for the closest known name, or ""."""
+    choice = re.search(r"invalid choice: '([^']*)'", message)
+    known = [o for a in parser._actions for o in a.option_strings]
+    if choice:
+        wrong = [choice.group(1)]
+        known = [str(c) for a in parser._actions if a.choices for c in a.choices]
+    elif message.startswith("unrecognized arguments: "):
+        wrong = [w.split("=")[0] for w in message.split(": ", 1)[1].split() if w.startswith("-")]
+    elif message.startswith("the following arguments are required"):  # a mistyped one?
+        wrong = [w.split("=")[0] for w in argv if w.startswith("--")
+                 and not any(o.startswith(w.split("=")[0]) for o in known)]
+    else:
+        return ""
+    hints = [m[0] for w in wrong if (m := difflib.get_close_matches(w, known, n=1, cutoff=0.6))]
+    return f" (did you mean {' / '.join(dict.fromkeys(hints))}?)" if hints else ""
+
+
+def prog_name() -> str:
+    return "python -m fish_core" if sys.argv[0].endswith("__main__.py") else "sailfish"
 
 
 def quantization_modes() -> list[str]:
@@ -61,21 +137,26 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     compile) only for the commands that use them."""
     g = p.add_argument_group("model")
     g.add_argument("--model", default=DEFAULT_MODEL,
-                   help="checkpoint folder, variant (%s) or HF repo id" % ", ".join(hub.VARIANTS))
-    g.add_argument("--models-dir", default=None, help="where downloaded models live")
-    g.add_argument("--no-download", action="store_true", help="never download")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+                   help="checkpoint folder, variant (%s) or Hugging Face repo id (owner/name)"
+                        % ", ".join(hub.VARIANTS))
+    g.add_argument("--models-dir", default=None,
+                   help=f"where downloaded models live (default {hub.DEFAULT_MODELS_DIR})")
+    g.add_argument("--no-download", action="store_true",
+                   help="never download; a model that is not here is an error")
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1 or mps")
     g.add_argument("--threads", default=None, metavar="N",
                    help="CPU threads (default auto: the free physical cores; docs/cpu.md)")
     if precision:
-        g.add_argument("--precision", default="auto", choices=PRECISIONS)
+        g.add_argument("--precision", default="auto", choices=PRECISIONS,
+                       help="weights' dtype (auto: bf16; fp16 on a GPU without bf16)")
     if not engine:
         return
-    g.add_argument("--quantization", default="none", choices=quantization_modes())
+    g.add_argument("--quantization", default="none", choices=quantization_modes(),
+                   help="quantize the weights while loading (README: requirements)")
     g.add_argument("--compile", nargs="?", const="on", default="off", choices=("off", "on", "auto"),
                    help="torch.compile the decode step (--compile alone: on). On a CPU compiled "
                         "decoding can be slower than eager (it warns); auto compiles on CUDA and, "
-                        "on a CPU, times both on the first frame and keeps the faster")
+                        "on a CPU, times both on the first frame, keeps the faster and says which")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 
@@ -109,17 +190,87 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
     """Sampling options; ``batches`` (text batch size) and ``history`` (context turns) only for
     the commands that plan batches."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=float, default=DEFAULTS.temperature)
-    g.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
-    g.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
+    g.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
+                   help="randomness of each frame, in (0, 2)")
+    g.add_argument("--top-p", type=float, default=DEFAULTS.top_p,
+                   help="nucleus sampling: keep the likeliest codes up to this probability")
+    g.add_argument("--top-k", type=int, default=DEFAULTS.top_k,
+                   help="keep at most this many codes per frame")
     g.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens,
-                   help="frames per batch (~21.5/s)")
-    g.add_argument("--seed", type=int, default=None, help="same seed → same audio")
+                   help="frames per text batch, at most (~21.5 per second of audio)")
+    g.add_argument("--seed", type=int, default=None,
+                   help="same seed, same audio (default: a random one, printed)")
     if batches:
-        g.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
+        g.add_argument("--max-bytes", type=int, default=300,
+                       help="text batch size in UTF-8 bytes (long text is split at sentences)")
     if history:
         g.add_argument("--history-turns", type=int, default=3,
                        help="earlier batches the model hears again as context")
+
+
+def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: bool = True
+                       ) -> None:
+    """Finished audio (``speech.finishing``): loudness, speaking rate, lexicon."""
+    g = p.add_argument_group("finished audio (docs/finished-audio.md)")
+    g.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="pronunciation lexicon: word<TAB>respelling lines (# comments)")
+    if rate:
+        g.add_argument("--speed", type=float, default=1.0,
+                       help="speaking rate 0.5-2.0, pitch kept (needs pedalboard)")
+    if loudness:
+        g.add_argument("--loudness", type=float, default=None, metavar="LUFS", help=LOUDNESS_HELP)
+        g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
+                       help="normalise the mix, each speaker's track or each line")
+        g.add_argument("--ceiling", type=float, default=-1.0, metavar="DB",
+                       help="highest peak after --loudness, dB")
+        g.add_argument("--sample-peak", action="store_true",
+                       help="hold the ceiling as sample peak (dBFS), not true peak (dBTP)")
+
+
+def finishing(args) -> dict:
+    """The finishing keywords of ``tts``/``dialogue``/``subtitles``/``stream``."""
+    from .audio.loudness import Loudness, check_target
+    from .text.lexicon import Lexicon
+
+    found: dict = {}
+    if getattr(args, "lexicon", None):
+        found["lexicon"] = Lexicon.load(args.lexicon, "--lexicon")
+    if getattr(args, "speed", 1.0) != 1.0:
+        found["speed"] = args.speed
+    if getattr(args, "loudness", None) is not None:
+        found["loudness"] = Loudness(check_target(args.loudness, "--loudness"), args.ceiling,
+                                     not args.sample_peak, args.loudness_per)
+    return found
+
+
+def finish_note(speech) -> str:
+    """What finishing did, for the report line."""
+    info = (speech.finishing or {}).get("loudness")
+    if not info or info.get("measured") is None:
+        return ""
+    held = ", held by the ceiling" if info["held_by_ceiling"] else ""
+    unit = "dBTP" if info["true_peak"] else "dBFS"
+    return f", {info['measured']:.1f} LUFS, peak {info['peak']:.1f} {unit}{held}"
+
+
+def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
+    """``--voice``: a saved voice file or a reference clip with ``--voice-text``."""
+    if many:
+        p.add_argument("--voice", action="append", default=[], metavar="FILE",
+                       help="a voice file (.safetensors, from `voice encode`) or a reference "
+                            "clip (.wav .flac .mp3 ...) with its --voice-text; repeat for "
+                            "several speakers")
+        p.add_argument("--voice-text", action="append", default=[], metavar="TEXT",
+                       help="the words spoken in a --voice clip (one per clip, in order)")
+        p.add_argument("--ref-audio", action="append", default=[], metavar="CLIP",
+                       help="a reference clip (repeatable); the same as --voice CLIP")
+        p.add_argument("--ref-text", action="append", default=[], metavar="TEXT",
+                       help="its transcript; the same as --voice-text")
+    else:
+        p.add_argument("--voice", default=None, metavar="FILE",
+                       help="a voice file (.safetensors) or a reference clip with --voice-text")
+        p.add_argument("--voice-text", default=None, metavar="TEXT",
+                       help="the words spoken in the --voice clip")
 
 
 def debug_flag() -> argparse.ArgumentParser:
@@ -131,24 +282,27 @@ def debug_flag() -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     common = [debug_flag()]
-    ap = argparse.ArgumentParser(prog="python -m fish_core", description=__doc__, parents=common,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = Parser(prog=prog_name(), description=__doc__, parents=common)
+    sub = ap.add_subparsers(dest="command", metavar="command", required=True,
+                            parser_class=Parser)
 
-    def add_command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=common, **kwargs)
+    def add_command(name: str, help: str, **kwargs) -> Parser:
+        return sub.add_parser(name, parents=common, help=help, description=help, **kwargs)
 
-    p = add_command("say", help="text to speech")
+    p = add_command("say", "text to speech")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
-    p.add_argument("--text-file", help="read the text from this file")
-    p.add_argument("--script", help="a multi-speaker script file ([speaker_1]: / Name: lines)")
-    p.add_argument("--voice", action="append", default=[], help="voice .safetensors (repeatable)")
-    p.add_argument("--ref-audio", action="append", default=[], help="reference clip (repeatable)")
-    p.add_argument("--ref-text", action="append", default=[], help="its transcript")
+    p.add_argument("--text-file", metavar="FILE", help="read the text from this file (- : stdin)")
+    p.add_argument("--script", metavar="FILE",
+                   help="a multi-speaker script file ([speaker_1]: / Name: lines; - : stdin)")
+    add_voice_args(p, many=True)
     p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
-    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p.add_argument("-o", "--out", required=True,
+                   help=f"output file: {' '.join(AUDIO_SUFFIXES)}")
+    p.add_argument("--takes", type=int, default=1, metavar="N",
+                   help=f"generate N takes at once (1..{MAX_TAKES}; take k seeded seed + k), "
+                        "written as NAME-1.wav ... NAME-N.wav")
     p.add_argument("--stream", action="store_true",
                    help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
     p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],
@@ -158,70 +312,136 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     add_remote_args(p)
     add_sampling_args(p)
+    add_finishing_args(p)
 
-    p = add_command("codes", help="generate semantic codes only")
+    p = add_command("plan", help="print the text batches the model will read (after the "
+                                 "lexicon, pauses and speaker tags); loads no model")
+    p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
+    p.add_argument("--text-file", help="read the text from this file")
+    p.add_argument("--script", help="a multi-speaker script file")
+    p.add_argument("--voice", action="append", default=[],
+                   help="voice .safetensors (names the script's speakers; its own lexicon)")
+    p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
+    p.add_argument("--turn-by-turn", action="store_true", help="each script turn on its own")
+    p.add_argument("--max-bytes", type=int, default=300, help="text batch size in UTF-8 bytes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_finishing_args(p, rate=False, loudness=False)
+
+    p = add_command("book", help="speak a .txt/.md/.epub book, one audio file per chapter "
+                                 "(resumes an interrupted run)")
+    p.add_argument("book", help="the book: .txt, .md or .epub")
+    p.add_argument("-o", "--out", required=True, help="output folder")
+    add_voice_args(p, many=False)
+    p.add_argument("--format", default="wav", choices=["wav", "flac"], help="chapter files")
+    add_model_args(p)
+    add_remote_args(p)
+    add_sampling_args(p)
+    add_finishing_args(p)
+
+    p = add_command("codes", "generate semantic codes only")
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)
     add_sampling_args(p, batches=False, history=False)
 
-    p = add_command("voice", help="voices")
-    vs = p.add_subparsers(dest="voice_command", required=True)
-    e = vs.add_parser("encode", parents=common,
-                      help="encode a reference clip into a reusable voice")
-    e.add_argument("audio")
-    e.add_argument("--text", required=True, help="the words spoken in the clip")
-    e.add_argument("--name", default=None)
-    e.add_argument("-o", "--out", required=True, help="output .safetensors")
-    add_model_args(e, engine=False)
+    p = add_command("voice", "make a reusable voice from a reference clip or a generated take")
+    vs = p.add_subparsers(dest="voice_command", metavar="voice_command", required=True,
+                          parser_class=Parser)
+    for name, about, audio, text in (
+            ("encode", "encode a reference clip into a voice file",
+             "the reference clip (5-15 s of one speaker is plenty)", "the words spoken in the clip"),
+            ("from-take", "keep a generated take as a voice (casting: silence trimmed, tags "
+             "taken out of the transcript)", "the take (.wav/.flac, e.g. written by say)",
+             "the text the take says (as given to say)")):
+        e = vs.add_parser(name, parents=common, help=about)
+        e.add_argument("audio", help=audio)
+        e.add_argument("--text", required=True, help=text)
+        e.add_argument("--name", default=None,
+                       help="the voice's name, as scripts address it (default: the file's stem)")
+        e.add_argument("-o", "--out", required=True, help="output .safetensors")
+        e.add_argument("--lexicon", default=None, metavar="FILE",
+                       help="keep this pronunciation lexicon in the voice (used wherever it "
+                            "speaks; for a take: the one it was made with)")
+        add_model_args(e, engine=False)
     r = vs.add_parser("register", parents=common,
                       help="register a reference clip in a remote engine's voice store")
-    r.add_argument("audio")
+    r.add_argument("audio", help="the reference clip")
     r.add_argument("--text", required=True, help="the words spoken in the clip")
     r.add_argument("--name", required=True, help="the voice's name on the engine")
     add_remote_args(r)
 
-    p = add_command("srt", help="speak an SRT subtitle file on its timeline")
-    p.add_argument("srt")
-    p.add_argument("--voice", default=None, help="voice .safetensors")
-    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p = add_command("srt", "speak an SRT subtitle file on its timeline")
+    p.add_argument("srt", help="the .srt file")
+    add_voice_args(p, many=False)
+    p.add_argument("-o", "--out", required=True, help=f"output file: {' '.join(AUDIO_SUFFIXES)}")
     p.add_argument("--srt-out", default=None, help="write the SRT of what was generated")
     add_model_args(p)
     add_remote_args(p)
     add_sampling_args(p, batches=False)
+    add_finishing_args(p)
 
-    p = add_command("encode", help="codec: audio file to codes")
-    p.add_argument("audio")
+    p = add_command("encode", "codec: audio file to codes")
+    p.add_argument("audio", help="the audio file")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p, precision=False, engine=False)
 
-    p = add_command("decode", help="codec: codes to audio")
+    p = add_command("decode", "codec: codes to audio")
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
-    p.add_argument("-o", "--out", required=True, help="output .wav or .flac")
+    p.add_argument("-o", "--out", required=True, help=f"output file: {' '.join(AUDIO_SUFFIXES)}")
     add_model_args(p, precision=False, engine=False)
 
-    p = add_command("serve", help="HTTP API: OpenAI /v1/audio/speech, fish-speech /v1/tts")
+    p = add_command("serve", "HTTP API: OpenAI /v1/audio/speech, fish-speech /v1/tts")
     add_model_args(p)
     from .serve.main import add_serve_args
 
     add_serve_args(p)
 
-    p = add_command("download", help="download a model variant")
-    p.add_argument("variant", nargs="?", default=DEFAULT_MODEL)
-    p.add_argument("--models-dir", default=None)
+    p = add_command("download", "download a model variant (or a Hugging Face repo you trust)")
+    p.add_argument("variant", nargs="?", default=DEFAULT_MODEL,
+                   help=" / ".join(f"{v.name}: {v.note}, pinned to commit {v.revision[:8]}"
+                                   for v in hub.VARIANTS.values() if v.revision)
+                   + "; or a repo id owner/name, at its latest revision")
+    p.add_argument("--models-dir", default=None,
+                   help=f"where downloaded models live (default {hub.DEFAULT_MODELS_DIR})")
     return ap
 
 
-class Bar:
-    """tqdm progress over generated frames (a frame is ~46 ms of audio)."""
+def subparser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The parser of the (sub-)command ``args`` chose."""
+    for name in ("command", "voice_command"):
+        value = getattr(args, name, None)
+        action = next((a for a in parser._actions
+                       if isinstance(a, argparse._SubParsersAction)), None)
+        if value is None or action is None:
+            break
+        parser = action.choices[value]
+    return parser
 
-    def __init__(self, desc: str):
+
+def parse(argv=None) -> argparse.Namespace:
+    """The arguments; an unknown flag is reported by its command's parser (its usage, and the
+    closest flag it has), not the top-level one."""
+    parser = build_parser()
+    Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        subparser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+# ---------------------------------------------------------------- progress
+class Bar:
+    """tqdm over generated frames (a frame is ~46 ms of audio) against the frames the text is
+    expected to take, a total that is corrected as batches end (``text/pace.py``)."""
+
+    def __init__(self, desc: str = "speaking"):
         from tqdm import tqdm
 
-        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True)
+        # shown after half a second (a short run prints only its result), gone when done
+        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True, leave=False, delay=0.5)
 
     def __call__(self, done: int, total: int) -> None:
-        self.bar.total = total
+        self.bar.total = max(total, done)
         self.bar.n = done
         self.bar.refresh()
 
@@ -229,6 +449,7 @@ class Bar:
         self.bar.close()
 
 
+# ---------------------------------------------------------------- loading
 def load_synth(args):
     from .synthesis.synthesizer import Synthesizer
 
@@ -259,31 +480,128 @@ def sampling(args) -> dict:
                 history_turns=args.history_turns)
 
 
+def compile_note(args, synth) -> None:
+    """``--compile auto``: say once which mode it kept and why (stderr)."""
+    choice = getattr(getattr(synth, "engine", None), "compile_choice", "")
+    if getattr(args, "compile", None) == "auto" and choice.startswith("auto: "):
+        print(f"--compile auto kept {choice.removeprefix('auto: ')}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- checks before any work
 # What each command writes to -o, checked (with the other options below) before a model loads.
-OUTPUTS = {"say": AUDIO_SUFFIXES, "codes": CODES_SUFFIXES, "voice": VOICE_SUFFIXES,
-           "srt": AUDIO_SUFFIXES, "encode": CODES_SUFFIXES, "decode": AUDIO_SUFFIXES}
-
-
+OUTPUTS = {"codes": CODES_SUFFIXES, "voice": VOICE_SUFFIXES, "encode": CODES_SUFFIXES}
+AUDIO_OUTPUTS = ("say", "srt", "decode")
 STREAM_SUFFIXES = (".wav", ".pcm")
 
 
 def check_request(args) -> None:
-    """Every option that can be checked before any work: outputs, device and seed."""
+    """Every option that can be checked before any work: outputs, inputs, device and seed."""
     if getattr(args, "stream", False):  # say --stream: a .wav/.pcm file, or - for stdout
         if args.out != "-" and Path(args.out).suffix.lower() not in STREAM_SUFFIXES:
             raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
         if args.out != "-":
             check_output(args.out, "--out", STREAM_SUFFIXES)
+        if args.takes != 1:
+            raise ValueError("--stream speaks one take; leave out --takes")
+    elif args.command in AUDIO_OUTPUTS:
+        for path in take_paths(args.out, getattr(args, "takes", 1)):
+            check_audio_output(path, "--out")
     elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
         check_output(args.out, "--out", OUTPUTS[args.command])
+    if getattr(args, "takes", 1) != 1 and not 1 <= args.takes <= MAX_TAKES:
+        raise ValueError(f"--takes must be 1 .. {MAX_TAKES}, got {args.takes}")
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, "--device")
     if getattr(args, "seed", None) is not None:
         check_seed(args.seed, "--seed")
+    if args.command in ("say", "srt", "book"):
+        voice_sources(args)  # every voice file or clip exists and is what it claims
+    if args.command == "encode" or getattr(args, "voice_command", None):
+        from .audio.files import check_audio_file
+
+        check_audio_file(args.audio, "audio")
+    options = finishing(args)  # a bad lexicon, speed or loudness fails before a model loads
+    if "speed" in options:
+        from .audio.stretch import check_speed, import_pedalboard
+
+        check_speed(args.speed, "--speed")
+        import_pedalboard()
+    if "loudness" in options:
+        from .audio.loudness import import_pyloudnorm
+
+        import_pyloudnorm()
+    if args.command == "book":
+        check_book_folder(args.out)
 
 
+def is_voice_file(path: Path) -> bool:
+    """A safetensors file (a length, then its JSON header) rather than an audio clip."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def voice_sources(args) -> list[tuple[str, str | None]]:
+    """``--voice``/``--ref-audio`` as ``(path, None)`` for a voice file and ``(path, text)`` for a
+    clip with its transcript, in order; every file is checked (it exists, a clip is audio) and a
+    clip without its ``--voice-text`` is an error that says how to use it."""
+    from .audio.files import AudioError, check_audio_file
+
+    voices = args.voice if isinstance(args.voice, list) else [args.voice] * bool(args.voice)
+    texts = args.voice_text if isinstance(args.voice_text, list) else \
+        [args.voice_text] * (args.voice_text is not None)
+    clips, sources = [], []
+    for path in voices:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            wrong = "a folder, not a file" if file.is_dir() else "file not found"
+            raise ValueError(f"--voice: {wrong}: {path}")
+        if not is_voice_file(file):
+            try:
+                check_audio_file(file, "--voice")
+            except AudioError as e:
+                if "is not audio" not in str(e):
+                    raise
+                raise AudioError(f"--voice: {path} is neither a voice file (.safetensors, from "
+                                 "`voice encode`) nor an audio clip (WAV, FLAC, Ogg, MP3 or "
+                                 "AIFF)") from None
+            clips.append(len(sources))
+        sources.append((path, None))
+    if len(clips) != len(texts):
+        if clips and len(texts) < len(clips):
+            path = sources[clips[len(texts)]][0]
+            raise ValueError(
+                f"--voice {path} is an audio clip, not a voice file: add --voice-text \"the "
+                f"words spoken in {Path(path).name}\" after it (one per clip, in order), or make "
+                f"a voice file once with `{prog_name()} voice encode {path} --text \"...\" -o "
+                f"{Path(path).stem}.safetensors`")
+        raise ValueError(f"{len(texts)} --voice-text for {len(clips)} --voice clip(s): give one "
+                         "--voice-text per audio clip (voice files need none)")
+    for i, text in zip(clips, texts):
+        sources[i] = (sources[i][0], text)
+    refs, ref_texts = getattr(args, "ref_audio", []), getattr(args, "ref_text", [])
+    if len(refs) != len(ref_texts):
+        raise ValueError("give one --ref-text per --ref-audio")
+    for path, text in zip(refs, ref_texts):
+        check_audio_file(path, "--ref-audio")
+        sources.append((path, text))
+    return sources
+
+
+def load_voices(args, synth) -> list:
+    """The voices ``--voice``/``--ref-audio`` name: voice files read, clips encoded."""
+    from .speech.voices import Voice
+
+    config = getattr(synth, "config", None)  # a local model: check the files against its sizes
+    sizes = (config.num_codebooks, config.codebook_size) if config is not None else ()
+    return [Voice.load(path, *sizes) if text is None
+            else synth.encode_voice(path, text, name=Path(path).stem)
+            for path, text in voice_sources(args)]
+
+
+# ---------------------------------------------------------------- inputs and outputs
 def save(path: str, write, what: str) -> None:
     """``write(path)``, keeping the result elsewhere (and saying where) if that fails."""
     note = write_or_keep(write, Path(path), what)
@@ -292,6 +610,8 @@ def save(path: str, write, what: str) -> None:
 
 
 def save_codes(path: str | Path, codes: torch.Tensor) -> None:
+    import numpy as np
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".npy":
@@ -305,6 +625,8 @@ def save_codes(path: str | Path, codes: torch.Tensor) -> None:
 
 
 def read_codes(path: str) -> torch.Tensor:
+    import numpy as np
+
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"codes: {path} is not a file")
@@ -320,64 +642,70 @@ def read_codes(path: str) -> torch.Tensor:
     raise ValueError(f"codes are read from .npy or .safetensors, got {path.name!r}")
 
 
-def load_voice(path: str, synth):
-    """A voice file, checked against the local model's sizes (a remote engine checks its own)."""
-    from .speech.voices import Voice
-
-    config = getattr(synth, "config", None)
-    if config is None:
-        return Voice.load(path)
-    return Voice.load(path, config.num_codebooks, config.codebook_size)
+def read_input(path: str, field: str) -> str:
+    """A UTF-8 text file, or standard input for ``-``."""
+    if path != "-":
+        return read_text_file(path, field)
+    try:
+        return sys.stdin.buffer.read().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{field} -: standard input is not UTF-8 text (bad byte at offset "
+                         f"{e.start})") from None
 
 
 def read_text(args) -> str:
     if args.text_file:
-        return read_text_file(args.text_file, "--text-file")
+        if args.text is not None:
+            raise ValueError("say takes the text as an argument or --text-file, not both")
+        return read_input(args.text_file, "--text-file")
     if args.text is None:
-        raise ValueError("say needs a text, --text-file or --script")
+        raise ValueError("say needs a text, --text-file (- for stdin) or --script")
     return args.text
 
 
+# ---------------------------------------------------------------- commands
 def cmd_say(args) -> str:
-    from .audio.files import save_audio
-
-    if len(args.ref_audio) != len(args.ref_text):
-        raise ValueError("give one --ref-text per --ref-audio")
-    script = read_text_file(args.script, "--script") if args.script else None
+    script = read_input(args.script, "--script") if args.script else None
     text = None if script is not None else read_text(args)
     synth = load_synth(args)
-    voices = [load_voice(v, synth) for v in args.voice]
-    for i, (audio, text) in enumerate(zip(args.ref_audio, args.ref_text)):
-        voices.append(synth.encode_voice(audio, text, name=Path(audio).stem))
+    voices = load_voices(args, synth)
     if args.stream:
-        return stream_say(args, synth, voices)
-    bar = Bar("generating")
+        return stream_say(args, synth, voices, text)
+    bar = Bar()
+    takes = args.takes if args.takes > 1 else None
     try:
         if script is not None:
             speech = synth.dialogue(script, voices, pause=args.pause, max_bytes=args.max_bytes,
-                                    on_progress=bar, **sampling(args))
+                                    takes=takes, on_progress=bar, **sampling(args),
+                                    **finishing(args))
         else:
-            speech = synth.tts(text, voices, max_bytes=args.max_bytes, on_progress=bar,
-                               **sampling(args))
+            speech = synth.tts(text, voices, max_bytes=args.max_bytes, takes=takes,
+                               on_progress=bar, **sampling(args), **finishing(args))
     finally:
         bar.close()
-    save(args.out, lambda p: save_audio(p, speech.waveform, speech.sample_rate), "audio")
-    return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} batch(es), "
-            f"seed {speech.seed}")
+    compile_note(args, synth)
+    speeches = speech if isinstance(speech, list) else [speech]
+    paths = take_paths(args.out, args.takes)
+    for path, one in zip(paths, speeches):
+        save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
+    if len(speeches) == 1:
+        return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} "
+                f"batch(es), seed {speech.seed}{finish_note(speech)}")
+    return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
+                     f"{finish_note(s)}"
+                     for k, (p, s) in enumerate(zip(paths, speeches)))
 
 
-def stream_say(args, synth, voices) -> str:
+def stream_say(args, synth, voices, text: str | None) -> str:
     """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
     from .audio.wav import StreamEncoder, wav_header
 
-    if args.script:
+    if text is None:
         raise ValueError("--stream speaks a text (or --text-file), not a --script")
     to_stdout = args.out == "-"
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
-    if fmt not in ("wav", "pcm"):
-        raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
-    stream = synth.stream(read_text(args), voices, max_bytes=args.max_bytes,
-                          first_frames=args.first_frames, **sampling(args))
+    stream = synth.stream(text, voices, max_bytes=args.max_bytes,
+                          first_frames=args.first_frames, **sampling(args), **finishing(args))
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
     out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
     try:
@@ -392,7 +720,8 @@ def stream_say(args, synth, voices) -> str:
     finally:
         if not to_stdout:
             out.close()
-    return (f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}")
+    compile_note(args, synth)
+    return f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}"
 
 
 def cmd_codes(args) -> str:
@@ -403,11 +732,15 @@ def cmd_codes(args) -> str:
     synth = load_synth(args)
     prompt = synth.encoder.encode(conversation(args.text))
     params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    bar = Bar("generating")
+    codec = synth.codec
+    rate = codec.sample_rate / codec.frame_length if codec is not None else CODEC_FRAME_RATE
+    pace, bar = Pace([args.text], rate, min(args.max_new_tokens, synth.engine.max_context)), Bar()
     try:
-        gen = synth.engine.generate(prompt, params, seed=args.seed, on_frame=bar)[0]
+        gen = synth.engine.generate(prompt, params, seed=args.seed,
+                                    on_frame=lambda i, n: bar(*pace.frame(i)))[0]
     finally:
         bar.close()
+    compile_note(args, synth)
     save(args.out, lambda p: save_codes(p, gen.codes), "codes")
     return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
 
@@ -417,12 +750,24 @@ def cmd_voice(args) -> str:
 
     if args.voice_command == "register":
         return cmd_voice_register(args)
-
+    lexicon = finishing(args).get("lexicon")
     device = resolve_device(args.device)  # the codec as `say` would load it: same codes
     codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
-    voice = encode_voice(codec, args.audio, args.text, name=name)
+    notes = []
+    if args.voice_command == "from-take":
+        from .audio.files import load_audio
+        from .speech.casting import take_clip
+
+        wave = load_audio(args.audio, target_sr=codec.sample_rate)
+        clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
+        voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
+    else:
+        voice = encode_voice(codec, args.audio, args.text, name=name)
+    voice.lexicon = lexicon
     save(args.out, voice.save, "voice")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
 
 
@@ -440,21 +785,23 @@ def cmd_voice_register(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from .audio.files import save_audio
     from .text.plan import parse_srt
 
-    document = read_text_file(args.srt, "srt")
+    document = read_input(args.srt, "srt")
     parse_srt(document)  # a bad SRT fails before the model loads
     synth = load_synth(args)
-    voice = load_voice(args.voice, synth) if args.voice else None
-    bar = Bar("generating")
+    voices = load_voices(args, synth)
+    bar = Bar()
     try:
-        result = synth.subtitles(document, voice, on_progress=bar, **sampling(args))
+        result = synth.subtitles(document, voices[0] if voices else None, on_progress=bar,
+                                 **sampling(args),
+                                 **finishing(args))
     finally:
         bar.close()
+    compile_note(args, synth)
     for line in result.overruns:
         print(f"warning: {line}", file=sys.stderr)
-    notes = [write_or_keep(lambda p: save_audio(p, result.waveform, result.sample_rate),
+    notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
                            Path(args.out), "audio")]
     if args.srt_out:
         notes.append(write_or_keep(lambda p: p.write_text(result.srt(), encoding="utf-8"),
@@ -462,6 +809,81 @@ def cmd_srt(args) -> str:
     if any(notes):
         raise OutputError("; ".join(n for n in notes if n))
     return f"wrote {args.out}: {result.duration:.2f} s, {len(result.cues)} cues"
+
+
+def cmd_plan(args) -> str:
+    """``plan``: the text batches exactly as the model will read them, with the pauses."""
+    import json
+
+    from .speech.arguments import script_turns
+    from .speech.finishing import Finishing
+    from .speech.voices import Voice
+
+    voices = [Voice.load(v) for v in args.voice]
+    finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
+    if args.script:
+        turns, voices = script_turns(read_input(args.script, "--script"), voices, None,
+                                     args.pause)
+        batches = finish.turn_batches(turns, voices, args.max_bytes,
+                                      args.pause > 0 or args.turn_by_turn)
+    else:
+        batches = finish.batches(read_text(args), voices, args.max_bytes)
+    from .speech.timeline import gaps
+
+    silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]
+    if args.json:
+        return json.dumps({"batches": [
+            {"text": b.text, "speaker": b.speaker, "silence_before": silences[i],
+             **({"silence_after": silences[-1]} if i == len(batches) - 1 else {})}
+            for i, b in enumerate(batches)]}, ensure_ascii=False, indent=1)
+    lines = []
+    for i, batch in enumerate(batches):
+        if silences[i]:
+            lines.append(f"        [silence {silences[i]:g} s]")
+        who = "" if batch.speaker is None else f" (voice {batch.speaker + 1})"
+        lines.append(f"batch {i + 1}{who}: {batch.text}")
+    if silences[-1]:
+        lines.append(f"        [silence {silences[-1]:g} s]")
+    return "\n".join(lines)
+
+
+def check_book_folder(out: str) -> None:
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out} is a file; book writes a folder of chapter files")
+
+
+def cmd_book(args) -> str:
+    """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
+    an interrupted run resumes where it stopped."""
+    from tqdm import tqdm
+
+    from .speech.audiobook import render_book
+    from .text.book import read_book
+
+    book = read_book(args.book)  # a bad book fails before the model loads
+    synth = load_synth(args)
+    voices = load_voices(args, synth)
+    voice = voices[0] if voices else None
+    options = {k: v for k, v in sampling(args).items() if k != "seed"}
+    bar = tqdm(desc=book.title[:30] or "book", total=sum(len(c.text) for c in book.chapters),
+               unit="char", dynamic_ncols=True)
+
+    def progress(done: int, total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    try:
+        result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
+                             audio_format=args.format, model=str(args.remote or args.model),
+                             max_bytes=args.max_bytes, on_progress=progress, **options,
+                             **finishing(args))
+    finally:
+        bar.close()
+    made = len(result.chapters) - result.skipped
+    return (f"wrote {args.out}: {len(result.chapters)} chapters ({made} spoken, "
+            f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
+            "chapters.ffmetadata")
 
 
 def cmd_encode(args) -> str:
@@ -473,19 +895,71 @@ def cmd_encode(args) -> str:
 
 
 def cmd_decode(args) -> str:
-    from .codec.files import decode_to_file
-
     codes = read_codes(args.codes)
     codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools
     codec = load_codec(args)
-    save(args.out, lambda p: decode_to_file(codec, codes, p), "audio")
-    return f"wrote {args.out}: {codes.shape[-1] * codec.frame_length / codec.sample_rate:.2f} s"
+    if codes.ndim != 2:
+        raise ValueError(f"codes: {args.codes} holds a {list(codes.shape)} tensor; expected "
+                         f"[{codec.num_codebooks}, frames]")
+    wave = codec.decode(codes)[0, 0].cpu()  # [T]
+    save(args.out, lambda p: write_audio(p, wave, codec.sample_rate), "audio")
+    return f"wrote {args.out}: {wave.shape[0] / codec.sample_rate:.2f} s"
 
 
 def cmd_serve(args) -> str:
-    from .serve.main import serve
+    from .serve.main import api_key, check_bind, serve
 
-    return serve(args)
+    check_bind(args.host, api_key(args), args.allow_no_key)
+    check_port(args.host, args.port)
+    print(serve_banner(args), file=sys.stderr, flush=True)
+    try:
+        return serve(args)
+    except OSError as e:  # the port was taken while the model loaded
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(port_in_use(args.host, args.port)) from None
+        raise
+
+
+def check_port(host: str, port: int) -> None:
+    """That ``serve`` can listen on ``host:port``, before a model loads: a port in use or an
+    address this machine does not have is an error naming it."""
+    import socket
+
+    if not 0 < port < 65536:
+        raise ValueError(f"--port must be 1 .. 65535, got {port}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ValueError(f"--host {host}: not an address of this machine ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ValueError(port_in_use(host, port)) from None
+            raise ValueError(f"--host {host} --port {port}: cannot listen there "
+                             f"({e.strerror or e})") from None
+
+
+def port_in_use(host: str, port: int) -> str:
+    return (f"--port {port}: {host}:{port} is already in use (another server is listening "
+            "there); stop it or choose another port with --port")
+
+
+def serve_banner(args) -> str:
+    """The start-up line: where it listens, which model, whether a key is needed, the voices."""
+    from .serve.main import KEY_ENV, api_key
+
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    key = api_key(args)
+    source = ("--api-key-file" if args.api_key_file else "--api-key" if args.api_key
+              else f"${KEY_ENV}")
+    return (f"sailfish serve: http://{host}:{args.port}/v1 (OpenAI /v1/audio/speech, "
+            f"fish-speech /v1/tts) | model {args.model} "
+            f"({'loaded on the first request' if args.lazy else 'loading now'}) | API key "
+            f"{f'on (from {source})' if key else 'off'} | voices {args.voices}")
 
 
 def cmd_download(args) -> str:
@@ -493,13 +967,14 @@ def cmd_download(args) -> str:
     return f"model ready in {path}"
 
 
-COMMANDS = {"say": cmd_say, "codes": cmd_codes, "voice": cmd_voice, "srt": cmd_srt,
+COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_codes,
+            "voice": cmd_voice, "srt": cmd_srt,
             "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
             "download": cmd_download}
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         check_request(args)
         if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
@@ -512,4 +987,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("stopped (Ctrl-C)", file=sys.stderr)
+        return 130
     return 0

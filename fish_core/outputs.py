@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-AUDIO_SUFFIXES = (".wav", ".flac")  # what audio.save_audio writes
+from .audio.formats import SUFFIXES, format_of, write as write_audio
+
+AUDIO_SUFFIXES = tuple(SUFFIXES)  # what audio.formats writes: .wav .flac .mp3 .opus .ogg .pcm
 CODES_SUFFIXES = (".npy", ".safetensors")
 VOICE_SUFFIXES = (".safetensors",)
 
@@ -34,6 +36,22 @@ def check_output(path, field: str, suffixes: tuple[str, ...]) -> Path:
     if not os.access(folder, os.W_OK):
         raise ValueError(f"{field}: cannot write into {folder}: permission denied")
     return path
+
+
+def check_audio_output(path, field: str) -> Path:
+    """``check_output`` for audio, and the format the suffix names is one this installation
+    can write (mp3 and opus need a recent libsndfile)."""
+    path = check_output(path, field, AUDIO_SUFFIXES)
+    format_of(path, field)
+    return path
+
+
+def take_paths(path, takes: int) -> list[str]:
+    """Where each take goes: ``path`` itself for one, ``NAME-1.wav`` … ``NAME-N.wav`` for N."""
+    if takes <= 1:
+        return [str(path)]
+    path = Path(path)
+    return [str(path.with_name(f"{path.stem}-{k}{path.suffix}")) for k in range(1, takes + 1)]
 
 
 def existing_ancestor(folder: Path) -> Path:

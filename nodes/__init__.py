@@ -8,10 +8,10 @@ through ``NODE_CLASS_MAPPINGS``.
 from . import host, schema
 from .model import MODEL_LOADER
 from .speech import MULTI_SPEAKER, SUBTITLES, TTS, VOICE_CLONE
-from .voice import VOICE_ENCODE, VOICE_LOAD, VOICE_SAVE
+from .voice import VOICE_ENCODE, VOICE_FROM_TAKE, VOICE_LOAD, VOICE_SAVE
 
 NODES = [MODEL_LOADER, TTS, VOICE_CLONE, MULTI_SPEAKER, SUBTITLES, VOICE_ENCODE, VOICE_SAVE,
-         VOICE_LOAD]
+         VOICE_LOAD, VOICE_FROM_TAKE]
 
 
 async def comfy_entrypoint():

@@ -4,7 +4,11 @@ that queued the prompt, as a websocket event of ComfyUI's server.
 Who gets it: only the client id the running prompt was queued with (``PromptServer.client_id``),
 and only when that client asked for it: the web extension (``web/js/sailfish_live.js``) posts
 ``{"client_id": …, "listen": true|false}`` to ``/sailfish/live`` when it connects and whenever
-its setting *Sailfish › Live playback* changes. When nobody listens (the setting off, the
+its setting *Sailfish › Live playback* changes. A registration is taken only for a client id
+with an open ComfyUI websocket (from the same peer address, where aiohttp tells it), at most
+``MAX_PER_PEER`` per peer and ``MAX_LISTENERS`` in all, ids whose socket closed dropped first;
+beyond that it is refused (429), never made by evicting another tab's; only the peer that
+registered an id may withdraw it. When nobody listens (the setting off, the
 extension not loaded, API-only use, or outside ComfyUI) the node runs exactly as before: no
 live decode, no per-frame copies of the generated columns, nothing sent.
 
@@ -26,7 +30,6 @@ import inspect
 import logging
 import re
 import threading
-from collections import OrderedDict
 from typing import Callable
 
 import torch
@@ -37,28 +40,53 @@ from . import host
 EVENT = "sailfish.live"
 ROUTE = "/sailfish/live"
 MAX_SAMPLES = 1 << 16  # per event (~1.5 s at 44.1 kHz; 175 kB of base64)
-MAX_LISTENERS = 256  # client ids remembered (the oldest is forgotten first)
+MAX_LISTENERS = 256  # client ids registered at once
+MAX_PER_PEER = 16  # of them from one peer address
 MAX_BODY = 1024
 CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 log = logging.getLogger("sailfish")
 
 
 # ---------------------------------------------------------------- who listens
-class Listeners:
-    """The client ids whose browser plays live chunks (bounded, thread-safe)."""
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
 
-    def __init__(self, limit: int = MAX_LISTENERS):
-        self.limit = limit
-        self._ids: OrderedDict[str, None] = OrderedDict()
+
+class Listeners:
+    """The client ids whose browser plays live chunks, each with the peer that registered it
+    (bounded in all and per peer, thread-safe; a full set refuses, it never evicts)."""
+
+    def __init__(self, limit: int = MAX_LISTENERS, per_peer: int = MAX_PER_PEER):
+        self.limit, self.per_peer = limit, per_peer
+        self._ids: dict[str, str | None] = {}  # client id → the peer that registered it
         self._lock = threading.Lock()
 
-    def set(self, client_id: str, listen: bool) -> None:
+    def set(self, client_id: str, listen: bool, peer: str | None = None,
+            open_ids=None) -> None:
+        """Register (``listen``) or withdraw ``client_id`` for ``peer``; ``open_ids``: the ids
+        with an open socket (the others are dropped first). ``Refused`` when full, or when
+        another peer's registration would be withdrawn."""
         with self._lock:
-            self._ids.pop(client_id, None)
-            if listen:
-                self._ids[client_id] = None
-                while len(self._ids) > self.limit:
-                    self._ids.popitem(last=False)
+            if open_ids is not None:
+                for gone in [i for i in self._ids if i not in open_ids]:
+                    del self._ids[gone]
+            owner = self._ids.get(client_id, peer)
+            if owner is not None and peer is not None and owner != peer:
+                raise Refused(403, "client_id: registered by another peer")
+            if not listen:
+                self._ids.pop(client_id, None)
+                return
+            if client_id not in self._ids:
+                mine = sum(1 for p in self._ids.values() if p == peer)
+                if peer is not None and mine >= self.per_peer:
+                    raise Refused(429, f"client_id: this peer has {mine} live playback "
+                                       "registrations already; withdraw one first")
+                if len(self._ids) >= self.limit:
+                    raise Refused(429, "client_id: too many live playback registrations; "
+                                       "retry later")
+            self._ids[client_id] = peer
 
     def __contains__(self, client_id) -> bool:
         with self._lock:
@@ -196,6 +224,7 @@ async def set_listening(request):
         guard().check(request.headers)
     except ApiError as e:
         return web.json_response({"error": e.message}, status=e.status)
+    server = prompt_server()
     if request.content_length is None or request.content_length > MAX_BODY:
         return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
                                  status=413)
@@ -210,8 +239,25 @@ async def set_listening(request):
         return web.json_response({"error": "expected {\"client_id\": the websocket's client id "
                                            "(letters, digits, - or _; at most 64), \"listen\": "
                                            "true or false}"}, status=400)
-    listeners(prompt_server()).set(client_id, listen)
+    peer = getattr(request, "remote", None)
+    sockets = getattr(server, "sockets", {})
+    if listen and client_id not in sockets:
+        return web.json_response({"error": "client_id: no ComfyUI websocket is open with this "
+                                           "id (connect /ws?clientId=… first)"}, status=409)
+    owner = socket_peer(sockets.get(client_id))
+    if listen and owner is not None and peer is not None and owner != peer:
+        return web.json_response({"error": "client_id: the websocket with this id belongs to "
+                                           "another peer"}, status=403)
+    try:
+        listeners(server).set(client_id, listen, peer, set(sockets))
+    except Refused as e:
+        return web.json_response({"error": e.message}, status=e.status)
     return web.json_response({"listen": listen})
+
+
+def socket_peer(ws) -> str | None:
+    """The peer address of one of ComfyUI's websockets, where aiohttp keeps its request."""
+    return getattr(getattr(ws, "_req", None), "remote", None)
 
 
 def mount() -> bool:

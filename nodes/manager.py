@@ -5,9 +5,10 @@ loads each configuration once (a lock makes concurrent requests wait for the fir
 keeps it until one of these frees it:
 
 * ComfyUI: the model's torch modules are wrapped in a ``ModelPatcher`` and handed to
-  ``comfy.model_management.load_models_gpu`` before every generation, so ComfyUI accounts for
-  them, may evict other models for them, and may evict them ("Unload models", "Free memory",
-  low VRAM). Its detach callback drops our entry and the KV caches, so memory is really freed;
+  ``comfy.model_management.load_models_gpu`` before every generation, with the memory a
+  generation holds besides the weights (the KV cache at the handle's context, the voice-prefix
+  cache's budget, the CUDA graph pool), so ComfyUI accounts for them, may evict other models
+  for them, and may evict them ("Unload models", "Free memory", low VRAM). Its detach callback drops our entry and the KV caches, so memory is really freed;
   the next run loads the model again from the handle. When we free a model ourselves, ComfyUI
   forgets it as it forgets any freed model (see ``ModelManager._drop``).
 * Idle unload: ``unload_after_minutes`` after the last use (postponed while ComfyUI is running
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import torch
 
 from ..fish_core.engine.device import resolve_device
+from ..fish_core.engine.prefix_cache import DEFAULT_PREFIX_CACHE_MB, megabytes
 from . import host
 from .remote import RemoteHandle, remote_synthesizer
 
@@ -64,6 +66,9 @@ class ModelHandle:
     compile: bool = False
     context_length: int = 0  # 0: the model's own
     unload_after_minutes: float = 0  # 0: keep loaded until ComfyUI frees memory
+    # The voice prefixes' KV kept for reuse (a budget, counted as model memory; 0: off). Not
+    # part of the ModelKey: a new budget resizes the loaded model's cache, never loads again.
+    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB
 
     @property
     def name(self) -> str:
@@ -76,7 +81,7 @@ def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
-        context_length=handle.context_length or None)
+        context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb)
 
 
 class SailfishS2(torch.nn.Module):
@@ -119,8 +124,9 @@ class ComfyMemory:
         patcher.add_callback("on_detach_after", on_detach)  # CallbacksMP.ON_DETACH
         return patcher
 
-    def load(self, patcher) -> None:
-        self.mm.load_models_gpu([patcher], force_full_load=True)
+    def load(self, patcher, extra_bytes: int = 0) -> None:
+        """Load the weights; ``extra_bytes``: what a generation holds besides them, kept free."""
+        self.mm.load_models_gpu([patcher], memory_required=extra_bytes, force_full_load=True)
 
     def busy(self) -> bool:
         server = host.module("server")
@@ -139,6 +145,8 @@ class Entry:
     idle_seconds: float
     users: int = 0
     timer: threading.Timer | None = None
+    prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB  # the loaded model's budget now
+    extra_bytes: int = 0  # what a generation holds besides the weights (``generation_size``)
     # One generation at a time per model: nodes and the HTTP API (nodes/routes.py) share it.
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -202,7 +210,7 @@ class ModelManager:
         try:
             with entry.lock:
                 if entry.patcher is not None:
-                    self.memory.load(entry.patcher)
+                    self.memory.load(entry.patcher, entry.extra_bytes)
                 yield entry.synth
         finally:
             with self._lock:
@@ -231,9 +239,14 @@ class ModelManager:
             t0 = time.perf_counter()
             synth = self._load(handle, device)
             patcher = self.memory.register(synth, device, self._on_detach) if self.memory else None
-            entry = Entry(synth, patcher, 0.0)
+            entry = Entry(synth, patcher, 0.0, prefix_cache_mb=handle.prefix_cache_mb,
+                          extra_bytes=generation_size(handle))
             self._entries[key] = entry
             log.info("Sailfish: %s loaded in %.1f s", handle.name, time.perf_counter() - t0)
+        if entry.prefix_cache_mb != handle.prefix_cache_mb:  # another loader's budget: resize
+            entry.synth.runtime.resize_prefix_cache(handle.prefix_cache_mb)
+            entry.prefix_cache_mb = handle.prefix_cache_mb
+            entry.extra_bytes = generation_size(handle)
         entry.idle_seconds = max(0.0, float(handle.unload_after_minutes) * 60)
         return key, entry
 
@@ -303,9 +316,15 @@ GRAPH_POOL_BYTES = 256 << 20
 
 
 def load_size(handle: ModelHandle) -> int:
-    """Bytes loading ``handle`` will hold on its device: the weights on disk, the slow AR's KV
-    cache at the full context (batch 1) and the CUDA graph pool."""
-    return weights_size(handle.folder) + kv_cache_size(handle) + GRAPH_POOL_BYTES
+    """Bytes loading ``handle`` will hold on its device: the weights on disk and what a
+    generation holds besides them (``generation_size``)."""
+    return weights_size(handle.folder) + generation_size(handle)
+
+
+def generation_size(handle: ModelHandle) -> int:
+    """Bytes a generation holds besides the weights: the slow AR's KV cache at the full context
+    (batch 1), the voice-prefix cache's budget and the CUDA graph pool."""
+    return kv_cache_size(handle) + megabytes(handle.prefix_cache_mb) + GRAPH_POOL_BYTES
 
 
 def kv_cache_size(handle: ModelHandle) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..fish_core.engine.device import PRECISIONS, available_devices
+from ..fish_core.engine.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from . import paths
 from .manager import MANAGER, ModelHandle
 from .remote import RemoteHandle
@@ -84,7 +85,8 @@ def cpu_threads(threads, device: str) -> None:
 
 
 def load_model(model, precision, quantization, device, compile, context_length,
-               unload_after_minutes, remote="off", remote_model="", threads=0, **removed):
+               unload_after_minutes, remote="off", remote_model="",
+               prefix_cache_mb=DEFAULT_PREFIX_CACHE_MB, threads=0, **removed):
     if removed:
         raise ValueError(
             f"{', '.join(sorted(removed))}: the Model Loader no longer takes engine URLs, "
@@ -102,7 +104,8 @@ def load_model(model, precision, quantization, device, compile, context_length,
             raise ValueError(f"remote_model: {e}" if handle.model else str(e)) from None
         return (handle,)
     handle = ModelHandle(str(paths.resolve_model(model)), precision, quantization, device,
-                         bool(compile), int(context_length), unload_after_minutes)
+                         bool(compile), int(context_length), unload_after_minutes,
+                         prefix_cache_mb)
     cpu_threads(threads, MANAGER.key(handle).device)
     MANAGER.get(handle)  # load now, so that a broken checkpoint fails on this node
     return (handle,)
@@ -145,6 +148,11 @@ MODEL_LOADER = Node(
                "/v1/models lists (e.g. s2-pro, drama-3). Empty: the endpoint's model if the "
                "operator set one, else the engine's first. An unknown name is an error listing "
                "the engine's models. Ignored when remote is off.", optional=True),
+        Int("prefix_cache_mb", DEFAULT_PREFIX_CACHE_MB, 0, 65536,
+            "Memory for reusing voices: the KV of recent voice prefixes (reference clips and "
+            "their transcripts) is kept, so the next text in the same voice starts sooner, "
+            "with exactly the same result. Counted as this model's memory. 0: off.",
+            step=64, optional=True, advanced=True),
         Int("threads", 0, 0, 1024,
             "CPU threads for the whole ComfyUI process (torch's). 0: auto, the free physical "
             "cores for a model on the CPU (more threads than free cores decode far slower); "

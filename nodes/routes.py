@@ -70,6 +70,17 @@ def served_folder(choice: str) -> Path:
     return folder
 
 
+def served_name(choice: str) -> str:
+    """The model id ``/v1/models`` and ``/v1/health`` report, and requests may name: the
+    checkpoint ``choice`` (``SAILFISH_SERVE_MODEL``) names as the Model Loader lists it, else
+    the first local checkpoint; looked up without loading or downloading anything."""
+    if choice.endswith(paths.DOWNLOAD):
+        return choice[: -len(paths.DOWNLOAD)]
+    if choice:
+        return Path(choice).name if Path(choice).is_dir() else choice
+    return next(iter(paths.local_models()), "s2-pro")
+
+
 def guard():
     """The Host and Origin rules, from ComfyUI's ``--listen`` and ``--enable-cors-header`` and
     ``SAILFISH_SERVE_ALLOWED_HOSTS`` (listening on every address when ComfyUI's arguments are
@@ -92,7 +103,8 @@ def build_service(manager=MANAGER):
         with manager.use(model_handle()) as synth:
             yield synth
 
-    return Service(model, paths.roots(paths.VOICES), model_name="s2-pro",
+    name = served_name(os.environ.get("SAILFISH_SERVE_MODEL", ""))
+    return Service(model, paths.roots(paths.VOICES), model_name=name,
                    api_key=os.environ.get("SAILFISH_SERVE_API_KEY") or None,
                    loaded=lambda: bool(manager.loaded()), guard=guard())
 

@@ -84,9 +84,10 @@ def Int(name, default, lowest, highest, tooltip, *, step=1, seed=False, optional
                  step=step, seed=seed, advanced=advanced)
 
 
-def Float(name, default, lowest, highest, tooltip, *, step=0.01, advanced=False) -> Input:
-    return Input(name, "FLOAT", tooltip, default, min=lowest, max=highest, step=step,
-                 advanced=advanced)
+def Float(name, default, lowest, highest, tooltip, *, step=0.01, optional=False,
+          advanced=False) -> Input:
+    return Input(name, "FLOAT", tooltip, default, optional=optional, min=lowest, max=highest,
+                 step=step, advanced=advanced)
 
 
 def String(name, tooltip, default="", *, multiline=False, optional=False,

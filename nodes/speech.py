@@ -9,8 +9,9 @@ from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
 from .live import streamed
 from .remote import SpeakerRules, speaker_rules
-from .runtime import from_audio, generate, require_text, sampling, to_audio, tracks_to_audio
-from .schema import MODEL, VOICE, Boolean, Float, Int, Node, Output, Socket, String
+from .runtime import (finishing, from_audio, generate, require_text, sampling, to_audio,
+                      tracks_to_audio)
+from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
 
 DEFAULTS = SamplingParams()
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
@@ -35,6 +36,20 @@ TAKES = Int("takes", 1, 1, MAX_TAKES,
             "Generate this many takes at once (seeds seed, seed+1, …) to keep the best read: "
             "the audio is a batch, one item per take, padded with silence to the longest "
             "(Save Audio writes one file per take).", optional=True)
+# Finished audio (docs/finished-audio.md): optional inputs after every older one.
+FINISHING = [
+    Float("loudness", 0.0, -70.0, 0.0,
+          "Normalise to this integrated loudness in LUFS (ITU-R BS.1770-4), peaks held under "
+          "-1 dBTP: -16 podcast, -23 broadcast, -14 streaming. 0: off.", step=0.5,
+          optional=True),
+    Float("speed", 1.0, 0.5, 2.0,
+          "Speaking rate, pitch kept (Rubber Band; needs pedalboard): 1.25 is a quarter faster. "
+          "Pauses keep their exact length.", step=0.05, optional=True),
+    String("lexicon", "Pronunciation lexicon, one 'word<TAB>respelling' per line (# comments; "
+           "whole words, any case). A voice's own lexicon goes over it.", multiline=True,
+           optional=True, advanced=True),
+]
+PAUSE_HINT = " [pause:700ms] or [pause:1.5s] inserts exactly that much silence."
 AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
 TIMELINE_OUT = Output("STRING", "timeline",
                       "JSON: per take its seed and exact length, and every segment's speaker, "
@@ -43,39 +58,45 @@ TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [e
              "(free-form; see the node's help).")
 
 
-def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1):
+def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1,
+        loudness=0.0, speed=1.0, lexicon=""):
     require_text("text", text, "type what to say")
+    finish = finishing(loudness, speed, lexicon)
     speeches = generate(model, streamed(lambda synth, **run: synth.tts(
         text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
-        **run)))
+        **finish, **run)))
     return to_audio(speeches), timeline_json(speeches)
 
 
 def voice_clone(model, reference_audio, reference_text, text, seed, temperature, top_p, top_k,
-                max_new_tokens, takes=1):
+                max_new_tokens, takes=1, loudness=0.0, speed=1.0, lexicon=""):
     require_text("reference_text", reference_text,
                  "type the words spoken in reference_audio (cloning needs the transcript)")
     require_text("text", text, "type what to say")
+    finish = finishing(loudness, speed, lexicon)
 
     def run(synth, **progress):
         voice = synth.encode_voice(**from_audio(reference_audio, "reference_audio"),
                                    text=reference_text, name="reference")
         return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
-                                                              max_new_tokens), **progress)
+                                                              max_new_tokens), **finish,
+                         **progress)
 
     speeches = generate(model, streamed(run))
     return to_audio(speeches), timeline_json(speeches)
 
 
 def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
-                  takes=1, turn_by_turn=True, **speakers):
+                  takes=1, turn_by_turn=True, loudness=0.0, speed=1.0, lexicon="",
+                  loudness_per="mix", **speakers):
     require_text("script", script, "write the dialogue, one 'Name: line' per turn")
+    finish = finishing(loudness, speed, lexicon, loudness_per)
     rules = speaker_rules(model)
     voices = connected_speakers(script, speakers, rules)
     speeches = generate(model, streamed(lambda synth, **run: synth.dialogue(
         script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
         require_voices=rules.require_voices,
-        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run)))
+        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish, **run)))
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
@@ -103,14 +124,17 @@ def connected_speakers(script: str, speakers: dict, rules: SpeakerRules = Speake
     return voices
 
 
-def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice=None):
+def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice=None,
+              loudness=0.0, speed=1.0, lexicon=""):
     require_text("srt", srt, "paste SRT subtitles (index, 'start --> end' line, text)")
     try:
         textplan.parse_srt(srt)
     except textplan.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
+    finish = finishing(loudness, speed, lexicon)
     result = generate(model, streamed(lambda synth, **run: synth.subtitles(
-        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **run)))
+        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish,
+        **run)))
     report = "\n".join(result.overruns) or "Every cue fits its slot."
     return to_audio([result]), result.srt(), report, timeline_json([result])
 
@@ -120,11 +144,11 @@ TTS = Node(
     "Text to speech with Fish Audio S2-Pro, in a voice from Voice Encode/Load or a voice the "
     "model picks. Long text is split at sentences and spoken without seams.",
     inputs=[MODEL_IN,
-            String("text", "What to say. " + TAGS_HINT, multiline=True),
+            String("text", "What to say. " + TAGS_HINT + PAUSE_HINT, multiline=True),
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
                    "Unconnected: the model picks a voice.", optional=True),
-            TAKES],
+            TAKES, *FINISHING],
     outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=tts,
 )
@@ -140,7 +164,7 @@ VOICE_CLONE = Node(
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
             *SAMPLING,
-            TAKES],
+            TAKES, *FINISHING],
     outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=voice_clone,
 )
@@ -165,7 +189,11 @@ MULTI_SPEAKER = Node(
                     "Generate each turn on its own, so the speaker tracks are exact (always so "
                     "with a pause). Off: several turns share a text batch and flow as one "
                     "conversation; such a batch goes to its first speaker's track.",
-                    optional=True)],
+                    optional=True),
+            *FINISHING,
+            Combo("loudness_per", ["mix", "track", "line"],
+                  "What loudness normalises: the mix, each speaker's track, or each line "
+                  "(the speaker tracks still sum to the mix).", "mix", optional=True)],
     outputs=[AUDIO_OUT,
              *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
                       "where others talk (for lip sync); the tracks sum to the mix.")
@@ -183,7 +211,8 @@ SUBTITLES = Node(
                    multiline=True),
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice. Unconnected: the model picks one.",
-                   optional=True)],
+                   optional=True),
+            *FINISHING],
     outputs=[Output("AUDIO", "audio", "44.1 kHz mono speech on the subtitles' timeline."),
              Output("STRING", "srt", "SRT of where each cue really sits in the audio."),
              Output("STRING", "report", "Cues that ran over their slot or started late."),

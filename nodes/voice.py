@@ -7,7 +7,7 @@ from . import paths
 from .manager import MANAGER
 from .remote import RemoteHandle
 from .runtime import from_audio, require_text
-from .schema import MODEL, VOICE, Combo, Node, Output, Socket, String
+from .schema import MODEL, VOICE, Combo, Int, Node, Output, Socket, String
 
 
 MAX_CONSENT = 1000
@@ -41,6 +41,35 @@ def store_needs_consent(model, synth) -> bool:
     speaker's consent (SGLang-Omni, vLLM-Omni). Elsewhere a consent is not used (local models
     keep the voice's codes; other engines' stores take no consent, and the clip goes inline)."""
     return isinstance(model, RemoteHandle) and synth.dialect.needs_consent
+
+
+def voice_from_take(model, audio, text, name, take=1, lexicon=""):
+    """Casting: take ``take`` of an AUDIO batch (a TTS node's takes) and the text it says →
+    a voice (``speech.casting``: the padding silence trimmed, tags out of the transcript)."""
+    import torch
+
+    from ..fish_core.speech.casting import take_clip
+    from ..fish_core.text.lexicon import Lexicon
+
+    require_text("text", text, "type the text the take says (what the TTS node was given)")
+    require_text("name", name, "name the voice (script 'Name:' lines use it)")
+    paths.check_name(name, "name")
+    given = from_audio(audio, "audio")
+    waves = given["audio"]
+    if not isinstance(waves, torch.Tensor) or waves.dim() != 3:
+        raise ValueError("audio: expected ComfyUI AUDIO, a [batch, channels, samples] waveform")
+    if not 1 <= take <= waves.shape[0]:
+        raise ValueError(f"take: the audio holds {waves.shape[0]} take(s); pick 1 … "
+                         f"{waves.shape[0]}, got {take}")
+    lexicon = Lexicon.parse(lexicon, "lexicon") if lexicon and lexicon.strip() else None
+    wave = waves[take - 1].float().mean(dim=0)  # [samples], mono
+    clip, said, notes = take_clip(wave, int(given["sample_rate"]), text, lexicon)
+    with MANAGER.use(model) as synth:
+        voice = synth.encode_voice(clip, said, name=name.strip(),
+                                   sample_rate=int(given["sample_rate"]))
+    voice.lexicon = lexicon
+    report = f"{voice.name}: {clip.shape[0] / int(given['sample_rate']):.2f} s, “{said}”"
+    return voice, "\n".join([report, *notes])
 
 
 def voice_save(voice, filename_prefix):
@@ -81,6 +110,27 @@ VOICE_ENCODE = Node(
                    "other engines.", optional=True)],
     outputs=[Output(VOICE, "voice", "The encoded voice.")],
     execute=voice_encode,
+)
+
+VOICE_FROM_TAKE = Node(
+    "SailfishVoiceFromTake", "Sailfish Voice From Take",
+    "Casting: keeps a generated take as a voice. Generate takes with no voice, pick the best, "
+    "connect the audio and the text it says here, then save or use the voice.",
+    inputs=[Socket("model", MODEL, "The model from Sailfish Model Loader (its codec encodes "
+                   "the take)."),
+            Socket("audio", "AUDIO", "The takes (a TTS node's audio; a batch of takes or one)."),
+            String("text", "The text the take says: what the TTS node was given. Pause and "
+                   "speaker tags are taken out.", multiline=True),
+            String("name", "The voice's name: Multi-Speaker script lines 'Name: …' use it.",
+                   "cast"),
+            Int("take", 1, 1, 8, "Which take of the batch to keep (1 = the first).",
+                optional=True),
+            String("lexicon", "The lexicon the take was made with, if any: kept in the voice "
+                   "(one 'word<TAB>respelling' per line).", multiline=True, optional=True,
+                   advanced=True)],
+    outputs=[Output(VOICE, "voice", "The cast voice (save it with Voice Save)."),
+             Output("STRING", "report", "How long the kept speech is, and what it says.")],
+    execute=voice_from_take,
 )
 
 VOICE_SAVE = Node(

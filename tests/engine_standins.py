@@ -179,14 +179,17 @@ def vllm_app(rate: int, audio: bytes, stream: bool = False, repeat: int = 1,
 
 
 def readme_endpoint(name: str) -> dict:
-    """The endpoints-file entry ``name`` as README.md shows it to the operator (in one of its
-    JSON blocks): what an example workflow that names ``name`` needs configured."""
+    """The endpoints-file entry ``name`` as the operator's docs show it (in one of the JSON
+    blocks of docs/remote.md, linked from the README, or docs/security.md): what an example
+    workflow that names ``name`` needs configured."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    for block in re.findall(r"```json\n(.*?)```", readme, re.DOTALL):
-        entries = json.loads(block).get("endpoints", {})
-        if name in entries:
-            return entries[name]
-    raise LookupError(f"README.md shows no endpoints-file entry {name!r}")
+    root = Path(__file__).resolve().parents[1]
+    for page in (root / "docs" / "remote.md", root / "docs" / "security.md"):
+        text = page.read_text(encoding="utf-8") if page.is_file() else ""
+        for block in re.findall(r"```json\n(.*?)```", text, re.DOTALL):
+            entries = json.loads(block).get("endpoints", {})
+            if name in entries:
+                return entries[name]
+    raise LookupError(f"docs/remote.md and docs/security.md show no endpoints-file entry {name!r}")

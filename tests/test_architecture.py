@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
     "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
             "remote", "serve", "quant"},
-    "api": {"synthesis"},  # fish_core/__init__.py: ``from fish_core import Synthesizer``
+    "api": {"params", "speech", "synthesis"},  # fish_core/__init__.py: ``from fish_core import …``
     "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core
@@ -165,7 +165,7 @@ def test_the_walk_sees_lazy_and_relative_imports():
     """The checker itself: a lazy relative import inside a function is found and resolved."""
     found = dict(imports(ROOT / "fish_core" / "synthesis" / "synthesizer.py"))
     assert "fish_core.remote" in found  # lazy, inside Synthesizer.remote
-    assert "fish_core.engine.generate" in found  # module-level, relative
+    assert "fish_core.engine.device" in found  # module-level, relative
     nodes_found = {m for m, _ in imports(ROOT / "nodes" / "routes.py")}
     assert any(m.startswith("fish_core.serve") for m in nodes_found)  # lazy, two dots up
 
@@ -236,20 +236,95 @@ print("HEAVY", sorted(heavy))
     assert "HEAVY []" in result.stdout, result.stdout[-2000:]
 
 
-def test_the_driver_uses_only_the_synthesizers_public_interface():
-    """``synthesis.driver`` and ``synthesis.stream`` reach the model through the Synthesizer's
-    public methods (``prompt``, ``references``, ``generate`` …), never its private ones or its
-    engine and prompt encoder."""
+def attributes(path: Path, owners: set[str]) -> list[tuple[str, int]]:
+    """``(attribute, line)`` for every ``owner.attribute`` and ``self.owner.attribute`` in
+    ``path`` whose owner is named in ``owners``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+            if owner in owners:
+                found.append((node.attr, node.lineno))
+    return found
+
+
+def public_names(path: Path, cls: str) -> set[str]:
+    """The public methods, properties and attributes (``self.x = …``) of ``cls`` in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    names = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+    targets = [t for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+    names |= {t.attr for t in targets
+              if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"}
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
+    """``synthesis.driver``, ``synthesis.stream`` and ``serve.scheduler`` generate through the
+    ``Runtime``'s public methods (``references``, ``system_turn``, ``prompt``, ``row_batch``
+    …), never its engine, encoder or model, and never the public ``Synthesizer``: the
+    scheduler only takes the runtime of the Synthesizer it is handed."""
+    allowed = public_names(ROOT / "fish_core" / "synthesis" / "runtime.py", "Runtime")
+    allowed -= {"engine", "encoder", "model", "tokenizer", "codec"}  # the runtime's own parts
+    assert {"prompt", "row_batch", "system_turn", "config"} <= allowed
     wrong = []
-    for name in ("driver.py", "stream.py"):
-        path = ROOT / "fish_core" / "synthesis" / name
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
-                owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
-                if owner == "synth" and (node.attr.startswith("_")
-                                         or node.attr in ("engine", "encoder", "model")):
-                    wrong.append(f"{name}:{node.lineno}: synth.{node.attr}")
+    for path in (ROOT / "fish_core" / "synthesis" / "driver.py",
+                 ROOT / "fish_core" / "synthesis" / "stream.py",
+                 ROOT / "fish_core" / "serve" / "scheduler.py"):
+        for attr, line in attributes(path, {"runtime"}):
+            if attr not in allowed:
+                wrong.append(f"{path.name}:{line}: runtime.{attr}")
+        for attr, line in attributes(path, {"synth"}):
+            if attr != "runtime":
+                wrong.append(f"{path.name}:{line}: synth.{attr}")
     assert not wrong, wrong
+
+
+# The engine's frame and cache: ``generate.Engine`` owns them, ``continuous.RowBatch`` (the one
+# decode loop) drives them; nothing else in the pack may touch them.
+FRAME_AND_CACHE = {"frame", "step", "run_step", "decode_frame", "frame_tail", "slow_step",
+                   "prefill", "prefill_rows", "prefill_whole", "prefill_after", "load_prefixes",
+                   "run_prefix", "ensure_cache", "caches", "first_rows", "cache_rows"}
+LOOP_USES = {"frame", "prefill_rows", "ensure_cache", "caches"}  # what RowBatch calls
+
+
+def test_one_decode_loop_owns_the_frames_and_the_engine_the_cache():
+    """Outside ``engine/generate.py`` (the Engine) and ``engine/continuous.py`` (RowBatch) no
+    module of the pack reaches an engine's frame step, prefill or KV cache; in the loop, only
+    ``RowBatch.step`` runs a frame and only ``RowBatch.join_many`` prefills; and the Engine
+    itself has no loop over frames: it schedules nothing."""
+    engine_file = ROOT / "fish_core" / "engine" / "generate.py"
+    loop_file = ROOT / "fish_core" / "engine" / "continuous.py"
+    wrong = []
+    for path in source_files():
+        if path in (engine_file, loop_file):
+            continue
+        for attr, line in attributes(path, {"engine", "_engine"}):
+            if attr in FRAME_AND_CACHE:
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: engine.{attr}")
+    assert not wrong, "the frame or the KV cache reached outside the loop:\n" + "\n".join(wrong)
+
+    tree = ast.parse(loop_file.read_text(encoding="utf-8"))
+    calls = {}  # engine attribute → the RowBatch methods that use it
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+            for node in ast.walk(method):
+                if isinstance(node, ast.Attribute) and node.attr in FRAME_AND_CACHE \
+                        and isinstance(node.value, (ast.Name, ast.Attribute)) \
+                        and (getattr(node.value, "id", None) or node.value.attr) == "engine":
+                    calls.setdefault(node.attr, set()).add(f"{cls.name}.{method.name}")
+    assert set(calls) <= LOOP_USES, calls
+    assert calls["frame"] == {"RowBatch.step"} and calls["prefill_rows"] == {"RowBatch.join_many"}
+
+    engine = next(n for n in ast.parse(engine_file.read_text(encoding="utf-8")).body
+                  if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    loops = [node for node in ast.walk(engine) if isinstance(node, ast.While)
+             or isinstance(node, ast.For) and any(
+                 isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                 and call.func.attr in ("step", "run_step", "decode_frame", "frame")
+                 for call in ast.walk(node))]
+    assert not loops, [f"generate.py:{node.lineno}" for node in loops]
 
 
 def test_the_pack_root_imports_on_its_own_without_registering_anything():

@@ -168,13 +168,29 @@ def test_save_rejects_bad_rate(tmp_path):
 
 
 def test_load_errors(tmp_path):
-    with pytest.raises(AudioError, match="not found"):
-        load_audio(tmp_path / "missing.wav")
+    """Each error says what is wrong with the file (never libsndfile's "File does not exist"
+    about a file that exists), naming the field."""
+    def refused(path, pattern):
+        with pytest.raises(AudioError, match=pattern) as e:
+            load_audio(path, field="--voice")
+        assert str(e.value).startswith("--voice: ") and "does not exist" not in str(e.value)
+
+    refused(tmp_path / "missing.wav", "file not found")
+    refused(tmp_path, "is a folder, not an audio file")
+    (tmp_path / "empty.wav").write_bytes(b"")
+    refused(tmp_path / "empty.wav", r"is empty \(0 bytes\)")
     (tmp_path / "junk.wav").write_bytes(b"RIFF....not really a wave file")
-    with pytest.raises(AudioError, match="cannot read"):
-        load_audio(tmp_path / "junk.wav")
-    with pytest.raises(AudioError, match="not found"):
-        load_audio(tmp_path)  # a folder is not a file
+    refused(tmp_path / "junk.wav", "is not audio: its content is none of WAV")
+    (tmp_path / "notes.mp3").write_text("these are words, not sound")
+    refused(tmp_path / "notes.mp3", "is not audio")
+    rng = np.random.default_rng(0)  # an ID3 tag, then noise: an MP3 cut off or damaged
+    (tmp_path / "broken.mp3").write_bytes(b"ID3\x03\x00\x00\x00\x00\x00\x00"
+                                          + rng.integers(0, 256, 3000, np.uint8).tobytes())
+    refused(tmp_path / "broken.mp3", "starts like MP3 but cannot be decoded: it is corrupt")
+    good = tmp_path / "good.wav"
+    sf.write(good, tone(seconds=0.5, sr=8000), 8000)
+    (tmp_path / "cut.flac").write_bytes(b"fLaC" + good.read_bytes()[4:40])
+    refused(tmp_path / "cut.flac", "starts like FLAC but cannot be decoded")
     sf.write(tmp_path / "long.wav", tone(seconds=3.0, sr=8000), 8000)
     with pytest.raises(AudioError, match="3.0 s long; the limit is 2 s"):
         load_audio(tmp_path / "long.wav", max_seconds=2.0)

@@ -106,7 +106,7 @@ def no_generation(api, monkeypatch):
     def generate(*args, **kwargs):
         raise AssertionError("generation started before the input was checked")
 
-    monkeypatch.setattr(api.engine, "generate", generate)
+    monkeypatch.setattr(api.runtime, "row_batch", generate)
     return api
 
 

@@ -1,6 +1,7 @@
 """The CLI, run as users run it: a subprocess, offline, on the tiny checkpoint."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,8 +102,8 @@ def test_unexpected_errors_keep_their_traceback(monkeypatch, error):
 
 
 def test_bad_argument_is_named(ckpt_dir, tmp_path):
-    proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.mp3", "--max-new-tokens", "2")
-    assert proc.returncode == 2 and ".mp3" in proc.stderr
+    proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.m4a", "--max-new-tokens", "2")
+    assert proc.returncode == 2 and ".m4a" in proc.stderr and ".mp3" in proc.stderr
     proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.wav", "--temperature", "5")
     assert proc.returncode == 2 and "temperature" in proc.stderr
 
@@ -123,7 +124,13 @@ def test_resolve_local_variant_and_repo(ckpt_dir, tmp_path, monkeypatch):
     with pytest.raises(hub.ModelNotFound, match="HF_HUB_OFFLINE"):
         hub.resolve("someone/other-model", models_dir=models)
     with pytest.raises(hub.ModelNotFound, match="downloading is off"):
+        hub.resolve("someone/other-model", models_dir=models, download=False)
+    # no FP8 download is offered; the error says how to get FP8
+    with pytest.raises(hub.ModelNotFound, match="--quantization fp8"):
         hub.resolve("s2-pro-fp8", models_dir=models, download=False)
+    # a folder of the models dir is found by its name (an FP8 export, a community download)
+    (models / "s2-pro-fp8").symlink_to(ckpt_dir, target_is_directory=True)
+    assert hub.resolve("s2-pro-fp8", models_dir=models) == models / "s2-pro-fp8"
 
 
 def test_download_asks_only_for_the_variant_files(tmp_path, monkeypatch):
@@ -147,3 +154,197 @@ def test_download_asks_only_for_the_variant_files(tmp_path, monkeypatch):
     assert calls[0]["repo_id"] == "fishaudio/s2-pro"
     assert set(calls[0]["allow_patterns"]) >= {"config.json", "model-*.safetensors", "codec.pth"}
     assert "*.bin" not in calls[0]["allow_patterns"]
+
+
+# ---------------------------------------------------------------- help and typos
+def parsers(parser=None, seen=None):
+    """Every parser of the CLI: the top level, each command and each voice sub-command."""
+    import argparse
+
+    parser = parser or cli.build_parser()
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from parsers(sub)
+
+
+def test_every_help_shows_the_defaults():
+    checked = 0
+    for parser in parsers():
+        text = " ".join(parser.format_help().split())  # the lines re-joined
+        for action in parser._actions:
+            if cli.shows_default(action):
+                shown = " ".join(str(action.default).split())
+                assert shown in text, f"{parser.prog} {action.option_strings}: no default"
+                checked += 1
+    assert checked > 50  # every command's sampling, model and server options
+
+
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["sya", "hi"], "usage: sailfish [", "did you mean say?"),
+    (["say", "hi", "-o", "x.wav", "--tempreature", "0.5"], "usage: sailfish say",
+     "did you mean --temperature?"),
+    (["say", "hi", "-o", "x.wav", "--max-new-tokns=5"], "usage: sailfish say",
+     "did you mean --max-new-tokens?"),
+    (["voice", "encdoe", "a.wav"], "usage: sailfish voice", "did you mean encode?"),
+    (["voice", "encode", "a.wav", "--txt", "hi", "-o", "v.safetensors"],
+     "usage: sailfish voice encode", "did you mean --text?"),
+    (["serve", "--prot", "9000"], "usage: sailfish serve", "did you mean --port?"),
+])
+def test_a_typo_gets_its_commands_usage_and_a_suggestion(argv, usage, hint, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["sailfish"])
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and usage in err and hint in err, err
+
+
+# ---------------------------------------------------------------- mistakes, before any work
+def test_a_clip_as_voice_says_how_to_use_it(ckpt_dir, tmp_path, capsys):
+    clip = tmp_path / "me.wav"
+    sf.write(clip, 0.3 * np.sin(np.arange(22050) / 10), 44100)
+    assert cli.main(["say", "hi", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
+                     "--voice", str(clip)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is an audio clip, not a voice file" in err
+    assert '--voice-text "the words spoken in me.wav"' in err and "voice encode" in err
+    assert cli.main(["say", "hi", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
+                     "--voice-text", "stray words"]) == 2
+    assert "one --voice-text per audio clip" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "file not found"),
+    (b"", r"is empty \(0 bytes\)"),
+    (b"Just some notes, not a recording.", "is neither a voice file|is not audio: its content"),
+    (b"ID3\x03\x00\x00\x00\x00\x00\x00" + bytes(range(256)) * 8,
+     "starts like MP3 but cannot be decoded: it is corrupt"),
+])
+def test_an_unreadable_reference_is_one_line_saying_what_is_wrong(content, says, ckpt_dir,
+                                                                  tmp_path, capsys):
+    ref = tmp_path / "ref.mp3"
+    if content is not None:
+        ref.write_bytes(content)
+    for flags in (["--voice", str(ref), "--voice-text", "words"],
+                  ["--ref-audio", str(ref), "--ref-text", "words"]):
+        assert cli.main(["say", "hi", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
+                         *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --") and err.count("\n") == 1 and re.search(says, err), err
+        assert "does not exist" not in err and "Traceback" not in err
+
+
+def test_a_busy_port_is_named_before_the_model_loads(ckpt_dir, capsys, monkeypatch):
+    import socket
+
+    from fish_core.serve import main as serve_main
+
+    monkeypatch.setattr(serve_main, "serve", lambda args: pytest.fail("the model was loaded"))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["serve", "--model", str(ckpt_dir), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --port {port}: 127.0.0.1:{port} is already in use (another server "
+                   "is listening there); stop it or choose another port with --port\n")
+
+
+def test_serve_prints_one_start_up_line(ckpt_dir, tmp_path, capsys, monkeypatch):
+    from fish_core.serve import main as serve_main
+
+    monkeypatch.setattr(serve_main, "serve", lambda args: "server stopped")
+    monkeypatch.delenv("SAILFISH_SERVE_API_KEY", raising=False)
+    base = ["serve", "--model", str(ckpt_dir), "--port", "0", "--voices", str(tmp_path)]
+    assert cli.main(base) == 2  # port 0 is no port
+    assert "--port must be 1 .. 65535" in capsys.readouterr().err
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base[base.index("0")] = str(port)
+    assert cli.main(base) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"sailfish serve: http://127.0.0.1:{port}/v1 ")
+    assert f"model {ckpt_dir} (loading now)" in line and "API key off" in line
+    assert line.endswith(f"voices {tmp_path}")
+    monkeypatch.setenv("SAILFISH_SERVE_API_KEY", "k-123")
+    assert cli.main([*base, "--lazy"]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "API key on (from $SAILFISH_SERVE_API_KEY)" in line and "k-123" not in line
+    assert "(loaded on the first request)" in line
+
+
+def test_compile_auto_says_once_which_mode_it_kept(ckpt_dir, tiny_synth, tmp_path, capsys,
+                                                   monkeypatch):
+    """What ``--compile auto`` chose (Engine.compile_choice, set on the first frame) is printed
+    once after the run; timing the two modes is the engine's test (test_compile_choice.py)."""
+    monkeypatch.setattr(tiny_synth.engine, "compile_choice", "auto: eager: a frame took less")
+    monkeypatch.setattr(cli, "load_synth", lambda args: tiny_synth)
+    args = ["say", "Hi.", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
+            "--max-new-tokens", "3", "--seed", "1"]
+    assert cli.main([*args, "--compile", "auto"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--compile auto kept eager: a frame took less\n") == 1
+    assert cli.main(args) == 0 and "--compile" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- what say writes
+def test_takes_stdin_clip_voices_and_formats(ckpt_dir, sizes, tmp_path):
+    """One run per feature, each compared with the plain run it must equal: take 1 of
+    ``--takes 2`` is the single take of that seed, ``--text-file -`` reads stdin, a clip with
+    ``--voice-text`` is the voice ``voice encode`` makes of it, and ``-o x.mp3`` writes an MP3
+    as ``serve`` answers one."""
+    clip = tmp_path / "me.wav"
+    t = np.arange(int(0.6 * 44100)) / 44100
+    sf.write(clip, 0.3 * np.sin(2 * np.pi * 190 * t), 44100)
+    common = ["--model", ckpt_dir, "--max-new-tokens", "6", "--seed", "4", "--precision", "fp32"]
+    text = "Takes and voices."
+    proc = run_cli("voice", "encode", clip, "--text", "A reference.", "-o",
+                   tmp_path / "me.safetensors", "--model", ckpt_dir, "--precision", "fp32")
+    assert proc.returncode == 0, proc.stderr
+    runs = {
+        "single": ["say", text, "--voice", tmp_path / "me.safetensors"],
+        "takes": ["say", text, "--voice", tmp_path / "me.safetensors", "--takes", "2"],
+        "clip": ["say", text, "--voice", clip, "--voice-text", "A reference."],
+        "stdin": ["say", "--text-file", "-", "--voice", tmp_path / "me.safetensors"],
+    }
+    for name, args in runs.items():
+        proc = subprocess.run(
+            [sys.executable, "-m", "fish_core", *map(str, args), *map(str, common),
+             "-o", str(tmp_path / f"{name}.wav")], cwd=ROOT, input=text if name == "stdin" else "",
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+                 "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    single = sf.read(tmp_path / "single.wav")[0]
+    assert not (tmp_path / "takes.wav").exists()
+    take1, take2 = (sf.read(tmp_path / f"takes-{k}.wav")[0] for k in (1, 2))
+    assert np.array_equal(take1, single) and not np.array_equal(take2[:len(take1)], take1[:len(take2)])
+    assert np.array_equal(sf.read(tmp_path / "clip.wav")[0], single)
+    assert np.array_equal(sf.read(tmp_path / "stdin.wav")[0], single)
+
+
+@pytest.mark.parametrize("suffix", [".mp3", ".opus", ".ogg", ".flac", ".pcm", ".wav"])
+def test_audio_outputs_in_every_format_serve_answers(suffix, tiny_synth, tmp_path):
+    from fish_core.audio import formats
+    from fish_core.outputs import check_audio_output, write_audio
+
+    fmt = formats.SUFFIXES[suffix]
+    if fmt not in formats.writable():
+        pytest.skip(f"this libsndfile cannot write {fmt}")
+    speech = tiny_synth.tts("Formats.", seed=1, max_new_tokens=4)
+    path = check_audio_output(tmp_path / f"out{suffix}", "--out")
+    write_audio(path, speech.waveform, speech.sample_rate)
+    data = path.read_bytes()
+    same = (lambda a, b: a == b) if fmt != "opus" else \
+        (lambda a, b: len(a) == len(b) and a[:4] == b[:4])  # Ogg: a random stream serial
+    assert same(data, formats.encode(speech.waveform, speech.sample_rate, fmt))  # serve's bytes
+    if fmt == "pcm":
+        assert len(data) == 2 * speech.waveform.shape[0]
+    else:
+        info = sf.info(path)
+        rate = formats.OPUS_RATE if fmt == "opus" else speech.sample_rate
+        assert info.samplerate == rate and abs(info.duration - speech.duration) < 0.1
+    assert same(speech.save(tmp_path / f"again{suffix}").read_bytes(), data)  # Speech.save

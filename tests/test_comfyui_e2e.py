@@ -241,25 +241,29 @@ def port_is_free(host: str, port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def engine(server, tiny_synth, voices_dir):
-    """A key-less serve of the tiny checkpoint where the built-in ``local`` endpoint expects
-    one (127.0.0.1:8080), as a newcomer runs ``python -m fish_core serve``: the remote-mode
-    example then needs no setup. When another program holds that port, the serve takes a
-    free one and the operator's endpoints file (in ComfyUI's user directory) redefines
-    ``local`` to it."""
+    """A key-less serve of the tiny checkpoint where the ``local`` endpoint expects one
+    (127.0.0.1:8080), as a newcomer runs ``python -m fish_core serve``, and the operator's
+    endpoints file (in ComfyUI's user directory) enabling ``local`` as docs/security.md says
+    (``"local": {}``). When another program holds that port, the serve takes a free one and
+    the entry names it."""
     from fish_core.serve.background import BackgroundServer
     from fish_core.serve.service import Service
 
     host, port = LOCAL_ENGINE
+    entry = {}
     if not port_is_free(host, port):
         port = free_port()
-        config = server.base / "user" / "sailfish" / "endpoints.json"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(json.dumps({"endpoints": {"local": {
-            "urls": f"http://{host}:{port}", "dialect": "sailfish"}}}))
+        entry = {"urls": f"http://{host}:{port}"}
+    config = server.base / "user" / "sailfish" / "endpoints.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps({"endpoints": {"local": entry}}))
     service = Service.standalone(lambda: tiny_synth, voices=[voices_dir])
     with BackgroundServer(service, host, port) as running:
         yield running
     service.close()
+
+
+FRONTEND_ONLY = ("Note", "MarkdownNote")  # nodes the frontend keeps out of the API prompt
 
 
 def to_api(workflow: dict, object_info: dict) -> dict:
@@ -268,6 +272,8 @@ def to_api(workflow: dict, object_info: dict) -> dict:
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
+        if node["type"] in FRONTEND_ONLY:
+            continue
         info = object_info[node["type"]]
         spec = {**info["input"].get("required", {}), **info["input"].get("optional", {})}
         order = info["input_order"].get("required", []) + info["input_order"].get("optional", [])
@@ -523,6 +529,43 @@ def test_http_api_on_comfyui_port(server):
         time.sleep(0.3)
 
 
+def test_speech_stream_on_comfyui_port(server):
+    """WS /sailfish/v1/audio/speech/stream in ComfyUI: a key offered as a subprotocol without
+    sailfish.speech.v1 is refused before the upgrade and appears in no log line; SGLang-Omni's
+    session.config (split_granularity, stream_audio, voice "default") is spoken."""
+    import aiohttp
+
+    token = "base64url.bearer." + base64.urlsafe_b64encode(b"e2e-key-0028").decode().rstrip("=")
+    url = server.url.replace("http://", "ws://") + "/sailfish/v1/audio/speech/stream"
+
+    async def session():
+        async with aiohttp.ClientSession() as client:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await client.ws_connect(url, protocols=(token,))
+            async with client.ws_connect(url, protocols=("sailfish.speech.v1",)) as ws:
+                await ws.send_json({"type": "session.config", "voice": "default", "seed": 4,
+                                    "max_new_tokens": 8, "split_granularity": "clause",
+                                    "stream_audio": False, "response_format": "pcm"})
+                await ws.send_json({"type": "input.text", "text": "One, two."})
+                await ws.send_json({"type": "input.done"})
+                events, frames = [], []
+                while not events or events[-1]["type"] not in ("session.done", "error"):
+                    msg = await ws.receive(timeout=PROMPT_SECONDS)
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        frames.append(msg.data)
+                    else:
+                        events.append(json.loads(msg.data))
+            return refused.value.status, events, frames
+
+    status, events, frames = asyncio.run(session())
+    assert status == 400
+    assert events[0]["type"] == "session.configured" and events[0]["split_granularity"] == "clause"
+    assert [e["sentence_text"] for e in events if e["type"] == "audio.start"] == ["One,", "two."]
+    assert events[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}
+    assert len(frames) == 2 and all(frames)
+    assert token not in server.log_text() and "e2e-key-0028" not in server.log_text()
+
+
 def test_errors_reach_the_user(server):
     entry = server.wait(server.queue(tts_prompt("   ", 1, 8)))
     assert entry["status"]["status_str"] == "error"
@@ -645,6 +688,18 @@ def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
     mine, other, _ = asyncio.run(live_session(server, False, tts_prompt("Quiet.", 3, 8)))
     assert mine[-1]["type"] == "execution_success"
     assert not [m for m in mine + other if m["type"] == "sailfish.live"]
+
+
+def test_live_registrations_need_an_open_socket(server):
+    """A peer without a ComfyUI websocket of that id cannot register it (so it cannot fill the
+    set and push a tab's registration out)."""
+    request = urllib.request.Request(server.url + "/sailfish/live",
+                                     data=json.dumps({"client_id": "no-such-socket",
+                                                      "listen": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request, timeout=30)
+    assert e.value.code == 409 and b"websocket" in e.value.read()
 
 
 def test_live_route_rejects_bad_requests(server):

@@ -120,7 +120,7 @@ def test_subtitle_chunks_are_the_timeline(synth, voice):
 def test_the_layout_of_any_batch_lengths(synth):
     """``TakeLayout`` on made-up batches (0, 1, a few and many frames, with and without
     pauses): the chunks are ``join_batches`` of ``decode_batches``, whether the frames come
-    column by column or only at the end of a batch."""
+    column by column or only at the end of a batch; what it holds back stays bounded."""
     K = synth.config.num_codebooks
     g = torch.Generator().manual_seed(0)
     lengths = [0, 1, 3, 40, 2, 17]
@@ -130,7 +130,7 @@ def test_the_layout_of_any_batch_lengths(synth):
     for pause in (0.0, 0.05):
         for by_column in (True, False):
             record = Recorder(synth.sample_rate)
-            layout = TakeLayout(record, synth.sample_rate, len(codes), pause)
+            layout = TakeLayout(record, synth.sample_rate, [r.batch for r in results], pause)
             decoder = ChunkDecoder(synth.codec)
             decoded = []
             for c in codes:
@@ -139,6 +139,8 @@ def test_the_layout_of_any_batch_lengths(synth):
                 for chunk in chunks + decoder.flush():
                     decoded.append(chunk)
                     layout.chunk(chunk)
+                    # only what waits is held (a fade and this chunk), never the whole batch
+                    assert sum(u.shape[0] for u in layout.unsent) <= layout.fade + len(chunk)
                 layout.end_batch()
             whole = decode_batches(synth.codec, codes)
             assert torch.equal(torch.cat(decoded), whole)
@@ -377,21 +379,35 @@ def test_only_engines_that_report_chunks_get_on_chunk(comfy, synth):
 
 
 # ---------------------------------------------------------------- the route
-def post(handler, body, length=None, headers=None):
+def post(handler, body, length=None, headers=None, remote="127.0.0.1"):
     raw = json.dumps(body).encode()
 
     async def read_json():
         return json.loads(raw)
 
     request = types.SimpleNamespace(content_length=len(raw) if length is None else length,
-                                    json=read_json, headers=headers or {})
+                                    json=read_json, headers=headers or {}, remote=remote)
     response = asyncio.run(handler(request))
     return response.status, json.loads(response.text)
 
 
-def test_the_route_switches_listening(comfy):
+def live_route(comfy):
     (handler,) = [r.handler for r in comfy.server.routes
                   if r.method == "POST" and r.path == "/sailfish/live"]
+    return handler
+
+
+class Socket:
+    """One of ComfyUI's websockets as aiohttp keeps it: its request knows the peer."""
+
+    def __init__(self, peer: str):
+        self._req = types.SimpleNamespace(remote=peer)
+
+
+def test_the_route_switches_listening(comfy, monkeypatch):
+    handler = live_route(comfy)
+    monkeypatch.setitem(comfy.server.sockets, "abc-1", Socket("127.0.0.1"))
+    monkeypatch.setitem(comfy.server.sockets, "abc", Socket("127.0.0.1"))
     listeners = comfy.live.listeners(comfy.server)
     assert post(handler, {"client_id": "abc-1", "listen": True}) == (200, {"listen": True})
     assert "abc-1" in listeners
@@ -409,11 +425,43 @@ def test_the_route_switches_listening(comfy):
         assert status == 403 and "origin" in answer["error"] and "abc" not in listeners
 
 
-def test_listeners_are_bounded(comfy):
-    listeners = comfy.live.Listeners(limit=3)
-    for i in range(5):
-        listeners.set(f"c{i}", True)
-    assert [f"c{i}" in listeners for i in range(5)] == [False, False, True, True, True]
+def test_listeners_are_bounded_and_never_evicted(comfy):
+    listeners = comfy.live.Listeners(limit=4, per_peer=2)
+    listeners.set("tab", True, "10.0.0.1")
+    for i in range(2):
+        listeners.set(f"c{i}", True, "10.0.0.9")
+    with pytest.raises(comfy.live.Refused, match="this peer has 2"):
+        listeners.set("c2", True, "10.0.0.9")
+    listeners.set("d0", True, "10.0.0.8")
+    with pytest.raises(comfy.live.Refused, match="too many"):
+        listeners.set("e0", True, "10.0.0.7")
+    assert all(i in listeners for i in ("tab", "c0", "c1", "d0"))  # nobody was evicted
+    listeners.set("e0", True, "10.0.0.7", open_ids={"tab", "e0"})  # closed sockets dropped
+    assert "tab" in listeners and "e0" in listeners and "c0" not in listeners
+
+
+def test_registrations_need_an_open_socket_of_the_same_peer(comfy, monkeypatch):
+    """A LAN peer (not a browser tab) can neither register ids without a ComfyUI socket, nor
+    take over or withdraw a tab's id, nor fill the set (it is bounded per peer)."""
+    handler = live_route(comfy)
+    listeners = comfy.live.listeners(comfy.server)
+    tab, lan = "127.0.0.1", "192.168.1.50"
+    monkeypatch.setitem(comfy.server.sockets, "tab-9", Socket(tab))
+    assert post(handler, {"client_id": "tab-9", "listen": True}, remote=tab)[0] == 200
+    status, answer = post(handler, {"client_id": "nobody", "listen": True}, remote=lan)
+    assert status == 409 and "websocket" in answer["error"] and "nobody" not in listeners
+    status, _ = post(handler, {"client_id": "tab-9", "listen": False}, remote=lan)
+    assert status == 403 and "tab-9" in listeners
+    monkeypatch.setitem(comfy.server.sockets, "tab-8", Socket(tab))
+    assert post(handler, {"client_id": "tab-8", "listen": True}, remote=lan)[0] == 403
+    for i in range(comfy.live.MAX_PER_PEER + 5):  # the LAN peer's own sockets
+        monkeypatch.setitem(comfy.server.sockets, f"lan-{i}", Socket(lan))
+        status, _ = post(handler, {"client_id": f"lan-{i}", "listen": True}, remote=lan)
+        assert status == (200 if i < comfy.live.MAX_PER_PEER else 429)
+    assert "tab-9" in listeners  # the tab's registration stays
+    for i in range(comfy.live.MAX_PER_PEER):
+        assert post(handler, {"client_id": f"lan-{i}", "listen": False}, remote=lan)[0] == 200
+    assert post(handler, {"client_id": "tab-9", "listen": False}, remote=tab)[0] == 200
 
 
 # ---------------------------------------------------------------- the web extension's contract

@@ -97,9 +97,11 @@ def test_real_model_is_freed_when_comfyui_unloads_it(env, model):
     check_audio(run_v1(env, "SailfishTTS", model=model, text="Back again.", **FAST)[0])
 
 
-def test_make_room_counts_the_kv_cache_and_the_graph_pool(env, manager, ckpt_dir):
+def test_make_room_counts_the_kv_cache_the_prefix_cache_and_the_graph_pool(env, manager,
+                                                                          ckpt_dir):
     """Before a load ComfyUI is asked for the weights plus the slow AR's KV cache at the
-    handle's context (in its precision) plus the CUDA graph pool, not the weights alone."""
+    handle's context (in its precision) plus the voice-prefix cache's budget plus the CUDA
+    graph pool, not the weights alone."""
     mod = env.pack.nodes.manager
     text = ModelConfig.from_file(ckpt_dir).text
     context = text.max_seq_len // 2
@@ -122,7 +124,42 @@ def test_make_room_counts_the_kv_cache_and_the_graph_pool(env, manager, ckpt_dir
         m.get(handle)
         kv = text.n_layer * 2 * text.n_local_heads * text.head_dim * context * itemsize
         assert mod.kv_cache_size(handle) == kv
-        assert asked[-1] == mod.weights_size(str(ckpt_dir)) + kv + mod.GRAPH_POOL_BYTES
+        prefixes = handle.prefix_cache_mb * 1024 * 1024  # the default budget
+        assert prefixes > 0
+        assert asked[-1] == mod.weights_size(str(ckpt_dir)) + kv + prefixes + mod.GRAPH_POOL_BYTES
+    off = mod.ModelHandle(str(ckpt_dir), precision="bf16", context_length=context // 2,
+                          device="cpu", prefix_cache_mb=0)
+    m.get(off)
+    assert asked[-1] == mod.weights_size(str(ckpt_dir)) + mod.kv_cache_size(off) \
+        + mod.GRAPH_POOL_BYTES
     full = mod.ModelHandle(str(ckpt_dir), precision="bf16")  # 0: the model's own context
     assert mod.kv_cache_size(full) == 2 * mod.kv_cache_size(
         mod.ModelHandle(str(ckpt_dir), precision="bf16", context_length=context))
+
+
+def test_the_prefix_cache_budget_reaches_the_model_and_is_counted_at_each_use(env, monkeypatch):
+    """The loader's ``prefix_cache_mb`` sizes the loaded model's voice-prefix cache; another
+    budget for the same model resizes it (no second load); every use hands ComfyUI what a
+    generation holds besides the weights, the budget included."""
+    from node_env import LOADER, run_v3
+
+    mod = env.pack.nodes.manager
+    handle = run_v3(env, "SailfishModelLoader", **LOADER, prefix_cache_mb=3)[0]
+    synth = env.manager.get(handle)
+    assert synth.engine.prefixes.budget == 3 * 1024 * 1024
+    asked = []
+    load = env.stubs.mm.load_models_gpu
+    monkeypatch.setattr(env.stubs.mm, "load_models_gpu",
+                        lambda models, memory_required=0, **kw: asked.append(memory_required)
+                        or load(models, memory_required, **kw))
+    with env.manager.use(handle):
+        pass
+    assert asked == [mod.generation_size(handle)]
+    assert mod.generation_size(handle) == mod.kv_cache_size(handle) + 3 * 1024 * 1024 \
+        + mod.GRAPH_POOL_BYTES
+    off = run_v3(env, "SailfishModelLoader", **LOADER, prefix_cache_mb=0)[0]
+    with env.manager.use(off) as same:
+        assert same is synth and not synth.engine.prefixes.enabled
+    assert asked[-1] == mod.generation_size(off) == asked[0] - 3 * 1024 * 1024
+    run_v3(env, "SailfishModelLoader", **LOADER)  # the default budget again
+    assert synth.engine.prefixes.budget == mod.DEFAULT_PREFIX_CACHE_MB * 1024 * 1024

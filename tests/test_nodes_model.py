@@ -12,7 +12,7 @@ from node_env import (  # noqa: F401 - fixtures are found by name
 
 def test_model_combo_lists_local_folders_then_downloads(env):
     options = env.v1["SailfishModelLoader"].INPUT_TYPES()["required"]["model"][0]
-    assert options == ["tiny-s2", "s2-pro (download)", "s2-pro-fp8 (download)"]
+    assert options == ["tiny-s2", "s2-pro (download)"]  # FP8: quantization fp8 on s2-pro
     # another pack's tts folder
     shared = link_checkpoint(env.base / "models" / "tts" / "fishaudio", "s2")
     try:

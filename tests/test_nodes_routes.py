@@ -108,3 +108,26 @@ def test_the_model_folders_are_scanned_once_not_per_round(comfy, monkeypatch):
     with pytest.raises(Exception, match="model"):
         routes_module.model_handle()
     assert len(scans) > scanned
+
+
+def test_models_route_reports_the_checkpoint_served(comfy, monkeypatch):
+    """/sailfish/v1/models and /v1/health name the folder served (the first local checkpoint
+    here, or the one SAILFISH_SERVE_MODEL names), not s2-pro; requests may name it."""
+    import json
+
+    from conftest import fixtures_dir
+
+    routes_module = comfy.pack.nodes.routes
+    monkeypatch.delenv("SAILFISH_SERVE_MODEL", raising=False)
+    service = routes_module.build_service(comfy.manager)
+    assert service.model_name == "tiny-s2"
+    table = web.RouteTableDef()
+    for route in comfy.pack.fish_core.serve.routes.routes(service, "/sailfish"):
+        table.route(route.method, route.path)(route.handler)
+    [(status, _, listed), (_, _, health)] = asyncio.run(call(table, [
+        ("GET", "/sailfish/v1/models", None), ("GET", "/sailfish/v1/health", None)]))
+    ids = {m["id"] for m in json.loads(listed)["data"]}
+    assert status == 200 and "tiny-s2" in ids and json.loads(health)["model"] == "tiny-s2"
+    assert routes_module.served_name(str(fixtures_dir() / "tiny-s2")) == "tiny-s2"
+    assert routes_module.served_name("s2-pro (download)") == "s2-pro"
+    assert routes_module.served_name("voices/alt") == "voices/alt"

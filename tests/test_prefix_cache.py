@@ -159,3 +159,25 @@ def test_a_new_row_count_keeps_the_prefixes(tiny_synth, voices):
     for takes in (None, 2, None):
         on.tts("Hello there.", voices[0], seed=1, takes=takes, **GREEDY)
     assert on.engine.prefixes.misses == 1 and on.engine.prefixes.hits == 2  # one per later call
+
+
+def test_takes_run_their_shared_prefix_once_and_nothing_is_kept_when_off(tiny_synth, voices,
+                                                                          monkeypatch):
+    """Takes join their rows together: per text batch one run of the voice prefix (the other
+    takes copy it row to row) and one run of the rests; with the cache off no copy of the
+    prefix KV is made to keep, and the codes are those of the cache on."""
+    off, on = twin(tiny_synth, 0), twin(tiny_synth, 64)
+    engine, runs = off.engine, {"run_prefix": 0, "prefill_after": 0, "kept_prefix": 0}
+    for name in runs:
+        original = getattr(engine, name)
+
+        def counted(*args, name=name, original=original, **kwargs):
+            runs[name] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(engine, name, counted)
+    got = off.tts(LONG, voices[0], seed=5, max_bytes=40, takes=3, **SAMPLED)
+    batches = len(got[0].segments)
+    assert batches > 1 and runs == {"run_prefix": batches, "prefill_after": batches,
+                                    "kept_prefix": 0}
+    same(got, on.tts(LONG, voices[0], seed=5, max_bytes=40, takes=3, **SAMPLED))

@@ -94,6 +94,27 @@ def test_voice_clone_equals_local(server, synth):
                        wire(local.waveform))
 
 
+def test_a_clip_is_written_once_however_often_it_is_sent(server, synth, monkeypatch):
+    """The reference WAV of a voice made here is written once per clip, and the same bytes go
+    with every request (three takes, then a dialogue turn)."""
+    from fish_core.audio import files
+
+    writes = []
+    soundfile = files.import_soundfile()
+    monkeypatch.setattr(files, "import_soundfile", lambda: writes.append(1) or soundfile)
+    client = remote(server, synth)
+    voice = client.encode_voice(tone(synth.sample_rate), "A short reference.", name="me",
+                                sample_rate=synth.sample_rate)
+    sent = []
+    body = client.dialect.body
+    monkeypatch.setattr(client.dialect, "body",
+                        lambda *a: sent.append(body(*a)) or sent[-1])
+    client.tts("Written once.", voice, seed=4, takes=3, **FAST)
+    client.dialogue("A: Sent again.", {"A": voice}, seed=4, **FAST)
+    assert len(writes) == 1 and len(sent) == 4
+    assert len({b["references"][0]["audio"] for b in sent}) == 1
+
+
 def test_registered_voice_is_reused_by_id(server, synth):
     ref = tone(synth.sample_rate, 0.6, 440.0)
     local = synth.tts("Registered.", synth.encode_voice(ref, "Words.",
@@ -281,3 +302,37 @@ def test_remote_loader_errors_name_the_field(nodes_env, server, monkeypatch):
     with pytest.raises(ValueError, match="endpoint 'keyless'/v1/models: HTTP 401: missing or "
                                          "wrong API key"):  # named by its configured name
         run_node(pack, "SailfishModelLoader", **LOADER, remote="keyless")
+
+
+def test_finishing_happens_locally_and_pauses_split_the_requests(server, synth):
+    """The remote synthesizer takes the finishing keywords: each piece between pause tags is
+    a request of its own (seeded like a local batch), laid out with the exact silence, at the
+    speaking rate and loudness, on the audio the engine returned."""
+    client, sent = remote(server, synth), []
+    original = client._request
+
+    def spy(text, *args, **kwargs):
+        sent.append(text)
+        return original(text, *args, **kwargs)
+
+    client._request = spy
+    sr = synth.sample_rate
+    got = client.tts("Hello there. [pause:600ms] Goodbye now.", seed=5, **FAST)
+    assert sent == ["Hello there.", "Goodbye now."]
+    a, b = got.segments
+    assert b.start_sample - a.end_sample == round(0.6 * sr)
+    assert not got.waveform[a.end_sample:b.start_sample].any()
+    first = wire(synth.tts("Hello there.", seed=5, **FAST).waveform)
+    assert torch.equal(got.waveform[:first.shape[0] - round(0.01 * sr)],
+                       first[:first.shape[0] - round(0.01 * sr)])  # before its fade-out
+    lexicon = __import__("fish_core.text.lexicon", fromlist=["Lexicon"]).Lexicon.parse(
+        "there\tthair\n")
+    sent.clear()
+    finished = client.tts("Hello there.", seed=5, lexicon=lexicon, speed=1.25,
+                          loudness=-30, **FAST)
+    assert sent == ["Hello thair."]
+    assert finished.finishing["speed"] == 1.25 and "loudness" in finished.finishing
+    with client.stream("One. [pause:250ms] Two.", seed=2, **FAST) as stream:
+        streamed = torch.cat(list(stream))
+    whole = client.tts("One. [pause:250ms] Two.", seed=2, **FAST)
+    assert torch.equal(streamed, whole.waveform)

@@ -2,7 +2,7 @@
 workflow is untrusted input, so it can neither point a key at a host nor pick which secret is
 sent; a key goes only to the origins it is bound to; a remote answer cannot make the client
 read without bound; errors name the endpoint, not a foreign server's body. Model files: pinned
-downloads, no unpickling on a torch whose ``weights_only`` can be bypassed.
+downloads, codec.pth never unpickled by torch (our restricted reader, on any torch).
 
 Remote hosts here are real sockets on 127.0.0.1 that record every byte they receive; the node
 tests run on the ComfyUI stand-in (tests/comfy_stubs.py)."""
@@ -198,7 +198,7 @@ def test_a_malicious_workflow_reaches_no_unconfigured_host_and_sends_no_secret(c
             assert attacker.url not in str(error.value), (attack, error.value)
             if "remote" in inputs and "remote_url" not in inputs:  # what ComfyUI checks first
                 message = pack.nodes.model.validate_remote(inputs["remote"])
-                assert isinstance(message, str) and "configured: local, good" in message
+                assert isinstance(message, str) and "configured: good" in message
         assert attacker.received == []  # not one connection
         assert good.received == []  # the good endpoint's key was never even read (unset)
 
@@ -222,10 +222,10 @@ def test_unknown_endpoint_lists_the_configured_names(comfy):
     pack, stubs = comfy
     write_endpoints(stubs, {"gpu-farm": {"urls": "https://tts.example.com"},
                             "lan": {"urls": ["http://127.0.0.1:9", "http://127.0.0.1:10"]}})
-    with pytest.raises(ValueError, match=r"no endpoint named 'studio'; configured: local, "
+    with pytest.raises(ValueError, match=r"no endpoint named 'studio'; configured: "
                                          r"gpu-farm, lan"):
         loader(pack).execute(**LOADER, remote="studio")
-    assert "off" in endpoints.choices() and endpoints.choices()[1:] == ["local", "gpu-farm", "lan"]
+    assert "off" in endpoints.choices() and endpoints.choices()[1:] == ["gpu-farm", "lan"]
 
 
 def test_old_workflows_load_with_a_clear_message(comfy):
@@ -291,12 +291,87 @@ def test_endpoint_key_errors_name_neither_key_nor_path(tmp_path, monkeypatch):
     assert "printable" in str(error.value) and "secret-part" not in str(error.value)
 
 
-def test_the_builtin_local_endpoint_is_keyless_sailfish_on_loopback(monkeypatch):
-    local = endpoints.load([])["local"]
+def test_local_is_offered_only_when_the_operator_enables_it(comfy, monkeypatch):
+    """No engine is built in: a workflow naming ``local`` reaches nothing until the operator
+    enables it (``"local": {}``: a key-less Sailfish serve on 127.0.0.1:8080)."""
+    pack, stubs = comfy
+    path = write_endpoints(stubs, {})
+    assert endpoints.choices() == ["off"] and "local" not in endpoints.load()
+    with pytest.raises(ValueError, match=r"no endpoint named 'local'; configured: none .*"
+                                         r"only when the operator enables it") as error:
+        loader(pack).execute(**LOADER, remote="local")
+    assert '{"endpoints": {"local": {}}}' in str(error.value)
+    path.write_text(json.dumps({"endpoints": {"local": {}}}))
+    local = endpoints.load()["local"]
     assert local.urls == ("http://127.0.0.1:8080",) and local.dialect == "sailfish"
+    assert endpoints.choices() == ["off", "local"]
     assert local.api_key() is None  # SAILFISH_REMOTE_API_KEY is not read for it
     monkeypatch.setenv("SAILFISH_REMOTE_API_KEY", SECRETS["SAILFISH_REMOTE_API_KEY"])
     assert local.client().transport.credential is None
+    path.write_text(json.dumps({"endpoints": {"local": {"urls": "http://127.0.0.1:9000"}}}))
+    assert endpoints.load()["local"].urls == ("http://127.0.0.1:9000",)
+
+
+SECRET_PAGE = b"<html>internal admin page: SESSION=SECRET-0007 db=prod</html>"
+
+
+def test_an_unidentified_local_engine_is_never_quoted(comfy):
+    """Whatever answers where ``local`` points (not a Sailfish serve): the node error and the
+    history carry the status alone, no byte of its answer."""
+    pack, stubs = comfy
+    for status in (403, 404, 500):
+        with Recorder(lambda path, send: send(answer(status, SECRET_PAGE, "text/html"))) as other:
+            write_endpoints(stubs, {"local": {"urls": other.url}})
+            with pytest.raises(Exception) as error:
+                loader(pack).execute(**LOADER, remote="local")
+                synth = pack.nodes.remote.remote_synthesizer(
+                    pack.nodes.remote.RemoteHandle("local"))
+                synth.tts("Hi.", seed=1, max_new_tokens=FRAMES)
+            message = str(error.value)
+            assert f"HTTP {status}" in message and "endpoint 'local'" in message
+            assert b"SECRET" not in message.encode() and "internal" not in message
+            assert other.url not in message
+            pack.nodes.remote.forget()
+
+
+def test_an_identified_sailfish_engine_is_quoted_short(tiny_synth, voices_dir):
+    """Our serve identifies itself (its /v1/models): its own messages are quoted, bounded."""
+    from conftest import served
+
+    with served(tiny_synth, voices_dir) as running:
+        client = RemoteSynthesizer(running.url, "sailfish", retries=0, name="local")
+        assert not client.transport.shows_text  # nothing said yet
+        from fish_core.speech.voices import Voice
+        with pytest.raises(ValueError) as error:
+            client.tts("Hi.", Voice("nobody", [], 44100, 2048), seed=1, max_new_tokens=FRAMES)
+        assert client.transport.identified and "'alice'" in str(error.value)
+        assert running.url not in str(error.value)
+
+
+def test_an_engines_lists_are_quoted_first_few_and_a_count():
+    """An unknown model against an engine listing thousands of long names (a 900 kB model
+    list, a 981,584-character node error before): the error holds the first few names,
+    shortened, and how many more (of the MAX_MODELS read)."""
+    from fish_core.remote.http import MAX_NAMES
+    from fish_core.remote.models import MAX_MODELS, UnknownModel
+
+    names = [f"model-{i:05d}-" + "x" * 200 for i in range(4_000)]
+    listing = json.dumps({"data": [{"id": n, "owned_by": "sglang"} for n in names]}).encode()
+    with Recorder(lambda path, send: send(answer(200, listing))) as engine:
+        with pytest.raises(UnknownModel) as error:
+            RemoteSynthesizer(engine.url, "sglang-omni", retries=0, model="nope", name="farm")
+    message = str(error.value)
+    assert "endpoint 'farm'" in message and engine.url not in message
+    assert message.count("model-0") == MAX_NAMES
+    assert f"and {MAX_MODELS - MAX_NAMES:,} more" in message
+    assert len(message) < 800
+
+
+def test_a_bad_model_list_names_the_endpoint_not_its_url():
+    with Recorder(lambda path, send: send(answer(200, b'{"models": []}'))) as engine:
+        with pytest.raises(AudioFormatError) as error:
+            RemoteSynthesizer(engine.url, "sglang-omni", retries=0, name="farm").models
+    assert "endpoint 'farm'/v1/models" in str(error.value) and engine.url not in str(error.value)
 
 
 # ---------------------------------------------------------------- a key and its origins
@@ -465,21 +540,18 @@ def test_downloads_are_pinned_to_the_reviewed_revision(tmp_path, monkeypatch):
     assert len(calls) == sum(v.revision is not None for v in hub.VARIANTS.values())
 
 
-def test_codec_pth_is_not_unpickled_on_a_bypassable_torch(ckpt_dir, monkeypatch):
+def test_codec_pth_is_never_unpickled_by_torch(ckpt_dir, monkeypatch):
+    """On any torch (those whose weights_only can be bypassed included: before 2.6,
+    CVE-2025-32434; before 2.10, CVE-2026-24747) codec.pth is read by our restricted reader
+    (codec/pth.py, tests/test_pth.py), never by torch.load."""
     from fish_core.codec import checkpoint as codec_checkpoint
-    from fish_core.codec.config import CodecLoadError
 
-    assert codec_checkpoint.read_checkpoint(ckpt_dir / "codec.pth")  # this torch: fine
     loads = []
     monkeypatch.setattr(torch, "load", lambda *a, **k: loads.append(a))
-    for old in ("2.5.1+cu124", "2.4.0", "1.13.1"):
-        monkeypatch.setattr(torch, "__version__", old)
-        with pytest.raises(CodecLoadError, match=r"torch .*2\.6.*CVE-2025-32434"):
-            codec_checkpoint.read_checkpoint(ckpt_dir / "codec.pth")
-    assert loads == []  # refused before the file was opened
-    monkeypatch.setattr(torch, "__version__", "2.6.0")
-    codec_checkpoint.read_checkpoint(ckpt_dir / "codec.pth")
-    assert len(loads) == 1
+    for version in ("2.5.1+cu124", "2.9.1", "2.13.0", "1.13.1"):
+        monkeypatch.setattr(torch, "__version__", version)
+        assert codec_checkpoint.read_checkpoint(ckpt_dir / "codec.pth")
+    assert loads == []
 
 
 def test_a_remote_error_carries_no_url_of_an_unconfigured_host():

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import importlib
 import io
+import json
 import logging
 import os
 import re
@@ -321,10 +322,11 @@ def test_queue_bound_answers_429_with_retry_after(synth, voices_dir):
 
 def test_nesting_bomb_and_oversized_json(server):
     bomb = b"[" * 100_000 + b"]" * 100_000
-    for body in (bomb, b'{"input": "x", "voice": {"id": ' + b"[" * 20 + b"]" * 20 + b"}}"):
+    deep = b'{"input": "x", "voice": {"id": ' + b"[" * 20 + b"]" * 20 + b"}}"
+    for body, why in ((bomb, "structure characters"), (deep, "nests deeper")):
         error = error_of(http(server, "POST", "/v1/audio/speech", content=body, headers=JSON),
                          400, "body")
-        assert "nests deeper" in error["message"]
+        assert why in error["message"]
     error_of(http(server, "POST", "/v1/tts", content=bomb, headers=JSON), 400, "body")
     assert json_depth(b'{"input": "[[[[[[[[[[[[[[[[[[[[[[[[\\"[[["}') == 1  # strings skipped
     over = b'{"input": "' + b"a" * LIMITS.max_body_bytes + b'"}'
@@ -545,3 +547,209 @@ def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):  # noqa: F81
     with pytest.raises(refused):
         lan.check_origin(EVIL, "cross-site", "192.168.1.5:8188")
 
+
+
+# ---------------------------------------------------------------- round two (issue 28)
+def test_lone_surrogates_anywhere_are_400_naming_the_field(server):
+    """JSON escapes can carry a lone surrogate (no UTF-8 byte can): a 400 naming the field,
+    never a 500, whatever field holds it; a surrogate pair is text and passes."""
+    cases = [
+        (b'{"input": "Hi \\ud800 there", "voice": "alice"}', "input"),
+        (b'{"input": "Hi.", "instructions": "\\udc00"}', "instructions"),
+        (b'{"input": "Hi.", "voice": "al\\udfffice"}', "voice"),
+        (b'{"input": "Hi.", "references": [{"audio": "AAAA", "text": "\\ud83d"}]}',
+         "references[0].text"),
+        (b'{"input": "Hi.", "model": "\\ud800"}', "model"),
+    ]
+    for body, param in cases:
+        error = error_of(http(server, "POST", "/v1/audio/speech", content=body, headers=JSON),
+                         400, param)
+        assert "surrogate" in error["message"]
+    error_of(http(server, "POST", "/v1/tts", content=b'{"text": "\\ud800"}', headers=JSON),
+             400, "text")
+    pair = b'{"input": "A smile \\ud83d\\ude00.", "voice": "alice", "max_new_tokens": 8}'
+    assert http(server, "POST", "/v1/audio/speech", content=pair,
+                headers=JSON).status_code == 200
+
+
+def test_voice_names_are_checked_in_bytes(server, voices_dir):
+    """Within the character limit, over the file system's 255 bytes: a 400 naming the field,
+    on every route that takes a name (never the OSError of a too-long file name)."""
+    wide = "语" * 100  # 100 characters, 300 bytes of UTF-8
+    files = {"audio": ("a.wav", wav_bytes(), "audio/wav")}
+    error = error_of(http(server, "POST", "/v1/audio/voices",
+                          data={"name": wide, "text": "A tone."}, files=files), 400, "name")
+    assert "bytes" in error["message"]
+    error_of(http(server, "POST", "/v1/audio/speech", json={"input": "Hi.", "voice": wide}),
+             400, "voice")
+    error_of(http(server, "PATCH", "/v1/audio/voices/alice", json={"name": wide}), 400, "name")
+    error_of(http(server, "DELETE", f"/v1/audio/voices/{wide}"), 400, "name")
+    error_of(http(server, "POST", "/v1/tts", json={"text": "Hi.", "reference_id": wide}), 400,
+             "reference_id")
+    assert (voices_dir / "alice.safetensors").is_file()
+
+
+def test_a_client_that_leaves_mid_body_ends_quietly(server, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    heads = [b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+             b"application/json\r\nContent-Length: 100000\r\n\r\n{\"input\": \"",
+             b"POST /v1/audio/voices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+             b"multipart/form-data; boundary=x\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"10\r\n--x\r\nContent-Dis\r\n"]
+    for head in heads:
+        raw_request(server, head, wait_for_close=False)  # sent, then the socket is closed
+    for _ in range(100):  # the server notices the close
+        if sum("499" in r.getMessage() for r in caplog.records) >= len(heads):
+            break
+        threading.Event().wait(0.05)
+    assert sum('" 499 ' in r.getMessage() for r in caplog.records) == len(heads)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert http(server, "GET", "/v1/health").status_code == 200
+
+
+def test_request_sizes_per_kind(server):
+    """A speech body without reference audio is small (Limits.request_bytes); one with
+    references may use the body limit; the small routes take small bodies only; a body of
+    countless tiny values is refused before it is parsed."""
+    padding = " " * (LIMITS.request_bytes() + 1)
+    body = b'{"input": "Hi.", "voice": "alice"' + padding.encode() + b"}"
+    error = error_of(http(server, "POST", "/v1/audio/speech", content=body, headers=JSON),
+                     413, "body")
+    assert "without reference audio" in error["message"]
+    reference = {"audio": data_url(wav_bytes(seconds=4.0, sr=44100)), "text": "A tone."}
+    with_refs = {"input": "Hi.", "references": [reference], "max_new_tokens": 8, "seed": 1}
+    assert len(json.dumps(with_refs)) > LIMITS.request_bytes()
+    assert http(server, "POST", "/v1/audio/speech", json=with_refs).status_code == 200
+    error_of(http(server, "PATCH", "/v1/audio/voices/alice", content=body, headers=JSON),
+             413, "body")
+    values = b'{"input": "Hi.", "x": [' + b",".join([b"0"] * 200_000) + b"]}"
+    error = error_of(http(server, "POST", "/v1/audio/speech", content=values, headers=JSON),
+                     400, "body")
+    assert "structure" in error["message"]
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"--x\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nv", "no closing delimiter"),
+    (b"--x\r\nContent-Disposition: form-data; name=\"name\"" + b"v" * 9000, "no headers end"),
+    (b"--x\r\nContent-Type: text/plain\r\n\r\nv\r\n--x--\r\n", "no disposition"),
+    (b"--x\r\nContent-Disposition: form-data; name=\"n\"\r\nContent-Type: multipart/mixed; "
+     b"boundary=y\r\n\r\n--y--\r\n--x--\r\n", "nested"),
+    (b"junk without any delimiter", "no delimiter"),
+    (b"--xjunk\r\n", "bad delimiter line"),
+])
+def test_malformed_forms_are_400(server, body, why):
+    headers = {"Content-Type": "multipart/form-data; boundary=x"}
+    error_of(http(server, "POST", "/v1/audio/voices", content=body, headers=headers), 400,
+             "body")
+
+
+def test_forms_as_clients_send_them(server, voices_dir):
+    """A preamble, quoted names with non-ASCII letters, a filename* parameter: parsed as
+    form data is (RFC 7578), on an executor thread."""
+    wav = wav_bytes()
+    body = (b"a preamble to ignore\r\n--b0undary\r\n"
+            b'Content-Disposition: form-data; name="name"\r\n\r\n'
+            + "émile form".encode() + b"\r\n--b0undary\r\n"
+            b'Content-Disposition: form-data; name="text"\r\n\r\nA tone.\r\n--b0undary\r\n'
+            b"Content-Disposition: form-data; name=\"audio\"; filename*=UTF-8''t%C3%B6ne.wav"
+            b"\r\nContent-Type: audio/wav\r\n\r\n" + wav + b"\r\n--b0undary--\r\nepilogue")
+    response = http(server, "POST", "/v1/audio/voices", content=body,
+                    headers={"Content-Type": "multipart/form-data; boundary=b0undary"})
+    assert response.status_code == 201, response.text
+    assert (voices_dir / "émile form.safetensors").is_file()
+    assert http(server, "DELETE", "/v1/audio/voices/émile form").status_code == 200
+
+
+def test_voice_listing_is_cached_and_invalidated(synth, tmp_path):
+    """20,000 voice files: walked once, then answered from the cache until a folder changes
+    (a file added beside the server, in a new sub-folder, or through the API)."""
+    from fish_core.serve.voicelib import VoiceLibrary
+
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(20_000):
+        (root / f"v{i:05d}.safetensors").touch()
+    library = VoiceLibrary([root])
+    with served(synth, root, limits=LIMITS) as running:
+        running.service.voices = library
+        running.service.scheduler.voices = library
+
+        def listed() -> list[str]:
+            response = http(running, "GET", "/v1/audio/voices")
+            assert response.status_code == 200
+            return [v["id"] for v in response.json()["data"]]
+
+        assert len(listed()) == 20_000 and library.walks == 1
+        assert len(listed()) == 20_000 and library.walks == 1  # from the cache
+        (root / "sub").mkdir()
+        assert library.names() and library.walks == 2  # the root changed: walked again
+        (root / "sub" / "late.safetensors").touch()
+        assert "sub/late" in listed() and library.walks == 3  # the sub-folder is watched
+        assert http(running, "DELETE", "/v1/audio/voices/sub/late").status_code == 200
+        assert "sub/late" not in listed()
+        fish = http(running, "GET", "/v1/references/list").json()["reference_ids"]
+        assert len(fish) == 20_000
+
+
+def test_parsing_and_listing_run_off_the_event_loop(synth, voices_dir, monkeypatch):
+    """While a body is parsed or the voices are listed (held here until released), the server
+    still answers other clients: that work is on an executor thread, not the event loop."""
+    from fish_core.serve import bodies
+
+    entered, release = threading.Event(), threading.Event()
+    parse_json = bodies.parse_json
+
+    def held_parse(*args):
+        entered.set()
+        assert release.wait(120)
+        return parse_json(*args)
+
+    monkeypatch.setattr(bodies, "parse_json", held_parse)
+    with served(synth, voices_dir, limits=LIMITS) as running:
+        names = running.service.voices.names
+
+        def held_names():
+            entered.set()
+            assert release.wait(120)
+            return names()
+
+        monkeypatch.setattr(running.service.voices, "names", held_names)
+        for method, path, kwargs in (("POST", "/v1/audio/speech", {"json": {"input": "Hi."}}),
+                                     ("GET", "/v1/audio/voices", {})):
+            entered.clear()
+            release.clear()
+            slow = threading.Thread(target=http, args=(running, method, path), kwargs=kwargs)
+            slow.start()
+            assert entered.wait(120)
+            assert http(running, "GET", "/v1/health").status_code == 200  # while it is held
+            assert slow.is_alive()
+            release.set()
+            slow.join(120)
+
+
+def test_undecodable_bytes_are_escaped_in_logs(server, caplog):
+    """Header bytes that are not UTF-8 reach the server as lone surrogates: the access line
+    shows them escaped (so a log file that takes only UTF-8 can always write it)."""
+    caplog.set_level(logging.INFO)
+    raw = raw_request(server, b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: "
+                              b"a\xffb\r\nConnection: close\r\n\r\n")
+    assert status_and_body(raw)[0] == 200
+    for _ in range(100):
+        lines = [r.getMessage() for r in caplog.records if r.name == "sailfish.serve.access"]
+        if any("/v1/health" in line for line in lines):
+            break
+        threading.Event().wait(0.05)
+    assert any("a\\udcffb" in line for line in lines), lines
+    assert all(line.encode("utf-8") for line in lines)
+
+
+def test_streams_per_client_flag(ckpt_dir, tmp_path, monkeypatch, capsys):
+    with started(monkeypatch) as calls:
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams-per-client", "3")) == 0
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams-per-client", "0")) == 2
+        assert "--max-streams-per-client" in capsys.readouterr().err
+    (app, _), = calls
+    assert app[SERVICE].limits.max_streams_per_client == 3
+    app[SERVICE].close()

@@ -22,10 +22,12 @@ except ImportError:
     httpx = pytest.importorskip("httpx")
 
 from conftest import served, tone  # noqa: E402
+from fish_core.engine.continuous import RowBatch  # noqa: E402
 from fish_core.serve import formats  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.requests import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
+from fish_core.synthesis.driver import SpeechJob  # noqa: E402
 
 KEY = "test-key-123"
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
@@ -234,7 +236,10 @@ BAD = [
      "model"),
     ("aac", "POST", "/v1/audio/speech", {"json": {**GOOD, "response_format": "aac"}}, 400,
      "response_format"),
-    ("speed", "POST", "/v1/audio/speech", {"json": {**GOOD, "speed": 1.5}}, 400, "speed"),
+    ("speed", "POST", "/v1/audio/speech", {"json": {**GOOD, "speed": 3.0}}, 400, "speed"),
+    ("loudness", "POST", "/v1/audio/speech", {"json": {**GOOD, "loudness": 3}}, 400, "loudness"),
+    ("pause tag", "POST", "/v1/audio/speech", {"json": {**GOOD, "input": "Hi [pause:2]"}}, 400,
+     "input"),
     ("speed type", "POST", "/v1/audio/speech", {"json": {**GOOD, "speed": "fast"}}, 400, "speed"),
     ("stream format", "POST", "/v1/audio/speech", {"json": {**GOOD, "stream_format": "ws"}},
      400, "stream_format"),
@@ -314,16 +319,18 @@ def test_auth_is_required(server, key):
 def test_disconnect_cancels_generation(server, synth, monkeypatch):
     """A client that leaves mid-stream stops its generation within a frame or so."""
     frames, left = [], threading.Event()
-    original = synth.engine.generate
+    join, feed = RowBatch.join_many, SpeechJob.feed
 
-    def slow(*args, on_column, **kwargs):  # ~50 ms frames that never stop by themselves
-        def spy(column):
-            frames.append(left.is_set())
-            time.sleep(0.05)
-            on_column(column)
-        return original(*args, on_column=spy, stop_on_eos=False, **kwargs)
+    def endless(batch, *args, **kwargs):  # rows that never stop by themselves
+        return join(batch, *args, stop_on_eos=False, **kwargs)
 
-    monkeypatch.setattr(synth.engine, "generate", slow)
+    def slow(job, column, eos):  # ~50 ms frames
+        frames.append(left.is_set())
+        time.sleep(0.05)
+        feed(job, column, eos)
+
+    monkeypatch.setattr(RowBatch, "join_many", endless)
+    monkeypatch.setattr(SpeechJob, "feed", slow)
     body = {"text": "Leave early.", "streaming": True, "format": "pcm", "seed": 3,
             "max_new_tokens": 64}
     with httpx.stream("POST", server.url + "/v1/tts", json=body, timeout=60,

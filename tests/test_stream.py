@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from fish_core.synthesis.driver import ChunkDecoder, decode_batches
+from fish_core.synthesis.driver import ChunkDecoder, SpeechJob, decode_batches
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 
@@ -77,16 +77,14 @@ def test_first_chunk_after_first_frames(synth):
 
 def test_closing_a_stream_cancels_generation(synth, monkeypatch):
     frames, gate = [], threading.Event()
-    original = synth.engine.generate
+    original = SpeechJob.feed
 
-    def slow(*args, on_column, **kwargs):
-        def spy(column):
-            frames.append(column)
-            gate.wait(timeout=10)  # hold generation until the consumer has cancelled
-            on_column(column)
-        return original(*args, on_column=spy, **kwargs)
+    def slow(job, column, eos):  # every column the live job is handed
+        frames.append(column)
+        gate.wait(timeout=10)  # hold generation until the consumer has cancelled
+        original(job, column, eos)
 
-    monkeypatch.setattr(synth.engine, "generate", slow)
+    monkeypatch.setattr(SpeechJob, "feed", slow)
     stream = synth.stream("Cancel me, please.", seed=1, max_new_tokens=200, first_frames=1,
                           temperature=0.8, top_p=0.8, top_k=30)
     stream.job.cancel()

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from fish_core.engine.continuous import RowBatch
 from fish_core.params import Cancelled
 from fish_core.synthesis.synthesizer import Synthesizer
 from fish_core.text.plan import ScriptError, parse_srt
@@ -32,13 +33,14 @@ def voice(synth):
 
 def record_prompts(synth, monkeypatch):
     lengths = []
-    original = synth.engine.generate
+    original = synth.runtime.prompt
 
-    def spy(prompts, *args, **kwargs):
-        lengths.extend(p.shape[1] for p in prompts)  # one prompt per take
-        return original(prompts, *args, **kwargs)
+    def spy(*args, **kwargs):
+        prompt = original(*args, **kwargs)
+        lengths.append(prompt.shape[1])  # one prompt per take and text batch
+        return prompt
 
-    monkeypatch.setattr(synth.engine, "generate", spy)
+    monkeypatch.setattr(synth.runtime, "prompt", spy)
     return lengths
 
 
@@ -181,7 +183,7 @@ def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
     eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
     eos[0] = synth.config.eos_token_id
     empty = Generated(torch.zeros(synth.config.num_codebooks, 0, dtype=torch.long), eos, True, 10, 1)
-    monkeypatch.setattr(synth.engine, "generate", lambda *a, **k: [empty])
+    monkeypatch.setattr(RowBatch, "leave", lambda self, r: empty)  # the row ended at once
     with pytest.raises(GenerationError, match="before producing any audio"):
         synth.tts("Nothing comes out.", **FAST)
 

@@ -1,10 +1,16 @@
-"""Long-text planning, speaker scripts and SRT parsing."""
+"""Long-text planning, sentence cutting (in linear time, whole or in pieces), speaker scripts
+and SRT parsing."""
+
+import random
+import re
 
 import pytest
 
-from fish_core.text.plan import (SPEAKER_TAG, Cue, ScriptError, SubtitleError, assign_speakers,
-                            format_srt, group_turns, nbytes, parse_script, parse_srt, plan_batches,
-                            split_sentences, split_turns)
+from fish_core.text.plan import (PROMPT_CLAUSES, PROMPT_CLOSERS, PROMPT_ENDS, SPACED_CLAUSES,
+                                 SPACED_CLOSERS, SPACED_ENDS, SPEAKER_TAG, Cue, ScriptError,
+                                 SentenceCutter, SubtitleError, assign_speakers, format_srt,
+                                 group_turns, nbytes, parse_script, parse_srt, plan_batches,
+                                 split_sentences, split_turns)
 
 
 def reference_batches(text: str, chunk_length: int) -> list[str]:
@@ -128,3 +134,74 @@ def test_srt_round_trip():
 def test_bad_srt_is_explained(bad, message):
     with pytest.raises(SubtitleError, match=message):
         parse_srt(bad)
+
+
+# ---------------------------------------------------------------- sentence cutting in linear time
+def old_pattern(spaced: str = "", prompt: str = "") -> "re.Pattern":
+    """The sentence regex text.plan used before issue 28 (it backtracks quadratically through
+    a run of marks not followed by white space), with the marks of today's rule: the oracle
+    the scanner must agree with on every (short) text."""
+    e = re.escape
+    spaced, prompt = SPACED_ENDS + spaced, PROMPT_ENDS + prompt
+    return re.compile(rf".+?(?:[{e(spaced)}]+[{e(SPACED_CLOSERS)}]*(?=\s|$)|"
+                      rf"[{e(prompt)}]+[{e(PROMPT_CLOSERS)}]*|(?=\n\s*\n)|$)", re.DOTALL)
+
+
+def by_pattern(pattern, text: str) -> list[str]:
+    return [m.group().strip() for m in pattern.finditer(text) if m.group().strip()]
+
+
+@pytest.mark.parametrize("clauses", [False, True])
+def test_the_scanner_agrees_with_the_old_pattern(clauses):
+    """Random texts over the characters the rule looks at, whole and fed in random pieces."""
+    pattern = old_pattern(SPACED_CLAUSES, PROMPT_CLAUSES) if clauses else old_pattern()
+    rng = random.Random(28)
+    alphabet = "ab3 .!?…。！？।؟\"')」」\n\n \t,，;:、"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 18)))
+        want = by_pattern(pattern, text)
+        assert split_sentences(text, clauses) == want, text
+        cutter, got, at = SentenceCutter(clauses), [], 0
+        while at < len(text):
+            step = rng.randint(0, 5)
+            got += cutter.feed(text[at:at + step])
+            at += step
+        assert got + cutter.finish() == want, text
+
+
+@pytest.mark.parametrize("adversary", [
+    "." * 4000 + "x",  # the run the old pattern backtracked through
+    "!?…" * 1500 + "x",
+    ".)" * 2000 + "x",  # runs broken by closers
+    "。" * 4000,
+    "\n" + " " * 4000 + "x",  # a line break that may start a blank line
+    "\n \n" * 1000,
+    " " * 4000,
+], ids=["dots", "marks", "closers", "cjk", "line-break", "blank-lines", "spaces"])
+def test_cutting_reads_each_character_a_bounded_number_of_times(adversary):
+    """However an adversarial text is split into pieces (one character each, or empty pieces
+    in between), the scanner looks at no character more than twice: linear time."""
+    text = "Go" + adversary + " Then the end."
+    want = split_sentences(text)
+    assert re.sub(r"\s", "", "".join(want)) == re.sub(r"\s", "", text)  # nothing lost
+    for pieces in ([text], list(text), [p for c in text for p in (c, "", "")]):
+        cutter = SentenceCutter()
+        got = [s for piece in pieces for s in cutter.feed(piece)] + cutter.finish()
+        assert got == want
+        assert cutter.scanned <= 2 * len(text) + 2
+
+
+def test_clause_cutting_is_streaming_safe():
+    """Clause marks of Latin text end a clause only before white space (3,000 and 12:30 are
+    not cut); CJK ones at once."""
+    assert split_sentences("Well, 3,000 of them at 12:30; fine", clauses=True) == [
+        "Well,", "3,000 of them at 12:30;", "fine"]
+    assert split_sentences("第一段，第二段；第三段。", clauses=True) == ["第一段，", "第二段；", "第三段。"]
+    cutter = SentenceCutter(clauses=True)
+    assert cutter.feed("Yes,") == [] and cutter.feed(" no") == ["Yes,"]
+    assert cutter.pending == " no" and cutter.finish() == ["no"]
+
+
+def test_devanagari_and_arabic_marks_end_sentences():
+    assert split_sentences("नमस्ते। कैसे हो? ठीक") == ["नमस्ते।", "कैसे हो?", "ठीक"]
+    assert split_sentences("كيف حالك؟ بخير") == ["كيف حالك؟", "بخير"]

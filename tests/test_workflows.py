@@ -17,12 +17,13 @@ CORE = {
     "LoadAudio": ({}, ["AUDIO"], ["audio", "upload", "audioUI"]),
     "SaveAudio": ({"audio": "AUDIO"}, [], ["filename_prefix"]),
     "PreviewAudio": ({"audio": "AUDIO"}, [], []),
+    "Note": ({}, [], ["text"]),  # the frontend's own text node: never sent to the server
 }
 CONTROL = {"fixed", "increment", "decrement", "randomize"}
 
 
 # Endpoints an example names, configured as the README tells the operator to.
-OPERATOR_ENDPOINTS = ("drama",)
+OPERATOR_ENDPOINTS = ("drama", "local")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_every_feature_has_an_example_with_a_readable_name():
     assert not (FOLDER / "index.json").exists()
     for feature in ("text to speech", "voice clone", "multi-speaker dialogue", "subtitles",
                     "voice library", "takes", "speaker tracks", "remote engine",
-                    "Drama 3"):
+                    "Drama 3", "loudness-normalised dialogue", "casting"):
         assert any(feature in name for name in names), feature
     assert all(name.startswith("Sailfish TTS - ") and "_" not in name for name in names)
 
@@ -148,3 +149,19 @@ def test_drama3_example_names_an_operator_endpoint_and_more_than_four_speakers(n
     assert value("SailfishModelLoader", "remote_model") == "drama-3"
     turns = parse_script(value("SailfishMultiSpeaker", "script"))
     assert len({t.label for t in turns}) > 4 and all(t.text.startswith("[") for t in turns)
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_a_note_says_what_to_upload_and_what_to_expect(path):
+    """Every example opens with one Note: what to upload first (no clip is shipped) or that
+    nothing is needed, and what the run gives."""
+    nodes = json.loads(path.read_text())["nodes"]
+    (note,) = [n for n in nodes if n["type"] == "Note"]
+    text = note["widgets_values"][0]
+    assert "Expect" in text and len(text) < 1200
+    if any(n["type"] == "LoadAudio" for n in nodes):
+        assert "Upload first" in text and "no clips are shipped" in text
+    else:
+        assert "Nothing to upload" in text or "Needs an engine" in text
+    top = min(n["pos"][1] for n in nodes if n is not note)
+    assert note["pos"][1] + note["size"][1] < top  # above the graph, seen first

@@ -63,22 +63,65 @@ def import_soxr():
     return soxr
 
 
-def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_SECONDS,
-               max_seconds: float = MAX_SECONDS) -> torch.Tensor:
-    """Read an audio file (wav/flac/ogg/... via soundfile) -> mono float32 [T] at ``target_sr``."""
+# The first bytes of the audio files libsndfile reads: (what, test on the first 12 bytes).
+_MAGIC = (("WAV", lambda b: b[:4] in (b"RIFF", b"RF64") and b[8:12] == b"WAVE"),
+          ("FLAC", lambda b: b[:4] == b"fLaC"),
+          ("Ogg", lambda b: b[:4] == b"OggS"),
+          ("AIFF", lambda b: b[:4] == b"FORM"),
+          ("MP3", lambda b: b[:3] == b"ID3" or (len(b) > 1 and b[0] == 0xFF
+                                                 and b[1] & 0xE0 == 0xE0)))
+
+
+def sniff(head: bytes) -> str | None:
+    """The audio container ``head`` (a file's first bytes) starts like, or None."""
+    return next((kind for kind, test in _MAGIC if test(head)), None)
+
+
+def check_audio_file(path, field: str = "audio"):
+    """The soundfile ``info`` of an audio file, or an AudioError naming ``field`` that says
+    what is wrong with it: missing, a folder, unreadable, empty, not audio at all, or audio of a
+    known kind that cannot be decoded (corrupt or truncated)."""
     path = Path(path)
-    if not path.is_file():
-        raise AudioError(f"audio file not found: {path}")
+    if not path.exists():
+        raise AudioError(f"{field}: file not found: {path}")
+    if path.is_dir():
+        raise AudioError(f"{field}: {path} is a folder, not an audio file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError as e:
+        raise AudioError(f"{field}: cannot read {path}: {e.strerror or e}") from None
+    if not head:
+        raise AudioError(f"{field}: {path} is empty (0 bytes)")
     sf = import_soundfile()
     try:
-        info = sf.info(str(path))
-        # Refuse absurdly long files before decoding them.
-        if info.samplerate > 0 and info.frames > 0 and info.frames / info.samplerate > max_seconds:
-            raise AudioError(f"{path}: audio is {info.frames / info.samplerate:.1f} s long; "
-                             f"the limit is {max_seconds:g} s")
+        return sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+        kind = sniff(head)
+        if kind is None:  # libsndfile's own message can say "does not exist" here: it does
+            raise AudioError(f"{field}: {path} is not audio: its content is none of WAV, FLAC, "
+                             "Ogg (Vorbis/Opus), MP3 or AIFF") from None
+        # libsndfile says "File does not exist" of a corrupt MP3: say what is known instead
+        raise AudioError(f"{field}: {path} starts like {kind} but cannot be decoded: it is "
+                         "corrupt, truncated or in an encoding libsndfile does not read") from None
+
+
+def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_SECONDS,
+               max_seconds: float = MAX_SECONDS, field: str = "audio") -> torch.Tensor:
+    """Read an audio file (wav/flac/ogg/mp3/... via soundfile) -> mono float32 [T] at
+    ``target_sr``. Errors name ``field`` and say what is wrong with the file."""
+    path = Path(path)
+    info = check_audio_file(path, field)
+    sf = import_soundfile()
+    # Refuse absurdly long files before decoding them.
+    if info.samplerate > 0 and info.frames > 0 and info.frames / info.samplerate > max_seconds:
+        raise AudioError(f"{field}: {path} is {info.frames / info.samplerate:.1f} s long; "
+                         f"the limit is {max_seconds:g} s")
+    try:
         data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
-        raise AudioError(f"cannot read audio file {path}: {e}") from None
+        raise AudioError(f"{field}: {path} cannot be decoded past its header (corrupt or "
+                         f"truncated: {e})") from None
     return prepare_audio(data.T, sr, target_sr=target_sr, min_seconds=min_seconds,
                          max_seconds=max_seconds, name=str(path))
 

@@ -1,15 +1,10 @@
-"""Read ``codec.pth`` into a codec: ``torch.load(weights_only=True)``, unwrap training
-checkpoints, fold weight norm (either style) once, read the architecture from the shapes, and
-stream the weights in through the one shape-checked loader (``weights.StreamedLoad``).
-
-``codec.pth`` is a pickle: ``weights_only=True`` is what keeps a crafted file from running
-code, and before torch 2.6 it could be bypassed (CVE-2025-32434), so an older torch is refused
-before the file is opened."""
+"""Read ``codec.pth`` into a codec: read it with our restricted reader (``pth.py``: no pickle
+is ever run by Python's or torch's unpickler, on any torch), unwrap training checkpoints, fold
+weight norm (either style) once, read the architecture from the shapes, and stream the weights
+in through the one shape-checked loader (``weights.StreamedLoad``)."""
 
 from __future__ import annotations
 
-import pickle
-import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -18,47 +13,20 @@ from torch import Tensor, nn
 
 from .config import CodecConfig, CodecLoadError
 from .layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from .pth import read_state_dict
 from ..loading.weights import StreamedLoad
 
 LABELS = {"missing": "missing keys", "unexpected": "unexpected keys",
           "misshaped": "shape mismatches"}
-SAFE_TORCH = (2, 6)  # the first torch whose weights_only unpickler is not known to be bypassable
-
-
-def torch_version() -> tuple[int, int]:
-    """(major, minor) of the running torch."""
-    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
-    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
-
-
-def check_unpickler() -> None:
-    """Refuse to unpickle on a torch whose ``weights_only`` is known to be bypassable."""
-    if torch_version() < SAFE_TORCH:
-        raise CodecLoadError(
-            f"refusing to load codec.pth with torch {torch.__version__}: before torch "
-            f"{'.'.join(map(str, SAFE_TORCH))}, torch.load(weights_only=True) can be made to run "
-            "code by a crafted file (CVE-2025-32434). Upgrade torch to "
-            f"{'.'.join(map(str, SAFE_TORCH))} or newer.")
 
 
 def read_checkpoint(path) -> dict:
-    """torch.load with ``weights_only=True`` only: a pickle that carries code is refused, and
-    so is a torch whose ``weights_only`` can be bypassed."""
+    """``codec.pth``'s object, read by ``pth.read_state_dict`` (a state dict's opcodes and
+    globals only; anything else is refused with a ``CodecLoadError`` saying what)."""
     path = Path(path)
     if not path.is_file():
         raise CodecLoadError(f"codec checkpoint not found: {path}")
-    check_unpickler()
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        detail = next((line for line in lines if "Unsupported" in line or "allowed global" in line),
-                      lines[0] if lines else "")
-        raise CodecLoadError(f"refusing to load {path}: torch.load(weights_only=True) rejected "
-                             "it. It is corrupt, or it holds pickled objects other than tensors, "
-                             f"which could run code. Detail: {detail}") from None
-    except (RuntimeError, OSError, EOFError, ValueError) as e:
-        raise CodecLoadError(f"cannot read codec checkpoint {path}: {e}") from None
+    return read_state_dict(path)
 
 
 def normalize_keys(obj) -> dict:

@@ -1,72 +1,159 @@
-"""Continuous batching: a decode whose rows join and leave at frame boundaries.
+"""The one decode loop: rows that requests join and leave at frame boundaries.
 
-``RowBatch`` keeps the engine's static KV cache with a **fixed number of rows** (the serving
-batch size). A compiled step or a CUDA graph decodes all of them every frame, a free row
-computing on stale data that nobody reads (rows never mix: attention, sampling and every layer
-act per row): one row count means one shape, never a recompile or re-capture as requests come
-and go, and the price, a few idle rows, is small on a GPU, where decoding is bound by reading
-the weights once per frame whatever the row count. An eager step (the CPU default) has no
-shape to keep, and there idle rows cost compute, so it decodes only rows ``0 .. last busy``
-(a joining request takes the lowest free row, which keeps that prefix short). The cache **length** is a bucket
-(``generate.cache_length``) that grows, rows copied over, when a joining request needs more:
-a handful of sizes over a server's life.
+Every generation decodes here. ``RowBatch`` keeps a fixed number of rows of the engine's KV
+cache (``generate.Engine`` owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
+and decides what runs: which rows are busy, at which positions, with which sampling settings
+and random numbers, and what each row has generated.
 
-A request joins by being prefilled alone into a free row (with its voice prefix reused from the
-prefix cache when kept), drawing its first column there; from the next frame it decodes with
-the others. Each row draws its random numbers from its own generator in the reference's order,
-and stops on its own ``<|im_end|>`` or length limit, so its codes are those of a one-prompt
-``Engine.generate`` with the same seed, whenever it joins and whoever else is in the batch.
+* A static batch is rows that join together and decode to their ends: ``generate`` below
+  (``Engine.generate``), the takes of a request and the requests the HTTP service batches
+  statically (``synthesis.driver.run_round``).
+* Continuous batching is rows that join whenever one is free and leave as soon as they end
+  (``synthesis.driver.JobRows``, the HTTP scheduler's default).
+
+Prompts that join in the same frame are prefilled together (``Engine.prefill_rows``: one
+batched run for those with a voice prefix, after it, and one for those without) and draw their
+first column there; from the next frame on they decode with the others.
+
+A compiled step or a CUDA graph decodes all rows every frame, a free row computing on stale
+data that nobody reads: one row count means one shape, never a recompile or re-capture as
+requests come and go, and the price, a few idle rows, is small on a GPU, where a frame is bound
+by reading the weights once whatever the row count. An eager step (the CPU default) has no shape
+to keep, and there idle rows cost compute, so it decodes only rows ``0 .. last busy`` (a joining
+request takes the lowest free rows, which keeps that prefix short). The cache length is a
+bucket (``cache_length``): sized to the prompts that join an empty batch, grown (rows copied
+over) when a prompt joining a running one needs more.
+
+Exactness: rows never mix (attention, sampling and every layer act per row). Each row draws its
+random numbers from its own generator in the reference's order (``Draws``) and stops on its own
+``<|im_end|>`` or length limit, so its codes are those of a one-prompt run with the same seed,
+whenever it joins and whoever else is in the batch (bit for bit where a kernel gives a row the
+same result whatever the batch around it, as the CPU kernels do on the test fixtures,
+``tests/test_continuous.py``; a GPU library may pick another kernel for another batch size and
+round differently).
+
+Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
+live decoding and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
+CPU, every 8 on CUDA); a row's ``<|im_end|>`` is noticed then, and the frames it made after it
+are dropped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from ..params import Generated, GenerationError, SamplingParams
-from .generate import Engine, RandomDraws, cache_length, trim
+from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
+    random_seed
 from .sampling import RAS_WINDOW
+
+CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
+
+
+def cache_length(needed: int, limit: int) -> int:
+    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
+    compiled decode step sees few distinct cache shapes."""
+    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+    length = 1 << (length - 1).bit_length()
+    return max(needed, min(length, -(-limit // 8) * 8))
 
 
 @dataclass
 class Row:
-    draws: RandomDraws
-    steps: int  # frames this row may make
+    """One request in a row: what it may make and what it made."""
+
+    steps: int  # frames it may make
     prompt_length: int
-    seed: int
-    eos: int
-    columns: list[Tensor] = field(default_factory=list)  # [1 + K] each, CPU
+    seed: int | None
+    stop_on_eos: bool
+    columns: list[Tensor] = field(default_factory=list)  # [1 + K] each, CPU: the frames read
+    made: int = 1  # frames made on the device (the first by the prefill)
+    stopped: bool = False  # its <|im_end|> was read
 
     @property
     def ended(self) -> bool:
-        return len(self.columns) >= self.steps or bool(self.columns[-1][0] == self.eos)
+        return self.stopped or self.made >= self.steps
+
+
+class Draws:
+    """The random numbers of the rows one generator drives, each frame in the reference's order
+    and dtype: ``[V]`` normal, ``[V]`` high-temperature, then ``[C]`` per fast codebook. A row
+    with its own generator draws ``[1, n]``, exactly as a one-prompt run does; rows sharing one
+    (consecutive rows) draw ``[rows, n]`` together, every frame while any of them runs."""
+
+    def __init__(self, generator: torch.Generator, rows: slice, joined: slice):
+        self.generator = generator
+        self.rows = rows  # its rows of the batch
+        self.joined = joined  # the same rows among the prompts of their join
+
+    def __call__(self, main: Tensor, high: Tensor, fast: Tensor) -> None:
+        """Draw into ``main``, ``high`` ``[n, V]`` and ``fast`` ``[K - 1, n, C]`` (its rows)."""
+        torch.rand(main.shape, generator=self.generator, out=main)
+        torch.rand(high.shape, generator=self.generator, out=high)
+        for codebook in fast:
+            torch.rand(codebook.shape, generator=self.generator, out=codebook)
+
+
+def make_draws(device, rows: list[int], seed, seeds, generator) -> tuple[list[Draws], list]:
+    """The generators of prompts joining ``rows``, and each prompt's seed. ``seeds``: one per
+    prompt, each row its own generator; ``seed`` or a ready ``generator``: one for them all;
+    none: a random seed."""
+    def new(s):
+        return torch.Generator(device).manual_seed(s)
+
+    if seeds is not None:
+        if seed is not None or generator is not None:
+            raise GenerationError("give either seeds (one per prompt) or seed/generator, "
+                                  "not both")
+        seeds = list(seeds)
+        if len(seeds) != len(rows):
+            raise GenerationError(f"seeds must hold one seed per prompt: got {len(seeds)} "
+                                  f"for {len(rows)} prompts")
+        seeds = [check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
+        return [Draws(new(s), slice(r, r + 1), slice(i, i + 1))
+                for i, (s, r) in enumerate(zip(seeds, rows))], seeds
+    if generator is None:
+        seed = random_seed() if seed is None else check_seed(seed)
+        generator = new(seed)
+    if rows != list(range(rows[0], rows[0] + len(rows))):
+        raise GenerationError("prompts sharing one generator need consecutive free rows")
+    return [Draws(generator, slice(rows[0], rows[-1] + 1), slice(0, len(rows)))], \
+        [seed] * len(rows)
 
 
 class RowBatch:
-    """``rows`` decode rows on ``engine`` (which it then owns: no other generation may run on
-    that engine until it is dropped)."""
+    """``rows`` decode rows on ``engine``. The engine serves one decode at a time: a newer
+    ``RowBatch`` on it (or ``Engine.release``) takes the cache over, and this one then refuses
+    to go on."""
 
     @torch.inference_mode()
-    def __init__(self, engine: Engine, rows: int):
+    def __init__(self, engine, rows: int):
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
         engine.follow_model()
         self.engine, self.rows = engine, rows
+        self.ticket = engine.claim()
         self.eos = engine.config.eos_token_id
         self.slots: list[Row | None] = [None] * rows
-        engine.ensure_cache(rows, engine.caches.shape[1] if engine.caches is not None
-                            and engine.caches.shape[0] == rows else cache_length(1, 1 << 30))
-        d, K1 = engine.device, 1 + engine.config.num_codebooks
-        self.column = torch.zeros(rows, K1, dtype=torch.long, device=d)
+        self.draws: list[Draws] = []
+        self.pending: list[tuple[Tensor, list[int]]] = []  # frames not read yet, their rows
+        c, d, dtype = engine.config, engine.device, engine.dtype
+        self.column = torch.zeros(rows, 1 + c.num_codebooks, dtype=torch.long, device=d)
         self.pos = torch.zeros(rows, dtype=torch.long, device=d)
         self.window = torch.zeros(rows, RAS_WINDOW, dtype=torch.long, device=d)
+        self.advance = torch.zeros(rows, dtype=torch.bool, device=d)  # pos moves on each frame
         # Free rows sample with harmless settings; their results are never read.
-        self.temperature = torch.ones(rows, 1, dtype=engine.dtype, device=d)
-        self.top_p = torch.ones(rows, 1, dtype=engine.dtype, device=d)
+        self.temperature = torch.ones(rows, 1, dtype=dtype, device=d)
+        self.top_p = torch.ones(rows, 1, dtype=dtype, device=d)
         self.top_k = torch.ones(rows, 1, dtype=torch.long, device=d)
-        self.caches = engine.caches
+        # Every frame's random numbers, drawn in place (a free row's are stale: never read).
+        self.rand_main = torch.zeros(rows, c.text.vocab_size, dtype=dtype, device=d)
+        self.rand_high = torch.zeros(rows, c.text.vocab_size, dtype=dtype, device=d)
+        self.rand_fast = torch.zeros(c.num_codebooks - 1, rows, c.codebook_size, dtype=dtype,
+                                     device=d)
 
     # ---------------------------------------------------------------- rows
     @property
@@ -77,107 +164,263 @@ class RowBatch:
     def active(self) -> list[int]:
         return [r for r, row in enumerate(self.slots) if row is not None]
 
-    @torch.inference_mode()
+    def ended(self, r: int) -> bool:
+        """Whether row ``r`` has made its last frame (``<|im_end|>`` read, or its limit)."""
+        return self.slots[r].ended
+
+    def stopped(self, r: int) -> bool:
+        """Whether row ``r``'s ``<|im_end|>`` has been read."""
+        return self.slots[r].stopped
+
     def join(self, prompt: Tensor, params: SamplingParams, seed: int, prefix: int = 0
              ) -> tuple[int, Tensor]:
         """Prefill ``prompt [1 + K, T]`` into a free row; returns the row and its first column
         ``[1 + K]`` (CPU)."""
-        engine = self.engine
-        self.check_engine()
-        if not self.free:
-            raise GenerationError("no free row in the decode batch")
-        (prompt,), (params,) = engine.check_request([prompt], [params])
-        T = prompt.shape[1]
-        steps = min(params.max_new_tokens, engine.max_context - T)
-        self.fit(T + steps)
-        r = self.slots.index(None)
-        view = self.caches.rows(r, r + 1)
-        draws = RandomDraws(engine, 1, None, [seed], None)
-        sampling = engine.sampling_tensors([params])
-        hidden = engine.prefill(prompt[None].to(engine.device),
-                                torch.tensor([T], device=engine.device),
-                                [prefix] if prefix else None, caches=view)
-        column = engine.frame_tail(hidden, None, *sampling, *draws(), caches=view)
-        for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
-            state[r] = value[0]
-        self.column[r] = column[0]
-        self.pos[r] = T
-        self.window[r] = 0
-        row = Row(draws, steps, T, draws.seeds[0], self.eos)
-        row.columns.append(column[0].cpu())
-        self.slots[r] = row
-        return r, row.columns[-1]
+        rows, columns = self.join_many([prompt], [params], [seed], [prefix])
+        return rows[0], columns[0]
 
-    def ended(self, r: int) -> bool:
-        """Whether row ``r`` has made its last frame (``<|im_end|>`` or its length limit)."""
-        return self.slots[r].ended
+    @torch.inference_mode()
+    def join_many(self, prompts: Sequence[Tensor],
+                  params: SamplingParams | Sequence[SamplingParams],
+                  seeds: Sequence[int] | None = None, prefixes: Sequence[int] | None = None, *,
+                  seed: int | None = None, generator: torch.Generator | None = None,
+                  stop_on_eos: bool = True) -> tuple[list[int], Tensor]:
+        """Prefill the prompts (each ``[1 + K, T]``) together into the lowest free rows; returns
+        the rows and their first columns ``[B, 1 + K]`` (CPU). ``seeds``/``seed``/``generator``
+        as in ``generate``; ``prefixes``: each prompt's voice-prefix length (0: none), its KV
+        reused from or kept in the prefix cache; ``stop_on_eos=False`` runs every row to its
+        length limit (benchmarks)."""
+        engine = self.engine
+        self.check()
+        prompts, params = check_requests(engine, prompts, params)
+        B = len(prompts)
+        if prefixes is not None and len(prefixes) != B:
+            raise GenerationError(f"prefixes must hold one length per prompt: got "
+                                  f"{len(prefixes)} for {B} prompts")
+        free = [r for r, row in enumerate(self.slots) if row is None]
+        if len(free) < B:
+            raise GenerationError(f"no free row in the decode batch for {B} prompt(s) "
+                                  f"({len(free)} free)")
+        rows = free[:B]
+        draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
+        lengths = [p.shape[1] for p in prompts]
+        steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
+        self.read()
+        self.fit(max(lengths) + max(steps))
+        at = index(rows, engine.device)
+        sampling = sampling_tensors(engine, params)
+        for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
+            state[at] = value
+        c = engine.config
+        rand = (torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
+                torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
+                torch.empty(c.num_codebooks - 1, B, c.codebook_size, dtype=engine.dtype,
+                            device=engine.device))
+        for d in draws:
+            d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
+        column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling, *rand)
+        self.column[at] = column
+        self.pos[at] = torch.tensor(lengths, device=engine.device)
+        self.window[at] = 0
+        host = column.cpu()
+        eos = (host[:, 0] == self.eos).tolist()
+        for b, r in enumerate(rows):
+            self.slots[r] = Row(steps[b], lengths[b], row_seeds[b], stop_on_eos, [host[b]],
+                                stopped=stop_on_eos and eos[b])
+        self.advance[at] = torch.tensor([not self.slots[r].ended for r in rows],
+                                        device=engine.device)
+        self.draws += draws
+        return rows, host
 
     @torch.inference_mode()
     def leave(self, r: int) -> Generated:
-        """Free row ``r``; returns what it generated, as ``Engine.generate`` would."""
+        """Free row ``r``; returns what it generated (cut at its ``<|im_end|>``)."""
+        self.read()
         row, self.slots[r] = self.slots[r], None
         self.pos[r] = 0  # a free row keeps decoding at slot 0, inside the cache
+        self.advance[r] = False
+        self.draws = [d for d in self.draws if any(self.slots[d.rows])]  # rows still in
         return trim(torch.stack(row.columns, dim=-1), row.steps, row.prompt_length, row.seed,
-                    True, self.eos)
+                    row.stop_on_eos, self.eos)
 
     # ---------------------------------------------------------------- one frame
     @torch.inference_mode()
-    def step(self) -> Tensor:
-        """One frame for every row; returns the new columns ``[rows, 1 + K]`` (CPU), appended
-        to each busy row that has not ended."""
+    def step(self, read: bool = True) -> Tensor | None:
+        """One frame for every busy row. Each row that has not ended gets the new column (once
+        read). With ``read`` the frame is copied to the host at once and its columns returned,
+        ``[n, 1 + K]`` for rows ``0 .. n - 1`` (every busy row among them); otherwise the
+        frames are read every ``Engine.check_every`` frames and None is returned."""
         engine = self.engine
-        self.check_engine()
-        fixed = engine.compiled or engine.cuda_graph
-        n = self.rows if fixed else max(self.active, default=0) + 1
-        draws = [self.draws(row) for row in self.slots[:n]]
-        rand = [torch.cat([d[0] for d in draws]), torch.cat([d[1] for d in draws]),
-                torch.cat([d[2] for d in draws], dim=1)]
-        state = [t[:n] for t in (self.column, self.pos, self.window, self.temperature,
-                                 self.top_p, self.top_k)]
-        if n < self.rows:  # eager: the step runs on a view of the first n rows
-            engine.caches = self.caches.rows(0, n)
-        try:
-            column, window = engine.step(*state, *rand)
-        finally:
-            engine.caches = self.caches
-        # Out of the step's (possibly CUDA-graph-owned) output buffers, as Engine.decode does.
-        self.column[:n], self.window[:n] = column, window
-        busy = torch.tensor([row is not None for row in self.slots], device=engine.device)
-        self.pos = torch.where(busy, self.pos + 1, self.pos)
-        columns = self.column.to("cpu", copy=True)  # never a view of the state
-        for row, col in zip(self.slots, columns):
-            if row is not None and not row.ended:
-                row.columns.append(col.clone())
-        return columns
+        self.check()
+        busy = self.active
+        n = self.rows if engine.fixed_rows else (busy[-1] + 1 if busy else 1)
+        running = [r for r in busy if not self.slots[r].ended]
+        for d in self.draws:
+            if any(row is not None and not row.ended for row in self.slots[d.rows]):
+                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+        column, window = engine.frame(n, self.column[:n], self.pos[:n], self.window[:n],
+                                      self.temperature[:n], self.top_p[:n], self.top_k[:n],
+                                      self.rand_main[:n], self.rand_high[:n],
+                                      self.rand_fast[:, :n])
+        self.column[:n] = column
+        self.window[:n] = window
+        self.pos += self.advance
+        for r in running:
+            row = self.slots[r]
+            row.made += 1
+            if row.made >= row.steps:
+                self.advance[r] = False
+        if self.pending and self.pending[-1][0].shape[0] != n:
+            self.read()
+        self.pending.append((column, running))
+        if read or len(self.pending) >= engine.check_every:
+            last = self.read()
+            return last if read else None
+        return None
 
-    def draws(self, row: Row | None) -> tuple[Tensor, Tensor, Tensor]:
-        if row is not None and not row.ended:
-            return row.draws()
-        e, c = self.engine, self.engine.config
-        zeros = torch.zeros
-        return (zeros(1, c.text.vocab_size, dtype=e.dtype, device=e.device),
-                zeros(1, c.text.vocab_size, dtype=e.dtype, device=e.device),
-                zeros(c.num_codebooks - 1, 1, c.codebook_size, dtype=e.dtype, device=e.device))
+    def read(self) -> Tensor | None:
+        """Copy the frames made since the last read to the host (one copy) and hand each row
+        that made them its columns, noticing ``<|im_end|>``; returns the last frame's columns
+        (CPU), or None when nothing was pending."""
+        if not self.pending:
+            return None
+        frames = [column for column, _ in self.pending]
+        host = (frames[0][None] if len(frames) == 1 else torch.stack(frames)).cpu()
+        eos = (host[:, :, 0] == self.eos).tolist()
+        for t, (_, rows) in enumerate(self.pending):
+            for r in rows:
+                row = self.slots[r]
+                if row.stopped:
+                    continue
+                row.columns.append(host[t, r])
+                if row.stop_on_eos and eos[t][r]:
+                    row.stopped = True
+                    self.advance[r] = False
+        self.pending.clear()
+        return host[-1]
 
     # ---------------------------------------------------------------- the cache
-    @torch.inference_mode()
     def fit(self, needed: int) -> None:
-        """Grow the cache (to the next bucket; the rows' slots copied over) when a joining
-        row needs more than it holds."""
-        rows, length = self.caches.shape
-        if needed <= length:
-            return
+        """Size the engine's cache for a join needing ``needed`` slots: to the joining prompts'
+        bucket when no row is busy, else grown (the rows' slots copied over) when it holds
+        fewer."""
         engine = self.engine
-        old = self.caches
-        engine.release_graph()  # the graph holds the old cache's addresses
-        engine.caches = None
-        engine.ensure_cache(rows, cache_length(needed, engine.max_context))
-        for new, was in zip([*engine.caches.slow, *engine.caches.fast], [*old.slow, *old.fast]):
-            n = min(was.k.shape[2], new.k.shape[2])
-            new.k[:, :, :n] = was.k[:, :, :n]
-            new.v[:, :, :n] = was.v[:, :, :n]
-        self.caches = engine.caches
+        length = cache_length(needed, engine.max_context)
+        if not self.active:
+            engine.ensure_cache(self.rows, length)
+        elif needed > engine.caches.shape[1]:
+            engine.ensure_cache(self.rows, length, keep=True)
 
-    def check_engine(self) -> None:
-        if self.engine.caches is not self.caches:
-            raise GenerationError("the engine ran another generation while rows were decoding")
+    def check(self) -> None:
+        if not self.engine.current(self.ticket):
+            raise GenerationError("another decode started on this engine (or its caches were "
+                                  "released) while these rows were decoding")
+
+
+def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
+    """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and their
+    SamplingParams (one for all, or one each)."""
+    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
+    if not prompts:
+        raise GenerationError("prompts must hold at least one prompt")
+    params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if len(params) != len(prompts):
+        raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+    for p in params:
+        p.validate()
+    width = 1 + engine.config.num_codebooks
+    for i, p in enumerate(prompts):
+        if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
+            raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
+                                  f"got {tuple(p.shape)}")
+    longest = max(p.shape[1] for p in prompts)
+    if longest >= engine.max_context:
+        raise GenerationError(f"prompt is too long: {longest} tokens, the context "
+                              f"length is {engine.max_context}")
+    return prompts, params
+
+
+def sampling_tensors(engine, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
+    """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
+    def column(name, dtype):
+        return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
+                            dtype=dtype)
+
+    return column("temperature", engine.dtype), column("top_p", engine.dtype), \
+        column("top_k", torch.long)
+
+
+def index(rows: list[int], device) -> slice | Tensor:
+    """``rows`` as an index of the batch's state: a slice when consecutive."""
+    if rows == list(range(rows[0], rows[0] + len(rows))):
+        return slice(rows[0], rows[0] + len(rows))
+    return torch.tensor(rows, device=device)
+
+
+def pad(prompts: list[Tensor]) -> Tensor:
+    """Right-pad the prompts into one batch ``[B, 1 + K, T]`` (on the CPU)."""
+    T = max(p.shape[1] for p in prompts)
+    batch = torch.zeros(len(prompts), prompts[0].shape[0], T, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        batch[i, :, : p.shape[1]] = p
+    return batch
+
+
+def trim(columns: Tensor, steps: int, prompt_length: int, seed: int | None, stop_on_eos: bool,
+         eos: int) -> Generated:
+    """One row's result from its columns ``[1 + K, n]``: cut at its own length limit and, when
+    stopping on it, just after its first ``<|im_end|>``."""
+    row = columns[:, :steps]
+    hits = (row[0] == eos).nonzero() if stop_on_eos else []
+    stopped = bool(len(hits))
+    row = row[:, : int(hits[0]) + 1] if stopped else row
+    codes = row[1:, :-1] if stopped else row[1:]
+    return Generated(codes.clone(), row.clone(), stopped, prompt_length, seed)
+
+
+@torch.inference_mode()
+def generate(engine, prompts: Tensor | Sequence[Tensor],
+             params: SamplingParams | Sequence[SamplingParams] = SamplingParams(), *,
+             seed: int | None = None, seeds: Sequence[int] | None = None,
+             generator: torch.Generator | None = None,
+             on_frame: Callable[[int, int], None] | None = None,
+             on_column: Callable[[Tensor], None] | None = None,
+             cancel: Callable[[], bool] | None = None,
+             stop_on_eos: bool = True,
+             prefixes: Sequence[int] | None = None) -> list[Generated]:
+    """``Engine.generate``: one prompt ``[1 + K, T]`` or several, joining one ``RowBatch``
+    together and decoding until each has ended.
+
+    Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one per
+    prompt) gives each row its own generator, so row b draws exactly what a one-prompt run with
+    ``seed=seeds[b]`` draws. With none of them a random seed is used. ``on_frame(done, total)``
+    reports progress; ``on_column(column)`` receives each new column ``[B, 1 + K]`` (CPU, the
+    first one from the prefill; one host sync per frame) for streaming — a row's columns past
+    its own end are dropped from its result. ``cancel()`` returning True raises Cancelled.
+    ``stop_on_eos=False`` runs every row to its ``max_new_tokens`` (for benchmarks).
+    ``prefixes``: each prompt's voice-prefix length (``Engine.prefill``), whose KV is reused
+    from, or kept in, the prefix cache."""
+    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
+    if not prompts:
+        raise GenerationError("prompts must hold at least one prompt")
+    batch = RowBatch(engine, len(prompts))
+    rows, column = batch.join_many(prompts, params, seeds, prefixes, seed=seed,
+                                   generator=generator, stop_on_eos=stop_on_eos)
+    total = max(batch.slots[r].steps for r in rows)
+    done = 1
+    while True:
+        if on_column is not None:
+            on_column(column)
+        report(on_frame, cancel, done, total)
+        if all(batch.ended(r) for r in rows):
+            break
+        column = batch.step(read=on_column is not None)
+        done += 1
+    return [batch.leave(r) for r in rows]
+
+
+def report(on_frame, cancel, done: int, total: int) -> None:
+    if on_frame is not None:
+        on_frame(done, total)
+    if cancel is not None and cancel():
+        raise Cancelled(f"generation cancelled after {done} of up to {total} frames")

@@ -1,9 +1,13 @@
-"""Semantic-code generation: static KV cache, one prefill, then one decode step per audio frame.
+"""``Engine``: one ``DualAR`` model, its decode step and its KV cache.
 
 A frame is one slow-AR step (the main token, constrained to the semantic ids and ``<|im_end|>``)
 followed by the fast AR over the codebooks. ``Engine.decode_frame`` is that whole frame as one
 function: static shapes, no host sync, no data-dependent Python branches, so it compiles with
-``fullgraph=True`` (and, on CUDA, is captured as a CUDA graph).
+``fullgraph=True`` (and, on CUDA, is captured as a CUDA graph). The engine runs it (``frame``:
+compiled, CUDA graph and their recorded fallbacks), prefills prompts into rows of its cache
+(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``). It
+schedules nothing: which rows run, with which random numbers, and for how long is decided by
+the one decode loop, ``continuous.RowBatch``; ``Engine.generate`` is a convenience on it.
 
 Random numbers are drawn outside the step, per frame and in the reference's order and dtype
 (``[V]`` normal, ``[V]`` high-temperature, then ``[C]`` per fast codebook), so a seed replays
@@ -15,40 +19,33 @@ from __future__ import annotations
 import os
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
-    random_seed
+from ..params import Generated, SamplingParams
+from . import continuous
 from .compile_choice import MeasuredStep, compile_mode, warn_cpu_compile
+from .continuous import cache_length  # noqa: F401 - where callers have always found it
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
-from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, RAS_WINDOW, ras_select, sample
-
-CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
-def cache_length(needed: int, limit: int) -> int:
-    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
-    compiled decode step sees few distinct cache shapes."""
-    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
-    length = 1 << (length - 1).bit_length()
-    return max(needed, min(length, -(-limit // 8) * 8))
+from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, ras_select, sample
 
 
 class Engine:
-    """Runs generation for one ``DualAR`` model. Not thread-safe: one request at a time.
+    """Runs one ``DualAR`` model: its decode step and its KV cache. Not thread-safe: one decode
+    at a time (``claim``).
 
-    The engine owns its state (KV caches, CUDA graph, compiled step), so several engines can
-    share one model. What really ran is recorded: ``compiled`` (False after a compile failure),
-    ``cuda_graph`` (False after a capture failure), ``graph_captures`` and ``fallbacks`` (one
-    human-readable line per fallback taken)."""
+    The engine owns its state (KV caches, CUDA graph, compiled step, kept voice prefixes), so
+    several engines can share one model. What really ran is recorded: ``compiled`` (False after
+    a compile failure), ``cuda_graph`` (False after a capture failure), ``graph_captures`` and
+    ``fallbacks`` (one human-readable line per fallback taken)."""
 
-    def __init__(self, model: DualAR, compile: bool | str = False, eos_check_every: int | None = None,
-                 max_context: int | None = None,
+    def __init__(self, model: DualAR, compile: bool | str = False,
+                 eos_check_every: int | None = None, max_context: int | None = None,
                  compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None,
                  prefix_cache_mb: float | None = None):
         self.model = model
@@ -61,8 +58,10 @@ class Engine:
         self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
         self.eos_check_every = eos_check_every
         self.caches: Caches | None = None
+        self._views: dict[int, CacheRows] = {}  # rows 0 .. n - 1 of the caches, by n
         self._graph: FrameGraph | None = None  # for the current caches and weights
         self._weights = None
+        self._claims = 0  # the decode that holds the caches now (``claim``)
         self.graph_captures = 0
         self.fallbacks: list[str] = []
         # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
@@ -90,6 +89,12 @@ class Engine:
         """Whether the decode step runs compiled (False after a compile failure)."""
         return self._step is not None
 
+    @property
+    def fixed_rows(self) -> bool:
+        """Whether every frame must decode every cache row: a compiled step or a CUDA graph
+        keeps one shape (an eager step may decode the first rows only)."""
+        return self.compiled or self.cuda_graph
+
     def fall_back(self, what: str, error: Exception, instead: str) -> None:
         """Record (and warn about) a fallback: ``what`` failed with ``error``; ``instead`` runs."""
         first_line = str(error).splitlines()[0] if str(error) else ""
@@ -111,10 +116,11 @@ class Engine:
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
-        """One decode frame: replayed from a CUDA graph when enabled (captured on first use for
-        the current caches and weights, which fix every argument's shape and address), else
-        ``run_step``. A graph that cannot be captured, or whose replay differs from the direct
-        run, is dropped and the fallback recorded."""
+        """One decode frame on every cache row: replayed from a CUDA graph when enabled
+        (captured on first use for the current caches and weights, which fix every argument's
+        shape and address), else ``run_step``. A graph that cannot be captured, or whose replay
+        differs from the direct run, is dropped and the fallback recorded. A graph's outputs
+        are its own buffers, overwritten by the next replay."""
         if not self.cuda_graph:
             return self.run_step(*args)
         if self._graph is None:
@@ -136,7 +142,7 @@ class Engine:
         if key == self._weights:
             return
         if self._weights is None or key[:2] != self._weights[:2]:
-            self.caches = None
+            self.drop_caches()
         self.prefixes.clear()  # KV made by other weights (or on another device) is not theirs
         self._weights = key
         self.release_graph()
@@ -155,15 +161,76 @@ class Engine:
 
     def release(self) -> None:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
-        to the request, on the next call. Kept reference prefixes are freed too."""
+        to the request, on the next call. Kept reference prefixes are freed too. A decode still
+        holding rows (``claim``) refuses to go on."""
         self.release_graph()
-        self.caches = None
+        self.drop_caches()
         self.prefixes.clear()
+        self._claims += 1
+
+    # ------------------------------------------------------------------ the cache
+    def claim(self) -> int:
+        """Hand the caches to a new decode (a ``RowBatch``); returns its ticket. An earlier
+        decode's ticket stops being ``current``: it must not touch rows it no longer owns."""
+        self._claims += 1
+        return self._claims
+
+    def current(self, ticket: int) -> bool:
+        return ticket == self._claims
+
+    def drop_caches(self) -> None:
+        self._views.clear()
+        self.caches = None
+
+    def ensure_cache(self, rows: int, length: int, keep: bool = False) -> None:
+        """KV caches of ``rows`` rows and ``length`` slots (kept when they already are). With
+        ``keep`` the old caches' rows and slots are copied over (a running decode that needs a
+        longer cache); without, the old caches are freed first."""
+        old = self.caches
+        if old is not None and old.shape == (rows, length):
+            return
+        self.release_graph()  # it holds the old caches' addresses (kept prefixes stay: their
+        self.drop_caches()  # KV depends on neither the row count nor the length)
+        if not keep:
+            old = None
+        new = self.model.make_caches(rows, length, self.dtype, self.device)
+        if old is not None:
+            for cache, was in zip([*new.slow, *new.fast], [*old.slow, *old.fast]):
+                n, slots = min(rows, was.k.shape[0]), min(cache.k.shape[2], was.k.shape[2])
+                cache.k[:n, :, :slots] = was.k[:n, :, :slots]
+                cache.v[:n, :, :slots] = was.v[:n, :, :slots]
+        self.caches = new
+
+    def first_rows(self, n: int) -> Caches | CacheRows:
+        """Rows ``0 .. n - 1`` of the caches (the caches themselves when that is all)."""
+        if n == self.caches.shape[0]:
+            return self.caches
+        if n not in self._views:
+            self._views[n] = self.caches.rows(slice(0, n))
+        return self._views[n]
+
+    def cache_rows(self, rows: Sequence[int]) -> Caches | CacheRows:
+        rows = list(rows)
+        if rows == list(range(self.caches.shape[0])):
+            return self.caches
+        return self.caches.rows(rows)
 
     # ------------------------------------------------------------------ one frame
+    def frame(self, n: int, column: Tensor, pos: Tensor, window: Tensor, temperature: Tensor,
+              top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
+              rand_fast: Tensor) -> tuple[Tensor, Tensor]:
+        """One decode frame for cache rows ``0 .. n - 1`` (the arguments hold those rows;
+        ``fixed_rows``: every row, always). Returns the next columns ``[n, 1 + K]``, a tensor
+        the caller may keep, and the RAS windows (to copy out before the next frame)."""
+        args = (column, pos, window, temperature, top_p, top_k, rand_main, rand_high, rand_fast)
+        if n < self.caches.shape[0]:  # eager: the first rows only
+            return self.decode_frame(*args, caches=self.first_rows(n))
+        column, window = self.step(*args)
+        return (column.clone() if self._graph is not None else column), window
+
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
                    top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
-                   rand_fast: Tensor, caches: Caches | None = None) -> Tensor:
+                   rand_fast: Tensor, caches: Caches | CacheRows | None = None) -> Tensor:
         """From the slow AR's last hidden state ``[B, D]`` to the frame column ``[B, 1 + K]``
         (the fast AR runs in ``caches``, default the engine's).
 
@@ -195,286 +262,160 @@ class Engine:
                 logits = model.fast_forward(x, k + 1, caches)[:, -1]
         return torch.stack([main, *codes], dim=1)
 
-    def slow_step(self, column: Tensor, pos: Tensor) -> Tensor:
+    def slow_step(self, column: Tensor, pos: Tensor,
+                  caches: Caches | CacheRows | None = None) -> Tensor:
         """Slow AR for one column ``[B, 1 + K]`` at ``pos [B]``, attending to every cached slot
         up to ``pos``; returns the final-normed hidden state ``[B, D]``."""
-        slots = torch.arange(self.caches.shape[1], device=pos.device)
+        caches = self.caches if caches is None else caches
+        slots = torch.arange(caches.shape[1], device=pos.device)
         mask = (slots <= pos[:, None])[:, None, None, :]  # [B, 1, 1, L]
-        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask,
-                                       self.caches)[:, -1]
+        return self.model.slow_forward(column.unsqueeze(-1), pos[:, None], mask, caches)[:, -1]
 
     def decode_frame(self, column: Tensor, pos: Tensor, window: Tensor, temperature: Tensor,
                      top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
-                     rand_fast: Tensor) -> tuple[Tensor, Tensor]:
+                     rand_fast: Tensor, caches: Caches | CacheRows | None = None
+                     ) -> tuple[Tensor, Tensor]:
         """One decode step. ``column [B, 1 + K]`` was produced last frame and sits at ``pos [B]``.
         Returns the next column and the updated RAS window."""
-        hidden = self.slow_step(column, pos)
+        hidden = self.slow_step(column, pos, caches)
         nxt = self.frame_tail(hidden, window, temperature, top_p, top_k, rand_main, rand_high,
-                              rand_fast)
+                              rand_fast, caches)
         window = torch.cat([window[:, 1:], nxt[:, :1]], dim=1)
         return nxt, window
 
-    def prefill(self, prompts: Tensor, lengths: Tensor,
-                prefixes: Sequence[int] | None = None, caches: Caches | None = None) -> Tensor:
-        """Run the right-padded prompts ``[B, 1 + K, T]``; returns each row's last hidden state.
-        Padding sits after the real tokens, so causal attention never sees it, and its cache
-        slots are overwritten by the generated frames before any query can reach them.
+    # ------------------------------------------------------------------ prefill
+    def prefill_rows(self, prompts: Tensor, lengths: Sequence[int], rows: Sequence[int],
+                     prefixes: Sequence[int] | None, temperature: Tensor, top_p: Tensor,
+                     top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
+                     rand_fast: Tensor) -> Tensor:
+        """Prefill the prompts into cache rows ``rows`` and draw each one's first column
+        ``[B, 1 + K]`` (``prefill``, then ``frame_tail`` without RAS in those rows)."""
+        hidden = self.prefill(prompts, lengths, prefixes, rows)
+        return self.frame_tail(hidden, None, temperature, top_p, top_k, rand_main, rand_high,
+                               rand_fast, self.cache_rows(rows))
 
-        ``prefixes`` (one length per row, 0 = none) marks each prompt's voice prefix: its KV is
-        put in the row's first slots first (``load_prefixes``: reused, or run on its own and
-        kept) and only the rest of the prompt is run after it. ``caches``: where to run
-        (default the engine's; ``Caches.rows`` for a row joining a decode)."""
-        caches = self.caches if caches is None else caches
-        starts = self.load_prefixes(prompts, lengths, prefixes, caches)
-        if any(starts):
-            return self.prefill_after(prompts, lengths, starts, caches)
-        T = prompts.shape[-1]  # no voice prefix: the whole prompts, as always
-        pos = torch.arange(T, device=self.device).expand(prompts.shape[0], T)
-        hidden = self.model.slow_forward(prompts, pos, None, caches)
-        return hidden[torch.arange(prompts.shape[0], device=self.device), lengths - 1]
+    def prefill(self, prompts: Tensor, lengths: Tensor | Sequence[int],
+                prefixes: Sequence[int] | None = None,
+                rows: Sequence[int] | None = None) -> Tensor:
+        """Run the right-padded prompts ``[B, 1 + K, T]`` (on the CPU or the device) into cache
+        rows ``rows`` (default ``0 .. B - 1``); returns each prompt's last hidden state
+        ``[B, D]``. Padding sits after the real tokens, so causal attention never sees it, and
+        its cache slots are overwritten by the generated frames before any query can reach them.
 
-    def prefix_ids(self, prompts: Tensor, row: int, length: int) -> tuple[tuple, Tensor]:
-        ids = prompts[row, :, :length].cpu()
-        return PrefixCache.key(self.model_key, ids), ids
+        ``prefixes`` (one length per prompt, 0 = none) marks each prompt's voice prefix: its KV
+        is put in the row's first slots first (``load_prefixes``: reused, or run on its own) and
+        only the rest of the prompt is run after it, attending through a per-row mask. The
+        prompts with a prefix and those without run apart, each kind in one batch, so how a
+        prompt is prefilled never depends on the prompts it joins with."""
+        B = prompts.shape[0]
+        rows = list(range(B)) if rows is None else list(rows)
+        lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
+        starts = self.load_prefixes(prompts, lengths, prefixes, rows)
+        on_device = prompts.to(self.device)
+        hidden = None
+        for group in ([b for b in range(B) if not starts[b]], [b for b in range(B) if starts[b]]):
+            if not group:
+                continue
+            run = self.prefill_after if starts[group[0]] else self.prefill_whole
+            part = run(on_device if len(group) == B else on_device[group],
+                       [lengths[b] for b in group], [starts[b] for b in group],
+                       self.cache_rows([rows[b] for b in group]))
+            if len(group) == B:
+                return part
+            if hidden is None:
+                hidden = part.new_empty(B, part.shape[-1])
+            hidden[group] = part
+        return hidden
 
-    def load_prefixes(self, prompts: Tensor, lengths: Tensor, prefixes: Sequence[int] | None,
-                      caches: Caches) -> list[int]:
-        """Put every row's voice prefix KV in its first cache slots and return, per row, the
-        slot its prompt resumes from (0: no prefix). A prefix not in ``self.prefixes`` is run
-        on its own (``[1, 1 + K, P]`` from slot 0: the same computation every time) and kept;
-        rows sharing a prefix (takes) run it once. So a prompt's rest always runs the same way,
-        whether its prefix was reused or not, the cache on or off: reuse never changes a
-        result, in any precision."""
+    def prefill_whole(self, prompts: Tensor, lengths: list[int], starts: list[int],
+                      caches: Caches | CacheRows) -> Tensor:
+        """Prompts without a voice prefix: one causal run from slot 0."""
+        B, T = prompts.shape[0], max(lengths)
+        pos = torch.arange(T, device=self.device).expand(B, T)
+        hidden = self.model.slow_forward(prompts[..., :T], pos, None, caches)
+        last = torch.tensor(lengths, device=self.device) - 1
+        return hidden[torch.arange(B, device=self.device), last]
+
+    def load_prefixes(self, prompts: Tensor, lengths: list[int],
+                      prefixes: Sequence[int] | None, rows: list[int]) -> list[int]:
+        """Put every prompt's voice prefix KV in its row's first cache slots and return, per
+        prompt, the slot it resumes from (0: no prefix). A prefix not in ``self.prefixes`` is
+        run on its own in the row (``[1, 1 + K, P]`` from slot 0: the same computation every
+        time) and kept when the cache is on; prompts sharing a prefix (takes) run it once and
+        the others copy it from that row. So a prompt's rest always runs the same way, whether
+        its prefix was reused or not, the cache on or off: reuse never changes a result, in any
+        precision."""
         starts = [0] * prompts.shape[0]
         if not prefixes:
             return starts
-        loaded: dict[tuple, PrefixEntry] = {}  # this call's prefixes, by key
-        for row, (length, total) in enumerate(zip(prefixes, lengths.tolist())):
+        done: dict[tuple, int] = {}  # this call's prefixes: key → the row that holds it
+        for b, (length, total) in enumerate(zip(prefixes, lengths)):
             if not 0 < length < total:
                 continue
-            key, ids = self.prefix_ids(prompts, row, length)
-            entry = loaded.get(key)
-            if entry is None:
+            ids = prompts[b, :, :length].cpu()  # no sync: prompts come from the host
+            key, row = PrefixCache.key(self.model_key, ids), rows[b]
+            if key in done:
+                self.copy_prefix(done[key], row, length)
+            else:
                 entry = self.prefixes.get(key, ids) if self.prefixes.enabled else None
-            if entry is None:
-                entry = self.run_prefix(prompts[row:row + 1, :, :length], ids,
-                                        caches.rows(row, row + 1))
-                self.prefixes.put(key, entry)
-            loaded[key] = entry
-            for cache, keys, values in zip(caches.slow, entry.keys, entry.values):
-                cache.k[row, :, :length] = keys
-                cache.v[row, :, :length] = values
-            starts[row] = length
+                if entry is not None:
+                    for cache, keys, values in zip(self.caches.slow, entry.keys, entry.values):
+                        cache.k[row, :, :length] = keys
+                        cache.v[row, :, :length] = values
+                else:
+                    self.run_prefix(prompts[b:b + 1, :, :length].to(self.device), row)
+                    if self.prefixes.enabled:
+                        self.prefixes.put(key, self.kept_prefix(ids, row))
+                done[key] = row
+            starts[b] = length
         return starts
 
-    def run_prefix(self, prefix: Tensor, ids: Tensor, row: CacheRows) -> PrefixEntry:
-        """The slow AR's KV of one prefix ``[1, 1 + K, P]``, run alone from slot 0 in ``row``
-        (the one-row cache of the prompt being prefilled)."""
+    def run_prefix(self, prefix: Tensor, row: int) -> None:
+        """The slow AR's KV of one prefix ``[1, 1 + K, P]``, run alone from slot 0 into cache
+        row ``row``."""
         P = prefix.shape[-1]
         pos = torch.arange(P, device=self.device)[None]
-        self.model.slow_forward(prefix, pos, None, row)
-        return PrefixEntry(ids, [c.k[0, :, :P].clone() for c in row.slow],
-                           [c.v[0, :, :P].clone() for c in row.slow])
+        self.model.slow_forward(prefix, pos, None, self.caches.rows([row]))
 
-    def prefill_after(self, prompts: Tensor, lengths: Tensor, starts: list[int],
-                      caches: Caches) -> Tensor:
-        """Run each row's prompt from slot ``starts[row]`` on (the slots before it are already
-        in the cache), attending through a per-row causal mask over the whole cache."""
+    def kept_prefix(self, ids: Tensor, row: int) -> PrefixEntry:
+        """A copy of the prefix ``ids`` KV that cache row ``row`` holds, to keep."""
+        P = ids.shape[-1]
+        return PrefixEntry(ids, [c.k[row, :, :P].clone() for c in self.caches.slow],
+                           [c.v[row, :, :P].clone() for c in self.caches.slow])
+
+    def copy_prefix(self, source: int, row: int, length: int) -> None:
+        for cache in self.caches.slow:
+            cache.k[row, :, :length] = cache.k[source, :, :length]
+            cache.v[row, :, :length] = cache.v[source, :, :length]
+
+    def prefill_after(self, prompts: Tensor, lengths: list[int], starts: list[int],
+                      caches: Caches | CacheRows) -> Tensor:
+        """Run each prompt from slot ``starts[b]`` on (the slots before it are already in the
+        cache), attending through a per-row causal mask over the whole cache."""
         B, L = prompts.shape[0], caches.shape[1]
         start = torch.tensor(starts, device=self.device)
-        rest = lengths - start  # tokens left to run, per row
-        S = int(rest.max())
+        rest = [n - s for n, s in zip(lengths, starts)]  # tokens left to run, per prompt
+        S = max(rest)
         tokens = torch.zeros(B, prompts.shape[1], S, dtype=prompts.dtype, device=self.device)
-        for row, (s, n) in enumerate(zip(starts, rest.tolist())):
-            tokens[row, :, :n] = prompts[row, :, s:s + n]
+        for b, (s, n) in enumerate(zip(starts, rest)):
+            tokens[b, :, :n] = prompts[b, :, s:s + n]
         # Padding goes to the last slot (never read before a generated frame overwrites it).
         pos = (start[:, None] + torch.arange(S, device=self.device)).clamp(max=L - 1)
         slots = torch.arange(L, device=self.device)
         mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, L]
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
-        return hidden[torch.arange(B, device=self.device), rest - 1]
+        last = torch.tensor(rest, device=self.device) - 1
+        return hidden[torch.arange(B, device=self.device), last]
 
-    # ------------------------------------------------------------------ the loop
-    @torch.inference_mode()
+    # ------------------------------------------------------------------ convenience
     def generate(self, prompts: Tensor | Sequence[Tensor],
-                 params: SamplingParams | Sequence[SamplingParams] = SamplingParams(), *,
-                 seed: int | None = None, seeds: Sequence[int] | None = None,
-                 generator: torch.Generator | None = None,
-                 on_frame: Callable[[int, int], None] | None = None,
-                 on_column: Callable[[Tensor], None] | None = None,
-                 cancel: Callable[[], bool] | None = None,
-                 stop_on_eos: bool = True,
-                 prefixes: Sequence[int] | None = None) -> list[Generated]:
-        """Generate for one prompt ``[1 + K, T]`` or several (decoded together, each stopping on
-        its own).
-
-        Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one
-        per prompt) gives each row its own generator, so row b draws exactly what a one-prompt
-        run with ``seed=seeds[b]`` draws. With none of them a random seed is used.
-        ``on_frame(done, total)`` reports progress; ``on_column(column)`` receives each new
-        column ``[B, 1 + K]`` (a CPU copy, the first one from the prefill; one host sync per
-        frame) for streaming — a row's columns past its own end are dropped from its result. ``cancel()`` returning
-        True raises Cancelled. ``stop_on_eos=False`` runs every row to its ``max_new_tokens``
-        (for benchmarks). ``prefixes``: each prompt's voice-prefix length (``prefill``), whose
-        KV is reused from, or kept in, the prefix cache."""
-        self.follow_model()
-        prompts, params = self.check_request(prompts, params)
-        if prefixes is not None and len(prefixes) != len(prompts):
-            raise GenerationError(f"prefixes must hold one length per prompt: got "
-                                  f"{len(prefixes)} for {len(prompts)} prompts")
-        draws = RandomDraws(self, len(prompts), seed, seeds, generator)
-        lengths = [p.shape[1] for p in prompts]
-        steps = [min(p.max_new_tokens, self.max_context - n) for p, n in zip(params, lengths)]
-        batch = self.pad(prompts)
-        self.ensure_cache(len(prompts), cache_length(batch.shape[-1] + max(steps),
-                                                     self.max_context))
-        out = self.decode(batch, torch.tensor(lengths, device=self.device), params, draws,
-                          max(steps), stop_on_eos, on_frame, on_column, cancel, prefixes)
-        return [trim(out[b], steps[b], lengths[b], draws.seeds[b], stop_on_eos,
-                     self.config.eos_token_id) for b in range(len(prompts))]
-
-    def check_request(self, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
-        """Validate the prompts and their SamplingParams (one for all, or one each)."""
-        prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
-        if not prompts:
-            raise GenerationError("prompts must hold at least one prompt")
-        params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        if len(params) != len(prompts):
-            raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        for p in params:
-            p.validate()
-        width = 1 + self.config.num_codebooks
-        for i, p in enumerate(prompts):
-            if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
-                raise GenerationError(f"prompt {i} must be a [{width}, T] integer tensor, "
-                                      f"got {tuple(p.shape)}")
-        longest = max(p.shape[1] for p in prompts)
-        if longest >= self.max_context:
-            raise GenerationError(f"prompt is too long: {longest} tokens, the context "
-                                  f"length is {self.max_context}")
-        return prompts, params
-
-    def pad(self, prompts: list[Tensor]) -> Tensor:
-        """Right-pad the prompts into one batch ``[B, 1 + K, T]`` on the device."""
-        T = max(p.shape[1] for p in prompts)
-        batch = torch.zeros(len(prompts), prompts[0].shape[0], T, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            batch[i, :, : p.shape[1]] = p
-        return batch.to(self.device)
-
-    def ensure_cache(self, batch: int, length: int) -> None:
-        """KV caches for ``batch`` rows of ``length`` slots (kept when they already fit)."""
-        if self.caches is None or self.caches.shape != (batch, length):
-            self.release_graph()  # it holds the old caches' addresses (kept prefixes stay:
-            self.caches = None  # their KV depends on neither the row count nor the length)
-            self.caches = self.model.make_caches(batch, length, self.dtype, self.device)
-
-    def sampling_tensors(self, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
-        """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
-        def column(name, dtype):
-            return torch.tensor([[getattr(p, name)] for p in params], device=self.device,
-                                dtype=dtype)
-
-        return column("temperature", self.dtype), column("top_p", self.dtype), \
-            column("top_k", torch.long)
-
-    def decode(self, batch: Tensor, lengths: Tensor, params: list[SamplingParams],
-               draws: "RandomDraws", total: int, stop_on_eos: bool, on_frame, on_column,
-               cancel, prefixes: Sequence[int] | None = None) -> Tensor:
-        """Prefill, then up to ``total`` frames; returns every column ``[B, 1 + K, n]`` on the
-        CPU. The loop stops early once every row has produced ``<|im_end|>``."""
-        eos = self.config.eos_token_id
-        temperature, top_p, top_k = self.sampling_tensors(params)
-        hidden = self.prefill(batch, lengths, prefixes)
-        column = self.frame_tail(hidden, None, temperature, top_p, top_k, *draws())
-        columns = [column]
-        emit(on_column, column)
-        report(on_frame, cancel, 1, total)
-        pos = lengths.clone()
-        window = torch.zeros(batch.shape[0], RAS_WINDOW, dtype=torch.long, device=self.device)
-        finished = column[:, 0] == eos
-        for i in range(1, total):
-            if stop_on_eos and i % self.check_every == 0 and bool(finished.all()):
-                break
-            column, window = self.step(column, pos, window, temperature, top_p, top_k, *draws())
-            # Keep the column out of the step's (possibly CUDA-graph-owned) output buffer; the
-            # window only goes back in as the next input, which the graph copies in first.
-            column = column.clone()
-            columns.append(column)
-            emit(on_column, column)
-            finished = finished | (column[:, 0] == eos)
-            pos = pos + 1
-            report(on_frame, cancel, i + 1, total)
-        return torch.stack(columns, dim=-1).cpu()
-
-
-class RandomDraws:
-    """The random numbers of each frame, in the reference's order and dtype: ``[V]`` normal,
-    ``[V]`` high-temperature, then ``[C]`` per fast codebook.
-
-    One generator for the whole batch (``seed`` or ``generator``: draws are ``[B, n]``), or one
-    per row (``seeds``: row b draws ``[1, n]`` from its own, exactly as a one-row run would)."""
-
-    def __init__(self, engine: Engine, batch: int, seed, seeds, generator):
-        if seeds is not None and (seed is not None or generator is not None):
-            raise GenerationError("give either seeds (one per prompt) or seed/generator, "
-                                  "not both")
-        self.device, self.dtype, c = engine.device, engine.dtype, engine.config
-        self.vocab, self.codebook, self.fast = (c.text.vocab_size, c.codebook_size,
-                                                c.num_codebooks - 1)
-        if seeds is not None:
-            seeds = list(seeds)
-            if len(seeds) != batch:
-                raise GenerationError(f"seeds must hold one seed per prompt: got {len(seeds)} "
-                                      f"for {batch} prompts")
-            self.seeds = [check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
-            self.groups = [(self.generator(s), 1) for s in self.seeds]
-            return
-        if generator is None:
-            seed = random_seed() if seed is None else check_seed(seed)
-            generator = self.generator(seed)
-        self.seeds = [seed] * batch
-        self.groups = [(generator, batch)]
-
-    def generator(self, seed: int) -> torch.Generator:
-        return torch.Generator(self.device).manual_seed(seed)
-
-    def __call__(self) -> tuple[Tensor, Tensor, Tensor]:
-        """``rand_main``, ``rand_high`` ``[B, V]`` and ``rand_fast`` ``[K - 1, B, C]``."""
-        mains, highs, fasts = [], [], []
-        for generator, rows in self.groups:
-            def rand(n):
-                return torch.rand(rows, n, generator=generator, device=self.device,
-                                  dtype=self.dtype)
-
-            mains.append(rand(self.vocab))
-            highs.append(rand(self.vocab))
-            fasts.append(torch.stack([rand(self.codebook) for _ in range(self.fast)]))
-        return torch.cat(mains), torch.cat(highs), torch.cat(fasts, dim=1)
-
-
-def trim(columns: Tensor, steps: int, prompt_length: int, seed: int | None, stop_on_eos: bool,
-         eos: int) -> Generated:
-    """One row's result from its columns ``[1 + K, n]``: cut at its own length limit and, when
-    stopping on it, just after its first ``<|im_end|>``."""
-    row = columns[:, :steps]
-    hits = (row[0] == eos).nonzero() if stop_on_eos else []
-    stopped = bool(len(hits))
-    row = row[:, : int(hits[0]) + 1] if stopped else row
-    codes = row[1:, :-1] if stopped else row[1:]
-    return Generated(codes.clone(), row.clone(), stopped, prompt_length, seed)
-
-
-def emit(on_column, column: Tensor) -> None:
-    if on_column is not None:
-        on_column(column.cpu().clone())
-
-
-def report(on_frame, cancel, done: int, total: int) -> None:
-    if on_frame is not None:
-        on_frame(done, total)
-    if cancel is not None and cancel():
-        raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
+                 params: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
+                 **options) -> list[Generated]:
+        """Generate for one prompt ``[1 + K, T]`` or several, decoded together, each stopping on
+        its own: a convenience on the one decode loop (``continuous.generate``: the prompts
+        join one ``RowBatch`` together and decode to their ends; the keywords are described
+        there)."""
+        return continuous.generate(self, prompts, params, **options)
 
 
 def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ K = num_codebooks, C = codebook size.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -75,30 +76,51 @@ class Caches(nn.Module):
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def rows(self, start: int, stop: int) -> "CacheRows":
-        """Rows ``start .. stop - 1`` of every cache as a ``Caches`` whose writes land in this
-        one (a request joining a running decode is prefilled into its row alone)."""
-        return CacheRows(self, start, stop)
+    def rows(self, rows: slice | Sequence[int]) -> "CacheRows":
+        """Some rows of every cache, as a ``Caches`` whose writes land in this one: a request
+        joining a running decode is prefilled into its rows only."""
+        return CacheRows(self, rows)
 
 
 class KVRows:
-    """Rows of a ``KVCache`` (a view ``[n, Hkv, L, Dh]``), written in place like one."""
+    """Rows of a ``KVCache``, written in place like one. Consecutive rows (a ``slice``) are a
+    view ``[n, Hkv, L, Dh]``; other rows (``index``, a tensor of row numbers) are written by
+    index and read as a gathered copy."""
 
-    write = KVCache.write
+    def __init__(self, cache: KVCache, rows: slice | Tensor):
+        self.cache, self.index = cache, None if isinstance(rows, slice) else rows
+        if self.index is None:
+            self.k, self.v = cache.k[rows], cache.v[rows]
 
-    def __init__(self, cache: KVCache, start: int, stop: int):
-        self.k, self.v = cache.k[start:stop], cache.v[start:stop]
+    def write(self, pos: Tensor | int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.index is None:
+            return KVCache.write(self, pos, k, v)
+        c, index = self.cache, self.index
+        if isinstance(pos, int):
+            end = pos + k.shape[2]
+            c.k[index, :, pos:end] = k
+            c.v[index, :, pos:end] = v
+            return c.k[index, :, :end], c.v[index, :, :end]
+        c.k[index[:, None], :, pos] = k.transpose(1, 2)
+        c.v[index[:, None], :, pos] = v.transpose(1, 2)
+        return c.k[index], c.v[index]
 
 
 class CacheRows:
     """``Caches.rows``: the same ``slow``/``fast``/``shape`` as a ``Caches`` of those rows."""
 
-    def __init__(self, caches: Caches, start: int, stop: int):
-        self.slow = [KVRows(c, start, stop) for c in caches.slow]
-        self.fast = [KVRows(c, start, stop) for c in caches.fast]
-        self.shape = (stop - start, caches.shape[1])
-
-    rows = Caches.rows  # rows of these rows
+    def __init__(self, caches: Caches, rows: slice | Sequence[int]):
+        if not isinstance(rows, slice):
+            rows = list(rows)
+            if rows == list(range(rows[0], rows[0] + len(rows))):
+                rows = slice(rows[0], rows[0] + len(rows))
+            else:
+                rows = torch.tensor(rows, device=caches.slow[0].k.device)
+        count = len(range(*rows.indices(caches.shape[0]))) if isinstance(rows, slice) \
+            else rows.shape[0]
+        self.slow = [KVRows(c, rows) for c in caches.slow]
+        self.fast = [KVRows(c, rows) for c in caches.fast]
+        self.shape = (count, caches.shape[1])
 
 
 class Attention(nn.Module):

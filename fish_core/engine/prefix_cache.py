@@ -48,14 +48,21 @@ class PrefixCache:
     turns it off. ``hits``/``misses`` count lookups (for benches and tests)."""
 
     def __init__(self, budget_bytes: int):
+        self.entries: OrderedDict[tuple, PrefixEntry] = OrderedDict()
+        self.nbytes = 0
+        self.hits = self.misses = 0
+        self.resize(budget_bytes)
+
+    def resize(self, budget_bytes: int) -> None:
+        """A new budget; the least recently used entries go until the rest fits."""
         if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) \
                 or budget_bytes < 0:
             raise ValueError(f"prefix_cache_mb must be a number >= 0 (0 turns the prefix "
                              f"cache off), got {budget_bytes!r}")
         self.budget = budget_bytes
-        self.entries: OrderedDict[tuple, PrefixEntry] = OrderedDict()
-        self.nbytes = 0
-        self.hits = self.misses = 0
+        while self.entries and self.nbytes > self.budget:
+            _, old = self.entries.popitem(last=False)
+            self.nbytes -= old.nbytes
 
     @property
     def enabled(self) -> bool:
@@ -81,11 +88,9 @@ class PrefixCache:
         entry larger than the whole budget is not kept."""
         if not self.enabled or entry.nbytes > self.budget or key in self.entries:
             return
-        while self.entries and self.nbytes + entry.nbytes > self.budget:
-            _, old = self.entries.popitem(last=False)
-            self.nbytes -= old.nbytes
         self.entries[key] = entry
         self.nbytes += entry.nbytes
+        self.resize(self.budget)  # the least recently used make room
 
     def clear(self) -> None:
         self.entries.clear()
@@ -96,7 +101,7 @@ def megabytes(value) -> int:
     """``prefix_cache_mb`` (a number >= 0, or None for the default) → bytes."""
     if value is None:
         value = DEFAULT_PREFIX_CACHE_MB
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"prefix_cache_mb must be a number >= 0 (0 turns the prefix cache "
                          f"off), got {value!r}")
     return int(value * 1024 * 1024)

@@ -32,15 +32,20 @@ VARIANTS = {
         Variant("s2-pro", "fishaudio/s2-pro",
                 ("config.json", "model.safetensors.index.json", "model-*.safetensors",
                  "codec.pth", *TOKENIZER_FILES),
-                "official bf16 weights, ~9.1 GB + 1.9 GB codec",
+                "official bf16 weights, 11.0 GB (9.1 GB weights + 1.9 GB codec)",
                 revision="1de9996b6be38b745688de084d87a5633f714e4e"),
-        Variant("s2-pro-fp8", "drbaph/s2-pro-fp8",
-                ("config.json", "model.safetensors", "model.safetensors.index.json",
-                 "model-*.safetensors", "codec.pth", "quantization_info.json", *TOKENIZER_FILES),
-                "community FP8 (per-row e4m3) weights, ~6.2 GB + codec",
-                revision=None),  # no commit reviewed yet: download it yourself (README)
+        # No community FP8 checkpoint is offered: none has a reviewed revision. FP8 is
+        # `--quantization fp8` on s2-pro (the same per-row e4m3), or a folder you downloaded.
     )
 }
+# What a repo id typed by the operator downloads: the official layout, or a community one with a
+# single model.safetensors and its quantization_info.json (drbaph/s2-pro-fp8).
+REPO_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json",
+              "model-*.safetensors", "codec.pth", "quantization_info.json", *TOKENIZER_FILES)
+NO_FP8_DOWNLOAD = ("FP8 needs no download of its own: --quantization fp8 (the Model Loader's "
+                   "quantization: fp8) quantizes s2-pro while it loads; a community FP8 "
+                   "checkpoint you trust is a folder (hf download OWNER/REPO --revision COMMIT "
+                   "--local-dir DIR) or its repo id")
 REQUIRED_FILES = ("config.json", "tokenizer.json")  # and codec.pth for audio
 
 
@@ -66,12 +71,17 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
         return path
     spec = str(spec)
     variant = VARIANTS.get(spec)
+    models = Path(models_dir or DEFAULT_MODELS_DIR).expanduser()
     if variant is None:
         if spec.count("/") != 1 or spec.startswith((".", "/")):
+            if "/" not in spec and spec not in (".", "..") and is_model_dir(models / spec, True):
+                return models / spec  # a folder of the models dir, by its name
+            hint = f"; {NO_FP8_DOWNLOAD}" if "fp8" in spec.lower() else ""
             raise ModelNotFound(f"model {spec!r}: no such folder, and not a known variant "
-                                f"({', '.join(VARIANTS)}) or a Hugging Face repo id (owner/name)")
-        variant = Variant(spec.split("/")[1], spec, VARIANTS["s2-pro"].files, "custom repo")
-    target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / variant.name
+                                f"({', '.join(VARIANTS)}) or a Hugging Face repo id "
+                                f"(owner/name){hint}")
+        variant = Variant(spec.split("/")[1], spec, REPO_FILES, "custom repo")
+    target = models / variant.name
     if is_model_dir(target, codec=True):
         return target
     if not download:
@@ -88,7 +98,7 @@ def fetch(variant: Variant, target: Path) -> Path:
         raise ModelNotFound(
             f"model {variant.name!r} ({variant.repo_id}): this release pins no reviewed "
             "revision of it, so it is not downloaded automatically. Download a revision you "
-            f"trust yourself (huggingface-cli download {variant.repo_id} --revision <commit> "
+            f"trust yourself (hf download {variant.repo_id} --revision COMMIT "
             f"--local-dir {target}), or pick another model.")
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     if offline:

@@ -24,6 +24,10 @@ What differs from the local engine:
 * The engine's model is chosen by name (``model=``, from its ``/v1/models``; default its
   first) and named in every request. Drama 3 (``drama-3``) takes up to 16 speakers and invents
   voices for the speakers given none (see ``models.py``, docs/engines.md).
+* Finishing (``speech.finishing``) happens here, on the audio the engine sends: the lexicon
+  respells the text before it is sent, each ``[pause:…]`` tag splits the request (the pieces
+  are requests of their own, laid out with the exact silence between them), each piece is
+  time-stretched for ``speed`` and the result brought to its ``loudness``.
 * Registering a voice on an engine with a consent field (SGLang-Omni, vLLM-Omni) needs the
   consent the user states (``voice_consent=``); it is never sent on their behalf.
 """
@@ -36,7 +40,7 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -48,11 +52,13 @@ from ..audio.wav import AudioFormatError
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
     batch_seed, pick_seed
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
+from ..audio import loudness as lufs
 from ..speech.arguments import as_voices, count_takes, script_turns
-from ..speech.timeline import join_pieces, place_cues
+from ..speech.finishing import Finishing
+from ..speech.timeline import faded, gaps, join_pieces, place_cues
 from ..speech.voices import Voice
 from .dialects import Clip, Dialect, OnChunk, Params, dialect as pick_dialect, stated_consent
-from .http import RemoteError, RemoteUserError, Timeouts, Transport, quote
+from .http import RemoteError, RemoteUserError, Timeouts, Transport
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
 from .wire import check_audio
@@ -99,6 +105,9 @@ class RemoteSynthesizer:
                                    Timeouts(connect_timeout, read_timeout), retries, backoff,
                                    name)
         self.dialect: Dialect = pick_dialect(dialect, self.transport)
+        # A Sailfish serve says who it is: until it has, no text of the engine is quoted
+        # (whatever answers on a configured port is never reflected into an error).
+        self.transport.needs_identity = self.dialect.name == "sailfish"
         # The engine's output rate: as given, else S2-Pro's until the first reply says otherwise.
         self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
         self._rate_known = bool(sample_rate)
@@ -120,7 +129,8 @@ class RemoteSynthesizer:
     @functools.cached_property
     def model(self) -> str | None:
         """The model every request asks for: the one given, else the engine's first."""
-        return choose(self._requested_model, self.models, self.label)
+        return choose(self._requested_model, self.models, self.label,
+                      self.transport.quote_names)
 
     @functools.cached_property
     def spec(self) -> ModelSpec:
@@ -151,7 +161,7 @@ class RemoteSynthesizer:
     @property
     def label(self) -> str:
         """How errors name the engine: its configured name, else its URL(s)."""
-        return self.transport.endpoints[0].label or self.url
+        return self.transport.name
 
     def answer_limit(self, max_new_tokens: int) -> int:
         """Most bytes one speech answer of ``max_new_tokens`` frames may take (``pcm.reply_budget``:
@@ -241,7 +251,7 @@ class RemoteSynthesizer:
                     f"voice {name!r} holds codes only (a saved voice file), which the remote "
                     f"model {self.spec.label} cannot take, so the server must have a voice of "
                     f"that name, but {self.label} has "
-                    f"{quote(', '.join(map(repr, known))) or 'none'}: add it to the server's voice "
+                    f"{self.transport.quote_names(known) or 'none'}: add it to the server's voice "
                     "library, or make the voice with encode_voice / Voice Encode on this "
                     "remote model")
             self._server_voices[name] = name
@@ -316,19 +326,24 @@ class RemoteSynthesizer:
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
-        """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k)."""
+            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+            **sampling) -> Speech | list[Speech]:
+        """``Synthesizer.tts`` on the engine: one request per take (take k seeded seed + k),
+        per piece between ``[pause:…]`` tags (piece b seeded take seed + b)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         one = single_voice(voice, "tts")
         params = SamplingParams.from_options(sampling, "tts")
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches = finishing.batches(text, as_voices(voice), None)
         self.check_speakers(text)
         seed = pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
-        replies = self._run([(text, one, s) for s in seeds], params, max_bytes, on_progress,
-                            cancel)
-        speeches = [self._speech([reply], [Batch(text)], s, 0.0)
-                    for reply, s in zip(replies, seeds)]
+        jobs = [(b.text, one, batch_seed(s, i)) for s in seeds for i, b in enumerate(batches)]
+        replies = self._run(jobs, params, max_bytes, on_progress, cancel)
+        n = len(batches)
+        speeches = [self._speech(replies[k * n:(k + 1) * n], batches, s, 0.0, finishing)
+                    for k, s in enumerate(seeds)]
         hand_out(speeches[0], on_chunk)
         return speeches if takes is not None else speeches[0]
 
@@ -338,7 +353,8 @@ class RemoteSynthesizer:
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+                 **sampling) -> Speech | list[Speech]:
         """``Synthesizer.dialogue`` on the engine. S2 speaks one voice per request, so it is
         always one request per turn, in its speaker's voice, whatever ``turn_by_turn`` says.
 
@@ -353,24 +369,27 @@ class RemoteSynthesizer:
             require_voices = False  # Drama 3 invents a voice for a speaker given none
         turns, voice_list = script_turns(script, voices, require_voices, pause,
                                          self.spec.max_speakers, self.spec.label)
+        finishing = Finishing.of(loudness, speed, lexicon)
         seed = pick_seed(seed)
         whole = not (turn_by_turn or pause > 0) and self.spec.family == "drama-3"
         if whole:
             script_voice = self._script_voice(voice_list)
             text = "\n".join(t.tagged for t in turns)
-            batches = [Batch(text, turns[0].speaker)]
+            batches = finishing.batches(text, voice_list, None, field="script")
         else:
-            batches = [Batch(t.tagged, t.speaker) for t in turns]
+            batches = finishing.turn_batches(turns, voice_list, None, True)
         speeches = []
         for k in range(count_takes(takes)):
             take_seed = batch_seed(seed, k)
             if whole:
-                jobs = [(text, script_voice, take_seed)]
+                jobs = [(b.text, script_voice, batch_seed(take_seed, i))
+                        for i, b in enumerate(batches)]
             else:
-                jobs = [(t.text, speaker_voice(voice_list, t.speaker), batch_seed(take_seed, b))
-                        for b, t in enumerate(turns)]
+                jobs = [(untagged(b.text), speaker_voice(voice_list, b.speaker),
+                         batch_seed(take_seed, i)) for i, b in enumerate(batches)]
             replies = self._run(jobs, params, max_bytes, on_progress, cancel)
-            speeches.append(self._speech(replies, batches, take_seed, 0.0 if whole else pause))
+            speeches.append(self._speech(replies, batches, take_seed, 0.0 if whole else pause,
+                                         finishing))
         hand_out(speeches[0], on_chunk)
         return speeches if takes is not None else speeches[0]
 
@@ -399,34 +418,45 @@ class RemoteSynthesizer:
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
                   cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  loudness=None, speed: float = 1.0, lexicon=None,
                   **sampling) -> SubtitleSpeech:
-        """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i), placed at
-        the cue times by the shared timeline code."""
+        """``Synthesizer.subtitles``: one request per cue (cue i seeded seed + i; a cue with
+        ``[pause:…]`` tags is a request per piece), placed at the cue times by the shared
+        timeline code."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams.from_options(sampling, "subtitles")
         one = single_voice(voice, "subtitles")
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches, owners = finishing.cue_batches(cues, as_voices(voice))
         seed = pick_seed(seed)
-        jobs = [(c.text, one, batch_seed(seed, i)) for i, c in enumerate(cues)]
+        jobs = [(b.text, one, batch_seed(seed, i)) for i, b in enumerate(batches)]
         replies = self._run(jobs, params, textplan.DEFAULT_MAX_BYTES, on_progress, cancel)
-        results = [self._result(r, Batch(c.text)) for r, c in zip(replies, cues)]
-        timeline = place_cues(cues, [r.wave for r in replies], results, self.sample_rate)
-        result = SubtitleSpeech(timeline.waveform, self.sample_rate, empty_codes(results),
-                                timeline.segments, seed, timeline.cues, timeline.overruns)
+        results = [self._result(r, b) for r, b in zip(replies, batches)]
+        waves = [finishing.piece(r.wave, self.sample_rate) for r in replies]
+        timeline = place_cues(cues, waves, results, self.sample_rate, owners)
+        result = finishing.finish(SubtitleSpeech(
+            timeline.waveform, self.sample_rate, empty_codes(results), timeline.segments, seed,
+            timeline.cues, timeline.overruns))
         hand_out(result, on_chunk)
         return result
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES, **sampling) -> "RemoteStream":
+               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0, lexicon=None,
+               **sampling) -> "RemoteStream":
         """``tts`` as an iterator of float32 chunks as the engine sends them (its own
-        chunking: ``first_frames``/``chunk_frames`` do not apply)."""
+        chunking: ``first_frames``/``chunk_frames`` do not apply). With ``[pause:…]`` tags or
+        a ``speed`` each piece comes whole when its request is done (piece b seeded
+        seed + b); a ``loudness`` fixes the gain from the first piece."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         params = SamplingParams.from_options(sampling, "stream")
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches = finishing.batches(text, as_voices(voice), None)
         self.check_speakers(text)
-        return RemoteStream(self, text, single_voice(voice, "stream"),
-                            self.params(pick_seed(seed), params, max_bytes))
+        return RemoteStream(self, batches, single_voice(voice, "stream"),
+                            self.params(pick_seed(seed), params, max_bytes), finishing)
 
     # ------------------------------------------------------------------ results
     def _result(self, reply: Reply, batch: Batch) -> BatchResult:
@@ -436,11 +466,17 @@ class RemoteSynthesizer:
         return BatchResult(batch, generated, reply.seconds)
 
     def _speech(self, replies: list[Reply], batches: list[Batch], seed: int,
-                pause: float) -> Speech:
+                pause: float, finishing: Finishing) -> Speech:
         results = [self._result(r, b) for r, b in zip(replies, batches)]
-        timeline = join_pieces([r.wave for r in replies], results, self.sample_rate, pause)
-        return Speech(timeline.waveform, self.sample_rate, empty_codes(results),
-                      timeline.segments, seed)
+        pieces = [finishing.piece(r.wave, self.sample_rate) for r in replies]
+        timeline = join_pieces(pieces, results, self.sample_rate, pause)
+        return finishing.finish(Speech(timeline.waveform, self.sample_rate,
+                                       empty_codes(results), timeline.segments, seed))
+
+
+def untagged(text: str) -> str:
+    """A turn's text without its speaker tag (a per-turn request speaks one voice)."""
+    return textplan.SPEAKER_TAG.sub("", text).strip()
 
 
 def hand_out(speech: Speech, on_chunk: OnChunk | None) -> None:
@@ -455,12 +491,17 @@ def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str 
     which keeps no list): what a model picker offers. The first is the default."""
     transport = Transport(url if isinstance(url, str) else list(url), api_key,
                           Timeouts(connect_timeout, read_timeout), 1, 0.5)
-    return pick_dialect(dialect, transport).models(transport)
+    chosen = pick_dialect(dialect, transport)
+    transport.needs_identity = chosen.name == "sailfish"  # as RemoteSynthesizer
+    return chosen.models(transport)
 
 
 class RemoteStream:
-    """Iterator of float32 chunks of one remote request, read on a worker thread; closing it
-    (or leaving a ``with`` block) closes the connection."""
+    """Iterator of float32 chunks of one remote request (one per piece between pause tags),
+    read on a worker thread; closing it (or leaving a ``with`` block) closes the connection.
+    Plain text streams the engine's chunks as they come; with pauses, a speed or a loudness
+    each piece is finished when its request is done and handed out laid out (its silences
+    and fades as ``timeline.join_pieces`` lays them, the gain of ``audio.loudness.StreamGain``)."""
 
     _END = object()
 
@@ -468,41 +509,66 @@ class RemoteStream:
     def sample_rate(self) -> int:
         return self.synth.sample_rate  # known for sure once the first chunk arrived
 
-    def __init__(self, synth: RemoteSynthesizer, text: str, voice: Voice | None,
-                 params: Params):
+    def __init__(self, synth: RemoteSynthesizer, batches: list[Batch], voice: Voice | None,
+                 params: Params, finishing: Finishing = Finishing()):
         self.synth, self.seed = synth, params.seed
         self._closed = threading.Event()
         self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._read, args=(text, voice, params),
+        self._thread = threading.Thread(target=self._run, args=(batches, voice, params,
+                                                                finishing),
                                         name="sailfish-remote-stream", daemon=True)
         self._thread.start()
 
-    def _read(self, text, voice, params) -> None:
-        synth = self.synth
+    def _run(self, batches: list[Batch], voice, params: Params, finishing: Finishing) -> None:
+        plain = len(batches) == 1 and not finishing.touches_audio \
+            and not any(gaps(batches, 1000, 0.0))
         try:
-            clips, voice_id = synth._voice_request(voice)
-            body = synth.dialect.body(text, clips, voice_id, params)
-
-            sent = [0]  # chunks handed to the consumer: a retry would repeat them
-
-            def read(response):
-                if sent[0]:
-                    raise RemoteError(f"{response.where}: the stream broke after {sent[0]} "
-                                      "chunks; not repeated (the consumer has them)")
-
-                def on_chunk(samples, rate):
-                    synth.check_rate(rate, response.where)
-                    sent[0] += 1
-                    self._queue.put(samples)
-
-                synth.dialect.read(response, on_chunk, params)
-
-            synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
-                                    cancel=self._closed.is_set,
-                                    limit=synth.answer_limit(params.max_new_tokens))
+            if plain:
+                return self._read(batches[0].text, voice, params, self._queue.put)
+            out, spaced = None, None
+            for i, batch in enumerate(batches):
+                held: list[torch.Tensor] = []
+                self._read(batch.text, voice, replace(params, seed=batch_seed(params.seed, i)),
+                           held.append)
+                rate = self.synth.sample_rate  # known now
+                if out is None:
+                    out = lufs.output(lambda samples, _: self._queue.put(samples), rate,
+                                      finishing.loudness)
+                    spaced = gaps(batches, rate, 0.0)
+                    out(torch.zeros(spaced[0]))
+                piece = finishing.piece(torch.cat(held) if held else torch.zeros(0), rate)
+                out(faded(piece, 0, piece.shape[0], rate, bool(spaced[i]), bool(spaced[i + 1])))
+                out(torch.zeros(spaced[i + 1]))
+                out.end_batch()
+            out.close()
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             self._queue.put(e)
-        self._queue.put(self._END)
+        finally:
+            self._queue.put(self._END)
+
+    def _read(self, text, voice, params, put) -> None:
+        """One request, its chunks to ``put`` as they come."""
+        synth = self.synth
+        clips, voice_id = synth._voice_request(voice)
+        body = synth.dialect.body(text, clips, voice_id, params)
+
+        sent = [0]  # chunks handed to the consumer: a retry would repeat them
+
+        def read(response):
+            if sent[0]:
+                raise RemoteError(f"{response.where}: the stream broke after {sent[0]} "
+                                  "chunks; not repeated (the consumer has them)")
+
+            def on_chunk(samples, rate):
+                synth.check_rate(rate, response.where)
+                sent[0] += 1
+                put(samples)
+
+            synth.dialect.read(response, on_chunk, params)
+
+        synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
+                                cancel=self._closed.is_set,
+                                limit=synth.answer_limit(params.max_new_tokens))
 
     def __iter__(self):
         while True:

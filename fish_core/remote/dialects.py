@@ -16,7 +16,7 @@ import json
 import math
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -24,7 +24,7 @@ import torch
 from ..audio.wav import AudioFormatError, WavReader
 from ..params import DEFAULTS
 from .http import Response, Transport
-from .models import MODELS_BYTES, model_ids
+from .models import MAX_MODELS, MODELS_BYTES, model_ids
 from .pcm import S2_RATE, BodyReader, bounded_lines, chunk_audio
 from .wire import sse_audio, sse_events
 
@@ -39,18 +39,25 @@ class Clip:
     audio: torch.Tensor
     sample_rate: int
     text: str
+    _wav: bytes = field(default=b"", repr=False, compare=False)  # made once per clip
+    _base64: str = field(default="", repr=False, compare=False)
 
     def wav(self) -> bytes:
-        """A float WAV (no 16-bit rounding: the engine encodes exactly our samples)."""
-        from ..audio.files import import_soundfile
+        """A float WAV (no 16-bit rounding: the engine encodes exactly our samples), written
+        once per clip (a voice sends the same clip with every request)."""
+        if not self._wav:
+            from ..audio.files import import_soundfile
 
-        out = io.BytesIO()
-        import_soundfile().write(out, self.audio.numpy(), self.sample_rate, format="WAV",
-                                 subtype="FLOAT")
-        return out.getvalue()
+            out = io.BytesIO()
+            import_soundfile().write(out, self.audio.numpy(), self.sample_rate, format="WAV",
+                                     subtype="FLOAT")
+            self._wav = out.getvalue()
+        return self._wav
 
     def base64(self) -> str:
-        return base64.b64encode(self.wav()).decode("ascii")
+        if not self._base64:
+            self._base64 = base64.b64encode(self.wav()).decode("ascii")
+        return self._base64
 
     def data_url(self) -> str:
         """The clip as a ``data:`` URL, the form SGLang-Omni and vLLM-Omni take inline."""
@@ -95,7 +102,7 @@ class Dialect:
         if not self.lists_models:
             return []
         return model_ids(transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES),
-                         f"{transport.endpoints[0].url}/v1/models")
+                         f"{transport.name}/v1/models")
 
     def voice_names(self, transport: Transport) -> list[str]:
         raise ValueError(f"the {self.name} dialect has no voice library: send the voice's "
@@ -157,9 +164,10 @@ def read_sse(response: Response, on_chunk: OnChunk, p: Params) -> None:
     """Server-sent events of audio chunks (SGLang-Omni's ``audio.speech.chunk`` with PCM or,
     from older versions, WAV; OpenAI's ``speech.audio.delta``), up to ``data: [DONE]``."""
     for payload in sse_events(bounded_lines(iter(response.read, b""), response.where)):
-        _, audio = sse_audio(payload, response.where)
+        _, audio = sse_audio(payload, response.where, response.quote)
         if audio:
-            wave, rate = chunk_audio(audio, json.loads(payload), p.sample_rate, response.where)
+            wave, rate = chunk_audio(audio, json.loads(payload), p.sample_rate, response.where,
+                                     response.quote)
             if wave.numel():
                 on_chunk(wave, rate)
 
@@ -201,6 +209,13 @@ class Sailfish(Dialect):
 
     name = "sailfish"
     voices_path = "/v1/audio/voices"
+
+    def models(self, transport):
+        """The model list, which also tells whether a Sailfish ``serve`` answers (until it
+        has, none of its text is quoted in errors: ``Transport.needs_identity``)."""
+        answer = transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES)
+        transport.identified = transport.identified or "sailfish" in owners(answer)
+        return model_ids(answer, f"{transport.name}/v1/models")
 
     def body(self, text, clips, voice_id, p):
         body = {"input": text, "response_format": "wav", "stream_format": "audio",
@@ -359,18 +374,25 @@ class FishSpeech(Dialect):
 DIALECTS = {d.name: d for d in (Sailfish(), SGLangOmni(), VLLMOmni(), FishSpeech())}
 
 
+def owners(models) -> set[str]:
+    """Who owns the models of a ``/v1/models`` answer (lower case): how engines say who they
+    are."""
+    data = models.get("data", []) if isinstance(models, dict) else []
+    return {str(m.get("owned_by", "")).lower()[:64] for m in data[:MAX_MODELS]
+            if isinstance(m, dict)}
+
+
 def detect(transport: Transport) -> Dialect:
     """Guess the dialect from ``/v1/models`` (who owns the model) or, failing that, from
     ``/v1/health`` (fish-speech has no model list)."""
     from .http import RemoteError
 
     try:
-        models = transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES)
-        data = models.get("data", []) if isinstance(models, dict) else []
-        owners = {str(m.get("owned_by", "")).lower() for m in data if isinstance(m, dict)}
-        if "sailfish" in owners:
+        found = owners(transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES))
+        if "sailfish" in found:
+            transport.identified = True
             return DIALECTS["sailfish"]
-        if any("vllm" in o for o in owners):
+        if any("vllm" in o for o in found):
             return DIALECTS["vllm-omni"]
         return DIALECTS["sglang-omni"]
     except RemoteError as e:

@@ -28,8 +28,12 @@ the operator in an endpoints file (JSON)::
 The files read, in this order (a later file's entry replaces an earlier one of the same name):
 ``<ComfyUI user directory>/sailfish/endpoints.json`` when running in ComfyUI (outside the
 ``user/<name>/`` folders its web API can write), then the file named by ``SAILFISH_ENDPOINTS``.
-A missing file is no error. ``local`` is built in: a key-less Sailfish ``serve`` on this machine
-(``python -m fish_core serve``, http://127.0.0.1:8080); a file may redefine it.
+A missing file is no error. Nothing is built in: ``local``, a key-less Sailfish ``serve`` on this
+machine (``python -m fish_core serve``), is offered only when the operator enables it, and
+``"local": {}`` does that with its defaults (http://127.0.0.1:8080, dialect ``sailfish``).
+Until such an engine identified itself as Sailfish (its ``/v1/models``), its errors carry the
+HTTP status alone (``http.Transport.needs_identity``): whatever answers on that port is never
+quoted into a node error or the queue history.
 """
 
 from __future__ import annotations
@@ -94,7 +98,8 @@ class EndpointConfig:
                                  **options)
 
 
-LOCAL = EndpointConfig("local", ("http://127.0.0.1:8080",), "sailfish")
+LOCAL = EndpointConfig("local", ("http://127.0.0.1:8080",), "sailfish")  # "local": {}
+ENABLE_LOCAL = '{"endpoints": {"local": {}}}'
 
 
 def default_files() -> list[tuple[Path, str]]:
@@ -119,8 +124,8 @@ def comfy_user_directory() -> str | None:
 
 
 def load(files: list[Path] | None = None) -> dict[str, EndpointConfig]:
-    """The configured endpoints by name: ``local`` first, then every file's, in order."""
-    found = {LOCAL.name: LOCAL}
+    """The configured endpoints by name, every file's in order (``local`` only if enabled)."""
+    found: dict[str, EndpointConfig] = {}
     named = default_files() if files is None else [(Path(f), str(f)) for f in files]
     for path, label in named:
         if path.is_file():
@@ -158,6 +163,8 @@ def parse(name: str, entry, where: str) -> EndpointConfig:
     if unknown:
         raise ValueError(f"{field}: unknown field(s) {', '.join(unknown)}; expected "
                          f"{', '.join(FIELDS)}")
+    if name == LOCAL.name:  # "local": {} enables the local serve with its defaults
+        entry = {"urls": list(LOCAL.urls), "dialect": LOCAL.dialect, **entry}
     urls = entry.get("urls")
     if isinstance(urls, str):
         urls = urls.replace(",", " ").split()
@@ -185,7 +192,7 @@ def choices() -> list[str]:
     try:
         names = list(load())
     except (OSError, ValueError):
-        names = [LOCAL.name]
+        names = []
     return [OFF, *names]
 
 
@@ -199,6 +206,9 @@ def find(name: str) -> EndpointConfig:
                 "longer takes (a shared workflow could send your API keys anywhere). Add the "
                 f"engine to the endpoints file and pick its name; configured: "
                 f"{', '.join(configured)}")
+        hint = (f"; the local Sailfish serve is offered only when the operator enables it "
+                f"in the endpoints file: {ENABLE_LOCAL}") if name == LOCAL.name else ""
         raise ValueError(f"remote: no endpoint named {str(name)[:MAX_NAME]!r}; configured: "
-                         f"{', '.join(configured)} (add it to the endpoints file)")
+                         f"{', '.join(configured) or 'none'} (add it to the endpoints file)"
+                         f"{hint}")
     return configured[name]

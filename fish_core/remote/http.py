@@ -17,8 +17,14 @@ What a server can make the client do is bounded:
   produce, anything else's ``MAX_ANSWER_BYTES``; reading stops with an error beyond it. Lines
   of an event stream are at most ``MAX_LINE_BYTES`` (``pcm.bounded_lines``); header lines and counts are ``http.client``'s own
   limits (64 KiB, 100 headers).
-* Server text quoted in an error is at most ``MAX_QUOTE`` characters, control characters
-  removed; an endpoint is named by its label (its configured name, when it has one)."""
+* Server text reaches an error only through one bounded quoter (``Transport.quote`` and
+  ``quote_names``: at most ``MAX_QUOTE`` characters, control characters removed; a list as its
+  first ``MAX_NAMES`` names and a count), and only from an engine that may be quoted: one that
+  speaks the ``sailfish`` dialect (the ``local`` endpoint, for one) must first identify itself
+  as a Sailfish ``serve`` (its ``/v1/models`` owned by ``sailfish``), else its errors carry the
+  HTTP status alone (so a program that happens to answer on that port is never reflected).
+  An endpoint is named by its label (its configured name, when it has one), never by URL when
+  it has a name."""
 
 from __future__ import annotations
 
@@ -42,6 +48,9 @@ MAX_ANSWER_BYTES = 4 << 20  # an answer other than audio (voice lists, model lis
 MAX_LINE_BYTES = 8 << 20  # one SSE or JSON line (an SSE line may carry a base64 audio chunk)
 MAX_ERROR_BYTES = 16 << 10  # read of an error answer's body
 MAX_QUOTE = 200  # characters of server text quoted in an error
+MAX_NAMES = 5  # names of a server's list quoted in an error (then a count)
+MAX_NAME_QUOTE = 60  # characters of one such name
+UNSHOWN = "(its message is not shown: this engine has not identified itself as Sailfish)"
 
 
 class RemoteError(RuntimeError):
@@ -133,8 +142,10 @@ class Response:
     """An open response: ``read()`` pieces as they arrive (``b""`` at the end), ``body()``."""
 
     def __init__(self, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse,
-                 where: str, cancel: Callable[[], bool] | None, limit: int = MAX_ANSWER_BYTES):
+                 where: str, cancel: Callable[[], bool] | None, limit: int = MAX_ANSWER_BYTES,
+                 quoter: Callable[[str], str] | None = None):
         self.conn, self.raw, self.where, self.cancel = conn, raw, where, cancel
+        self.quote = quoter or quote  # how this engine's text may be quoted
         self.headers = raw.headers
         self.limit = limit  # most body bytes this answer may have
         self.received = 0
@@ -182,6 +193,25 @@ class Transport:
         self.backoff = backoff
         self._next = itertools.count()
         self._lock = threading.Lock()
+        self.needs_identity = False  # quote this engine only once it identified itself
+        self.identified = False  # its /v1/models said Sailfish
+
+    @property
+    def name(self) -> str:
+        """How errors name the engine: its configured name, else its URL(s)."""
+        return self.endpoints[0].label or " ".join(e.url for e in self.endpoints)
+
+    @property
+    def shows_text(self) -> bool:
+        return self.identified or not self.needs_identity
+
+    def quote(self, text) -> str:
+        """This engine's text as an error may carry it (``quote``), or nothing of it."""
+        return quote(text) if self.shows_text else UNSHOWN
+
+    def quote_names(self, names) -> str:
+        """The first ``MAX_NAMES`` of this engine's ``names`` and a count (``quote_names``)."""
+        return quote_names(names) if self.shows_text else UNSHOWN
 
     def request(self, method: str, path: str, read: Callable[[Response], T], *,
                 json_body: dict | None = None, body: bytes | None = None,
@@ -236,10 +266,10 @@ class Transport:
                     "(the API key is bound to the configured URL). Configure the URL the "
                     "engine really answers on.", raw.status)
             if raw.status >= 400:
-                message = server_message(raw.read(MAX_ERROR_BYTES))
+                message = server_message(raw.read(MAX_ERROR_BYTES), self.quote)
                 error = RemoteUserError if raw.status < 500 else RemoteError
                 raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
-            return read(Response(conn, raw, where, cancel, limit))
+            return read(Response(conn, raw, where, cancel, limit, self.quote))
         finally:
             conn.close()
 
@@ -259,9 +289,18 @@ def quote(text: str) -> str:
     return clean if len(clean) <= MAX_QUOTE else clean[:MAX_QUOTE - 1] + "…"
 
 
-def server_message(data: bytes) -> str:
+def quote_names(names) -> str:
+    """A server's list in an error: its first ``MAX_NAMES`` names, each quoted short, and how
+    many more (a list of 50,000 model names is one line)."""
+    names = list(names)
+    shown = ", ".join(repr(quote(str(n))[:MAX_NAME_QUOTE]) for n in names[:MAX_NAMES])
+    more = len(names) - MAX_NAMES
+    return shown + (f" and {more:,} more" if more > 0 else "")
+
+
+def server_message(data: bytes, quote: Callable[[str], str] = quote) -> str:
     """The message of an error body in any engine's shape: OpenAI ``{"error": {"message"}}``,
-    FastAPI ``{"detail"}``, fish-speech ``{"message"}``, or plain text; quoted short."""
+    FastAPI ``{"detail"}``, fish-speech ``{"message"}``, or plain text; through ``quote``."""
     text = data.decode("utf-8", "replace").strip()
     try:
         body = json.loads(text)

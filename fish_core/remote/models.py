@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
+
+from .http import quote, quote_names
 
 MODELS_BYTES = 1 << 20  # a model list longer than this is not a model list
 MAX_MODELS = 256
@@ -65,15 +68,17 @@ def model_ids(answer, where: str) -> list[str]:
     return [i for i in ids if isinstance(i, str) and i]
 
 
-def choose(requested: str | None, available: list[str], where: str) -> str | None:
+def choose(requested: str | None, available: list[str], where: str,
+           names: Callable[[list[str]], str] = quote_names) -> str | None:
     """``requested`` if the engine lists it, else the engine's first model; None when the
-    engine lists none and none was asked for."""
+    engine lists none and none was asked for. ``names``: how the engine's list is quoted
+    (its first few names and a count)."""
     if requested is not None and not isinstance(requested, str):
         raise ValueError(f"model must be a model name (a string), got {type(requested).__name__}")
     requested = (requested or "").strip()
     if not requested:
         return available[0] if available else None
     if available and requested not in available:
-        raise UnknownModel(f"model {requested!r} is not served by {where}; it serves "
-                         f"{', '.join(map(repr, available))}")
+        raise UnknownModel(f"model {quote(requested)!r} is not served by {where}; it serves "
+                           f"{names(available)}")
     return requested

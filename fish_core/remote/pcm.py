@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .http import MAX_LINE_BYTES
+from .http import MAX_LINE_BYTES, quote as bounded
 from ..audio.wav import MAX_RATE, MIN_RATE, AudioFormatError, WavReader, wav_file
 
 S2_RATE = 44100  # the ModifiedDAC codec of S2 and Drama 3
@@ -94,7 +94,7 @@ class BodyReader:
         return samples
 
 
-def chunk_audio(audio: bytes, event: dict, default_rate: int, where: str
+def chunk_audio(audio: bytes, event: dict, default_rate: int, where: str, quote=bounded
                 ) -> tuple[torch.Tensor, int]:
     """The samples of one SGLang-Omni ``audio.speech.chunk``: PCM (``audio.format`` ``pcm``,
     at ``audio.sample_rate`` or ``default_rate``) or, from older versions, one WAV file; or of
@@ -104,8 +104,8 @@ def chunk_audio(audio: bytes, event: dict, default_rate: int, where: str
     if audio[:4] == b"RIFF" or fmt == "wav":
         return wav_file(audio, where)
     if fmt not in ("", "pcm"):
-        raise AudioFormatError(f"{where}: a stream chunk in format {fmt!r}; expected pcm "
-                               "(ask with response_format \"pcm\")")
+        raise AudioFormatError(f"{where}: a stream chunk in format {quote(fmt)}; expected "
+                               "pcm (ask with response_format \"pcm\")")
     rate = meta.get("sample_rate") or default_rate
     if isinstance(rate, bool) or not isinstance(rate, int):
         raise AudioFormatError(f"{where}: a stream chunk's sample_rate is not an integer")

@@ -1,7 +1,8 @@
 """Audio as remote engines send it: server-sent events carrying base64 audio, and the check every
 piece passes before it reaches a caller. WAV bodies (whole, or streamed with an unknown length)
 are parsed by ``fish_core.audio.wav.WavReader``, with its bounds. Server text in errors goes
-through ``http.quote`` (short, no control characters)."""
+through the transport's quoter (``http.Transport.quote``: short, no control characters, or not
+shown for an engine that has not identified itself)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def sse_events(lines: Iterator[bytes]) -> Iterator[str]:
         yield "\n".join(data)
 
 
-def sse_audio(payload: str, where: str) -> tuple[str, bytes | None]:
+def sse_audio(payload: str, where: str, quote=quote) -> tuple[str, bytes | None]:
     """One SSE event → (its type, the audio bytes it carries or None). Knows OpenAI's
     ``speech.audio.delta`` (``audio``: base64) and SGLang-Omni's ``audio.speech.chunk``
     (``audio``: ``{"data": base64}``); an ``error`` event raises."""

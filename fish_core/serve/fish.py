@@ -7,9 +7,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from . import formats
-from .bodies import read_object
-from .requests import (Limits, SpeechRequest, audio_format, bad, choice, integer, number,
-                       references, reject_unknown, require_object, sampling, text_field,
+from .bodies import off_loop, read_object
+from .requests import (Limits, SpeechRequest, audio_format, bad, choice, finishing, integer,
+                       number, references, reject_unknown, require_object, sampling, text_field,
                        voice_name)
 from .service import Service
 from .speak import speak
@@ -17,7 +17,7 @@ from .voices_api import added_voice
 
 FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
                "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
-               "repetition_penalty", "temperature", "top_k"}
+               "repetition_penalty", "temperature", "top_k", "speed", "loudness"}
 
 
 def parse_fish(body, limits: Limits) -> SpeechRequest:
@@ -42,17 +42,19 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
     if not isinstance(body.get("normalize", True), bool):
         raise bad("normalize", "must be true or false")
     number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
+    finishing(body, request, "text")  # extensions: speed, loudness
     sampling(body, request, limits)
     return request
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:
-    body = await read_object(request, service.limits, msgpack=True)
+    body = await read_object(request, service.limits, msgpack=True, references=True)
     return await speak(service, request, parse_fish(body, service.limits))
 
 
 async def fish_list(service: Service, request: web.Request) -> web.Response:
-    return web.json_response({"success": True, "reference_ids": service.voices.names()})
+    names = await off_loop(service.voices.names)
+    return web.json_response({"success": True, "reference_ids": names})
 
 
 async def fish_add(service: Service, request: web.Request) -> web.Response:

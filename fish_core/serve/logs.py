@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import re
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character as a visible escape (``\\r``, ``\\x1b`` …)."""
+    """``text`` with every control character as a visible escape (``\\r``, ``\\x1b`` …), and
+    every lone surrogate (an undecodable byte of a header or path) as ``\\udcXX``, so a log
+    line can always be written."""
     return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 

@@ -48,6 +48,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
+    g.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="pronunciation lexicon (word<TAB>respelling lines) applied to every "
+                        "request; a saved voice's own lexicon goes over it")
     g.add_argument("--lazy", action="store_true", help="load the model on the first request")
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
@@ -74,8 +77,11 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
                    help="seconds to receive a request body")
     g.add_argument("--stream-idle-timeout", type=float, default=limits.stream_idle_seconds,
-                   help="seconds a WS /v1/audio/speech/stream session may send nothing while "
-                        "nothing is being spoken before it is closed")
+                   help="seconds a WS /v1/audio/speech/stream session may go without completing "
+                        "a sentence while nothing is being spoken before it is closed")
+    g.add_argument("--max-streams-per-client", type=int, default=limits.max_streams_per_client,
+                   help="WS /v1/audio/speech/stream sessions one peer address may hold open "
+                        "(behind a proxy every client is the proxy: raise it there)")
 
 
 def read_key_file(path: str) -> str:
@@ -134,12 +140,19 @@ def build_service(args, key: str | None = None):
                     max_text_chars=args.max_text_length, max_references=args.max_references,
                     max_reference_seconds=args.max_reference_seconds,
                     timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
-                    stream_idle_seconds=args.stream_idle_timeout)
+                    stream_idle_seconds=args.stream_idle_timeout,
+                    max_streams_per_client=args.max_streams_per_client)
+    lexicon = None
+    if args.lexicon:
+        from ..text.lexicon import Lexicon
+
+        lexicon = Lexicon.load(args.lexicon, "--lexicon")
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=key,
                               limits=limits, max_batch=args.max_batch,
                               default_voice=args.default_voice, guard=guard(args),
-                              max_queue=args.max_queue, batching=args.batching)
+                              max_queue=args.max_queue, batching=args.batching,
+                              lexicon=lexicon)
 
 
 def serve(args) -> str:
@@ -152,6 +165,9 @@ def serve(args) -> str:
     check_bind(args.host, key, args.allow_no_key)
     if args.max_queue is not None and args.max_queue < 1:
         raise ValueError(f"--max-queue must be at least 1, got {args.max_queue}")
+    if args.max_streams_per_client < 1:
+        raise ValueError(f"--max-streams-per-client must be at least 1, got "
+                         f"{args.max_streams_per_client}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     service = build_service(args, key)
     web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG)

@@ -9,14 +9,14 @@ from aiohttp import web
 from . import formats
 from .bodies import read_object
 from .requests import (Limits, Reference, SpeechRequest, audio_bytes, audio_format, bad, choice,
-                       number, references, reject_unknown, require_object, sampling, text_field,
-                       voice_name)
+                       finishing, number, references, reject_unknown, require_object, sampling,
+                       text_field, voice_name)
 from .service import Service
 from .speak import speak
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
                  "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
-                 "top_p", "top_k", "max_new_tokens", "repetition_penalty"}
+                 "top_p", "top_k", "max_new_tokens", "repetition_penalty", "loudness"}
 
 
 def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
@@ -27,21 +27,14 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     if model is not None and model not in models:
         raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
                   404, "model_not_found")
-    text = text_field(body, "input", limits)
-    instructions = text_field(body, "instructions", limits, required=False)
-    if instructions is not None:
-        if any(c in instructions for c in "[]<>") or len(instructions) > 200:
-            raise bad("instructions", "must be a short style cue (at most 200 characters, no "
-                                      "brackets), e.g. 'whispering'")
-        text = f"[{instructions.strip()}] {text}"
+    text = instructions_prefix(body, limits) + text_field(body, "input", limits)
     voice = body.get("voice")
     if isinstance(voice, dict):
         voice = voice.get("id")
     request = SpeechRequest(text, None if voice is None else voice_name(voice))
     request.format = audio_format(body, "response_format", "wav")
-    speed = number(body, "speed", 1.0, 0.25, 4.0)
-    if speed != 1.0:
-        raise bad("speed", f"only 1.0 is supported (S2 has no speed control), got {speed:g}")
+    number(body, "speed", 1.0, 0.25, 4.0)  # OpenAI's range; finishing: ours, 0.5 … 2
+    finishing(body, request, "input")
     request.stream = choice(body, "stream_format", None, ("audio", "sse"))
     if request.stream and request.format not in formats.STREAMABLE:
         raise bad("response_format", f"{request.format} cannot be streamed; stream wav or pcm")
@@ -58,10 +51,29 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     return request
 
 
+def instructions_prefix(body: dict, limits: Limits) -> str:
+    """``instructions`` (a short style cue) as the bracketed tag S2 reads before the text."""
+    instructions = text_field(body, "instructions", limits, required=False)
+    if instructions is None:
+        return ""
+    if any(c in instructions for c in "[]<>") or len(instructions) > 200:
+        raise bad("instructions", "must be a short style cue (at most 200 characters, no "
+                                  "brackets), e.g. 'whispering'")
+    return f"[{instructions.strip()}] "
+
+
+def default_voice(speech: SpeechRequest, service: Service) -> SpeechRequest:
+    """vLLM-Omni's ``"voice": "default"`` (the model's own voice for Fish models) is this
+    server's default voice, unless the library holds a voice named ``default``."""
+    if speech.voice == "default" and service.voices.folders.find("default") is None:
+        speech.voice = None
+    return speech
+
+
 async def openai_speech(service: Service, request: web.Request) -> web.StreamResponse:
-    body = await read_object(request, service.limits)  # before admission: bodies arrive freely
-    return await speak(service, request, parse_openai(body, service.limits,
-                                                      service.model_names))
+    body = await read_object(request, service.limits, references=True)  # before admission
+    speech = parse_openai(body, service.limits, service.model_names)
+    return await speak(service, request, default_voice(speech, service))
 
 
 async def models(service: Service, request: web.Request) -> web.Response:

@@ -14,6 +14,7 @@ import binascii
 import io
 import math
 import re
+import weakref
 from dataclasses import dataclass, field
 
 import soundfile as sf
@@ -25,6 +26,10 @@ from . import formats
 REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
 PATH = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\'\"<>:]+[/\\])+[^\s/\\'\"<>:,;)]*")
 URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class ClientGone(Exception):
+    """The client left (mid-body, or while its answer was being made): nobody to answer."""
 
 
 class ApiError(Exception):
@@ -51,7 +56,20 @@ class Limits:
     body_timeout_seconds: float = 60.0  # to receive a whole request body
     max_json_depth: int = 32  # nesting of a JSON body (ours need 3)
     max_form_parts: int = 16  # parts of a multipart body
-    stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: silence before it closes
+    stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: no sentence before it closes
+    max_streams_per_client: int = 8  # WS sessions open at once from one peer address
+
+    def request_bytes(self) -> int:
+        """The most bytes of a request (or WebSocket message) that carries no reference audio:
+        its text at JSON's worst (12 bytes per character, a \\uXXXX surrogate pair) plus the
+        other fields. Only a request with references may be larger (up to ``max_body_bytes``)."""
+        return 12 * self.max_text_chars + 16 * 1024
+
+    def json_items(self) -> int:
+        """The most JSON structure bytes (``, : [ { " \\``) a request may hold: every text field
+        full of them, with room to spare (base64 audio has none). Counted before parsing, so a
+        body of a million tiny values is refused before it becomes a million Python objects."""
+        return 8 * (2 + self.max_references) * self.max_text_chars + 4096
 
 
 @dataclass
@@ -59,6 +77,19 @@ class Reference:
     audio: bytes  # an encoded audio file (wav, flac, ogg …)
     text: str
     param: str = "references[0].audio"  # the field that sent the audio, for errors
+    # The clips encoded from it, and the model that encoded them: a WebSocket session speaks
+    # every sentence with the same Reference objects, so each is encoded once per session.
+    _encoded: tuple = field(default=(), repr=False, compare=False)
+
+    def clips(self, synth, limits: "Limits") -> list:
+        """The reference encoded by ``synth``'s codec (on the scheduler's thread), once per
+        model: a model loaded again (ComfyUI's Free memory) encodes it again."""
+        if self._encoded and self._encoded[0]() is synth:
+            return self._encoded[1]
+        wave, sample_rate = decode_reference(self.audio, self.param, limits)
+        clips = synth.encode_voice(wave, self.text, sample_rate=sample_rate).clips
+        self._encoded = (weakref.ref(synth), clips)
+        return clips
 
 
 @dataclass
@@ -75,6 +106,8 @@ class SpeechRequest:
     top_k: int = DEFAULTS.top_k
     max_new_tokens: int = DEFAULTS.max_new_tokens
     max_bytes: int = 300  # text batch size
+    speed: float = 1.0  # speaking rate (OpenAI's field; fish-speech: our extension)
+    loudness: float | None = None  # extension: target in LUFS (docs/finished-audio.md)
 
 
 # ---------------------------------------------------------------- field checks
@@ -110,8 +143,19 @@ def text_field(body: dict, name: str, limits: Limits, required: bool = True,
         raise bad(param, f"must be a string, got {type(value).__name__}")
     if not value.strip():
         raise bad(param, "must not be empty")
+    check_unicode(value, param)
     if len(value) > limits.max_text_chars:
         raise bad(param, f"is {len(value)} characters; the limit is {limits.max_text_chars}")
+    return value
+
+
+def check_unicode(value: str, param: str) -> str:
+    """``value`` if UTF-8 can carry it: a lone surrogate (JSON's ``"\\ud800"``) is a 400."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise bad(param, f"holds a lone surrogate (U+{ord(value[e.start]):04X} at position "
+                         f"{e.start}), which is not text; send UTF-8 text") from None
     return value
 
 
@@ -237,6 +281,25 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
         raise bad(param, f"is not readable audio ({detail(e)})") from None
     except AudioError as e:
         raise bad(param, detail(str(e).removeprefix(f"{param}: "))) from None
+
+
+# ---------------------------------------------------------------- finishing (both dialects)
+def finishing(body: dict, request: SpeechRequest, text_param: str) -> None:
+    """``speed`` (0.5 … 2) and the extension ``loudness`` (LUFS); ``[pause:…]`` tags in the
+    text checked now, so a bad one is a 400 naming the field."""
+    from ..audio.loudness import HIGHEST, LOWEST
+    from ..audio.stretch import MAX_SPEED, MIN_SPEED
+    from ..text.pauses import PauseError, split_pauses
+
+    speed = body.get("speed", 1.0)
+    if speed is not None and speed != 1.0:
+        request.speed = number(body, "speed", 1.0, MIN_SPEED, MAX_SPEED)
+    if body.get("loudness") is not None:
+        request.loudness = number(body, "loudness", None, LOWEST, HIGHEST)
+    try:
+        split_pauses(request.text, text_param)
+    except PauseError as e:
+        raise ApiError(400, detail(e), text_param) from None
 
 
 # ---------------------------------------------------------------- sampling (both dialects)

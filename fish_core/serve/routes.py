@@ -27,9 +27,8 @@ from aiohttp import web
 from .fish import fish_add, fish_delete, fish_list, fish_tts, fish_update
 from .logs import log, printable
 from .openai import models, openai_speech
-from .requests import ApiError, bad
+from .requests import ApiError, ClientGone, bad
 from .service import Service
-from .speak import ClientGone
 from .voices_api import add_voice, delete_voice, list_voices, rename_voice
 from .speech_stream import speech_stream
 
@@ -75,7 +74,9 @@ def endpoint(service: Service, handler, kind: str = "read"):
                 log.warning("Sailfish serve: %s %s from %s refused: %s", request.method,
                             request.path, request.remote, e.message)
             return error_response(e)
-        except (asyncio.CancelledError, ClientGone, ConnectionResetError):
+        except (ClientGone, ConnectionResetError):  # left mid-body: nobody to answer, no trace
+            return web.Response(status=499)
+        except asyncio.CancelledError:
             raise
         except web.HTTPException:
             raise

@@ -1,15 +1,16 @@
 """One worker thread per model: a fair queue of speech tasks, decoded in batches.
 
-The engine runs one generation at a time, so every task goes through this queue. Two ways to
-batch (``batching``):
+The engine runs one decode at a time, so every task goes through this queue, and both ways to
+batch (``batching``) decode in the rows of the one decode loop (``driver.JobRows``):
 
-- ``continuous`` (default): one running decode of ``max_batch`` rows (``driver.JobRows``). A
-  task joins at the next frame boundary as soon as a row is free (its prefill done, then its
-  row decodes with the others); a task whose text batch ended, or that was cancelled or timed
-  out, leaves its row at once and frees it.
+- ``continuous`` (default): one running decode of ``max_batch`` rows. Queued tasks join at the
+  next frame boundary as soon as rows are free (those that join together prefilled in one run,
+  then their rows decode with the others; an idle decode first waits ``batch_wait`` for
+  requests that arrive together); a task whose text batch ended, or that was cancelled or
+  timed out, leaves its row at once and frees it.
 - ``static``: each round takes up to ``max_batch`` tasks from the front (after waiting
-  ``batch_wait`` for others that arrive together) and generates the next text batch of each as
-  one engine batch to the end (``driver.run_round``).
+  ``batch_wait`` for others that arrive together) and generates the next text batch of each,
+  their rows joining together and decoding to their ends (``driver.run_round``).
 
 Either way every row has its own seed, so a batched request sounds exactly as it would alone,
 and a task with more text batches goes to the back of the queue, so a long text cannot hold the
@@ -29,11 +30,15 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..params import Cancelled, GenerationError, SamplingParams
+from ..audio.loudness import as_loudness
+from ..params import GenerationError, SamplingParams
+from ..speech.finishing import Finishing
 from ..synthesis.driver import JobRows, SpeechJob, run_round
+from ..synthesis.live import TakeLayout, layout_needed
 from ..speech.voices import Voice
+from ..text.lexicon import Lexicon
 from .logs import log
-from .requests import ApiError, Limits, SpeechRequest, decode_reference, detail
+from .requests import ApiError, Limits, SpeechRequest, detail
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
@@ -61,8 +66,12 @@ class Task:
 class Scheduler:
     def __init__(self, model: Callable[[], AbstractContextManager], voices: VoiceLibrary,
                  limits: Limits, max_batch: int = 1, batch_wait: float = 0.01,
-                 default_voice: str | None = None, batching: str = "continuous"):
-        """``model()``: a context manager that yields the Synthesizer, loaded, while it works."""
+                 default_voice: str | None = None, batching: str = "continuous",
+                 lexicon: Lexicon | None = None):
+        """``model()``: a context manager that yields the Synthesizer, loaded, while it works
+        (the worker uses its ``runtime``); ``lexicon``: the operator's pronunciation lexicon,
+        applied to every request."""
+        self.lexicon = lexicon
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         self.batching = batching
@@ -122,22 +131,21 @@ class Scheduler:
         while True:
             if not self._wait_for_work():
                 return
-            if self.max_batch > 1 and len(self._queue) < self.max_batch:
-                time.sleep(self.batch_wait)  # let requests that arrive together join
+            self._gather()
             with self._cond:
                 tasks = [self._queue.popleft()
                          for _ in range(min(self.max_batch, len(self._queue)))]
             self.busy = True
             try:
                 with self.model() as synth:
-                    self._round(synth, tasks)
+                    self._round(synth.runtime, tasks)
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
                 for task in tasks:
                     fail(task, e)
             finally:
                 self.busy = False
 
-    def _round(self, synth, tasks: list[Task]) -> None:
+    def _round(self, runtime, tasks: list[Task]) -> None:
         live = []
         for task in tasks:
             if task.cancelled.is_set():
@@ -147,7 +155,7 @@ class Scheduler:
                 continue
             if task.job is None:
                 try:
-                    self._start(synth, task)
+                    self._start(runtime, task)
                 except Exception as e:  # noqa: BLE001 - a bad voice or reference
                     fail(task, e)
                     continue
@@ -155,10 +163,8 @@ class Scheduler:
         if not live:
             return
         self.batch_sizes.append(len(live))
-        try:
-            run_round(synth, [task.job for task in live])
-        except Cancelled:
-            pass  # every row was cancelled or timed out: sorted out below
+        try:  # a task cancelled or timed out leaves its row: sorted out below
+            run_round(runtime, [task.job for task in live])
         except Exception as e:  # noqa: BLE001 - reported to every task of the round
             for task in live:
                 fail(task, e)
@@ -183,27 +189,34 @@ class Scheduler:
                 self._queue.append(task)  # its next text batch waits its turn
 
     # ---------------------------------------------------------------- continuous batching
+    def _gather(self) -> None:
+        """Wait ``batch_wait`` for requests that arrive together, so that they start together
+        (one prefill)."""
+        if self.max_batch > 1 and len(self._queue) < self.max_batch:
+            time.sleep(self.batch_wait)
+
     def _run_continuous(self) -> None:
         while True:
             if not self._wait_for_work():
                 return
+            self._gather()  # an idle decode: requests arriving together join in one prefill
             self.busy = True
             running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
             try:
                 with self.model() as synth:
-                    self._decode(synth, running)
+                    self._decode(synth.runtime, running)
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
                 for task in running.values():
                     fail(task, e)
             finally:
                 self.busy = False
 
-    def _decode(self, synth, running: dict[int, Task]) -> None:
+    def _decode(self, runtime, running: dict[int, Task]) -> None:
         """Decode until no task is left: tasks join free rows between frames and leave them
         as soon as their text batch ends (or they are cancelled or time out)."""
-        rows = JobRows(synth, self.max_batch)
+        rows = JobRows(runtime, self.max_batch)
         while True:
-            if self._admit(synth, rows, running):
+            if self._admit(runtime, rows, running):
                 self.batch_sizes.append(len(rows))
             if not len(rows):
                 return
@@ -213,10 +226,11 @@ class Scheduler:
             for job in rows.step():
                 self._settle(running.pop(id(job)))
 
-    def _admit(self, synth, rows: JobRows, running: dict[int, Task]) -> int:
-        """Move queued tasks into free rows (prefilling each); returns how many joined."""
-        joined = 0
-        while rows.free and not self._closed:
+    def _admit(self, runtime, rows: JobRows, running: dict[int, Task]) -> int:
+        """Move queued tasks into free rows, all prefilled together; returns how many
+        joined."""
+        tasks = []
+        while len(tasks) < rows.free and not self._closed:
             with self._cond:
                 if not self._queue:
                     break
@@ -228,41 +242,57 @@ class Scheduler:
                 continue
             try:
                 if task.job is None:
-                    self._start(synth, task)
-                added = rows.add(task.job)
+                    self._start(runtime, task)
             except Exception as e:  # noqa: BLE001 - a bad voice or reference
                 fail(task, e)
                 continue
-            if not added:  # its prompt cannot fit
+            tasks.append(task)
+        if not tasks:
+            return 0
+        try:
+            joined = {id(job) for job in rows.add([task.job for task in tasks])}
+        except Exception as e:  # noqa: BLE001 - reported to every task of the join
+            for task in tasks:
+                fail(task, e)
+            return 0
+        for task in tasks:
+            if id(task.job) in joined:
+                running[id(task.job)] = task
+            else:  # its prompt cannot fit
                 fail(task, task.job.error)
-                continue
-            running[id(task.job)] = task
-            joined += 1
-        return joined
+        return len(joined)
 
-    def _start(self, synth, task: Task) -> None:
+    def _start(self, runtime, task: Task) -> None:
         """Build the task's voice and job (on the worker: the codec encodes references)."""
         request = task.request
-        c = synth.config
-        clips = []
+        c = runtime.config
+        clips, lexicon = [], None
         voice = request.voice or self.default_voice
         if voice:
             param = request.voice_param if request.voice else "default_voice"
-            clips += self.voices.load(voice, param, c.num_codebooks, c.codebook_size).clips
-        for ref in request.references:
-            wave, sample_rate = decode_reference(ref.audio, ref.param, self.limits)
-            clips += synth.encode_voice(wave, ref.text, sample_rate=sample_rate).clips
-        voices = [Voice("speaker", clips, synth.sample_rate)] if clips else []
+            saved = self.voices.load(voice, param, c.num_codebooks, c.codebook_size)
+            clips, lexicon = list(saved.clips), saved.lexicon
+        for ref in request.references:  # encoded once per Reference (a WS session's sentences)
+            clips += ref.clips(runtime, self.limits)
+        voices = [Voice("speaker", clips, runtime.sample_rate, lexicon=lexicon)] if clips else []
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
-        task.job = SpeechJob(synth, request.text, voices, params=params, seed=request.seed,
-                             max_bytes=request.max_bytes,
-                             emit=lambda chunk: task.emit("chunk", chunk),
-                             deadline=task.deadline)
+        # Finishing (speech.finishing): lexicon and pauses here, rate and loudness in a layout
+        # (a whole answer normalised at its end, a stream with a gain fixed from its start).
+        finishing = Finishing(as_loudness(request.loudness), request.speed, self.lexicon)
+        batches = finishing.batches(request.text, voices, request.max_bytes)
+        send = {"emit": lambda chunk: task.emit("chunk", chunk)}
+        if layout_needed(batches, 0.0, finishing):
+            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
+                                runtime.sample_rate, batches, 0.0, finishing,
+                                whole=request.stream is None)
+            send = {"emit": layout.chunk, "end_batch": layout.end_batch}
+        task.job = SpeechJob(runtime, batches, voices, params=params, seed=request.seed,
+                             max_bytes=request.max_bytes, deadline=task.deadline, **send)
         if task.cancelled.is_set():
             task.job.cancel()
-        task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed,
-                            "frame_length": synth.codec.frame_length})
+        task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,
+                            "frame_length": runtime.require_codec().frame_length})
 
 
 def fail(task: Task, error: Exception) -> None:

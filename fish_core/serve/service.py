@@ -4,9 +4,11 @@ and the routes mounted on ComfyUI's server; only the model provider and the guar
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import threading
-from contextlib import contextmanager
+import time
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -52,11 +54,12 @@ class Service:
                  limits: Limits = Limits(), max_batch: int = 1,
                  default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
                  guard: Guard = Guard(), max_queue: int | None = None,
-                 batching: str = "continuous"):
+                 batching: str = "continuous", lexicon=None):
         """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
         whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
         ``max_queue``: requests in progress at once (default ``default_max_queue``);
-        ``batching``: ``continuous`` or ``static`` (``scheduler``)."""
+        ``batching``: ``continuous`` or ``static`` (``scheduler``); ``lexicon``: the operator's
+        pronunciation lexicon (``text.lexicon.Lexicon``) for every request."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
         self.model_names = {model_name, *MODEL_ALIASES}
@@ -67,8 +70,10 @@ class Service:
         self.max_queue = max_queue if max_queue is not None else default_max_queue(max_batch)
         self._open = 0  # requests admitted and not finished
         self._open_lock = threading.Lock()
+        self._streams: dict[str, int] = {}  # open WebSocket sessions per client (peer address)
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
-                                   default_voice=default_voice, batching=batching)
+                                   default_voice=default_voice, batching=batching,
+                                   lexicon=lexicon)
 
     @classmethod
     def standalone(cls, load: Callable[[], object], lazy: bool = False, **kwargs) -> "Service":
@@ -102,21 +107,77 @@ class Service:
     def open_requests(self) -> int:
         return self._open
 
+    def busy_error(self) -> ApiError:
+        return ApiError(429, f"the server is busy ({self._open} requests in progress or queued; "
+                             f"the limit is {self.max_queue}); retry later", None, "queue_full",
+                        {"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    def check_place(self) -> None:
+        """429 when every place is taken (a WebSocket session starting; it takes none yet)."""
+        if self._open >= self.max_queue:
+            raise self.busy_error()
+
+    def _take(self) -> bool:
+        with self._open_lock:
+            if self._open >= self.max_queue:
+                return False
+            self._open += 1
+            return True
+
+    def _release(self) -> None:
+        with self._open_lock:
+            self._open -= 1
+
     @contextmanager
     def admitted(self) -> Iterator[None]:
         """Hold one of ``max_queue`` places for a request's lifetime; 429 when none is free."""
+        if not self._take():
+            raise self.busy_error()
+        try:
+            yield
+        finally:
+            self._release()
+
+    @asynccontextmanager
+    async def admitted_soon(self, seconds: float, poll: float = 0.05):
+        """``admitted``, waiting up to ``seconds`` for a place (a WebSocket session's next
+        sentence: the session held no place while it waited for text)."""
+        deadline = time.monotonic() + seconds
+        while not self._take():
+            if time.monotonic() >= deadline:
+                raise self.busy_error()
+            await asyncio.sleep(poll)
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def stream_opened(self, client: str | None) -> Iterator[None]:
+        """One of the client's ``max_streams_per_client`` WebSocket sessions (a client is a
+        peer address: behind a proxy every client is the proxy, so raise the limit there)."""
+        client = client or "?"
+        limit = self.limits.max_streams_per_client
         with self._open_lock:
-            if self._open >= self.max_queue:
-                raise ApiError(429, f"the server is busy ({self._open} requests in progress or "
-                                    f"queued; the limit is {self.max_queue}); retry later",
-                               None, "queue_full",
+            if self._streams.get(client, 0) >= limit:
+                raise ApiError(429, f"this client has {limit} speech streams open; close one "
+                                    "first (the limit is the server's --max-streams-per-client)",
+                               None, "too_many_streams",
                                {"Retry-After": str(RETRY_AFTER_SECONDS)})
-            self._open += 1
+            self._streams[client] = self._streams.get(client, 0) + 1
         try:
             yield
         finally:
             with self._open_lock:
-                self._open -= 1
+                self._streams[client] -= 1
+                if not self._streams[client]:
+                    del self._streams[client]
+
+    def open_streams(self, client: str | None = None) -> int:
+        with self._open_lock:
+            if client is None:
+                return sum(self._streams.values())
+            return self._streams.get(client or "?", 0)
 
     def close(self) -> None:
         self.scheduler.close()

@@ -13,14 +13,10 @@ from aiohttp import web
 
 from . import formats
 from .logs import log
-from .requests import SpeechRequest
+from .requests import ClientGone, SpeechRequest
 from .service import Service
 
 POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
-
-
-class ClientGone(Exception):
-    pass
 
 
 async def speak(service: Service, request: web.Request, speech: SpeechRequest

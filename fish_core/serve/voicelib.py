@@ -4,7 +4,10 @@ format ``fish_core.speech.voices`` writes, in the folder the ComfyUI Voice Save 
 Names, folders and symlinks follow ``fish_core.speech.library`` (the rule the nodes use too):
 a name is checked before any file is touched, and the file it reaches must lie inside its
 folder, so no name can reach outside it. This module adds the service's side: HTTP errors
-(400 for a bad name, 404 unknown, 409 taken, 422 unusable) and one change at a time.
+(400 for a bad name, 404 unknown, 409 taken, 422 unusable), one change at a time, and a cached
+listing: walking a folder of 20,000 voices takes seconds, so the names are kept and walked again
+only when one of the folders changed (its modification time, checked with one ``stat`` per
+folder) or the library itself changed a voice. The routes call ``names`` on an executor thread.
 """
 
 from __future__ import annotations
@@ -26,9 +29,27 @@ class VoiceLibrary:
         self.folders = VoiceFolders(roots)
         self.roots = self.folders.roots
         self._lock = threading.Lock()  # add / rename / delete one at a time
+        self._listing = threading.Lock()  # one walk at a time; the others wait for its result
+        self._listed: list[str] | None = None
+        self._listed_folders: list[Path] = []
+        self._listed_stamp: tuple = ()
+        self.walks = 0  # full walks of the folders (tests check the cache)
 
     def names(self) -> list[str]:
-        return self.folders.names()
+        """Every voice's name (``speech.library``'s listing), cached until a folder changes."""
+        with self._listing:
+            if self._listed is None or stamp(self._listed_folders) != self._listed_stamp:
+                folders = [folder for root in self.roots for folder in subfolders(root)]
+                seen = stamp(folders)  # before the walk: a change during it is seen next time
+                self._listed = self.folders.names()
+                self._listed_folders, self._listed_stamp = folders, seen
+                self.walks += 1
+            return list(self._listed)
+
+    def changed(self) -> None:
+        """Forget the listing (a voice was added, renamed or deleted here)."""
+        with self._listing:
+            self._listed = None
 
     def _inside(self, root: Path, name: str, param: str = "name") -> Path:
         try:
@@ -69,11 +90,15 @@ class VoiceLibrary:
             self.check_free(name, param)
             path = self._inside(self.roots[0], name, param)
             voice.name = name.rsplit("/", 1)[-1]
-            return voice.save(path)
+            try:
+                return voice.save(path)
+            finally:
+                self.changed()
 
     def delete(self, name: str, param: str = "name") -> None:
         with self._lock:
             self.find(name, param).unlink()
+            self.changed()
 
     def rename(self, old: str, new: str, old_param: str = "old_name",
                new_param: str = "new_name") -> Path:
@@ -83,4 +108,26 @@ class VoiceLibrary:
             target = self._inside(self.roots[0], new, new_param)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(source, target)
+            self.changed()
             return target
+
+
+def subfolders(root: Path) -> list[Path]:
+    """``root`` and every real folder below it (links are not followed: a link that stays
+    inside ``root`` leads to a folder listed here anyway)."""
+    if not root.is_dir():
+        return [root]
+    return [root] + [Path(folder, d) for folder, dirs, _ in os.walk(root) for d in dirs
+                     if not os.path.islink(os.path.join(folder, d))]
+
+
+def stamp(folders: list[Path]) -> tuple:
+    """What changes when a voice file appears in, or leaves, one of ``folders``."""
+    out = []
+    for folder in folders:
+        try:
+            info = os.stat(folder)
+            out.append((info.st_mtime_ns, info.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)

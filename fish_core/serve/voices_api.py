@@ -9,7 +9,7 @@ import asyncio
 
 from aiohttp import web
 
-from .bodies import read_form, read_object
+from .bodies import off_loop, read_form, read_object
 from .requests import bad, decode_reference, text_field, voice_name
 from .service import Service
 
@@ -37,7 +37,7 @@ def encode_and_save(service: Service, name: str, audio: bytes, text: str) -> Non
 
 
 async def list_voices(service: Service, request: web.Request) -> web.Response:
-    names = service.voices.names()
+    names = await off_loop(service.voices.names)
     return web.json_response({"object": "list", "data": [
         {"id": name, "name": name, "object": "voice"} for name in names]})
 

@@ -11,6 +11,12 @@ defaults ``DEFAULTS``, checked by ``SamplingParams.from_options``); any other ke
 handed out in consecutive pieces, float32 ``[n]`` on the CPU, that concatenate to it exactly.
 The local synthesizer hands them out while it generates (``synthesis/live.py``); a remote one
 hands out the whole result in one piece when it is done.
+
+Finishing keywords (tts, stream, dialogue, subtitles; ``speech.finishing``): ``loudness`` (a
+target in LUFS, or an ``audio.loudness.Loudness`` with its ceiling and what it normalises:
+mix, speaker track or line), ``speed`` (0.5 … 2, pitch kept) and ``lexicon`` (a
+``text.lexicon.Lexicon`` or its file; each voice's own lexicon goes over it). Both apply them
+the same way, a remote one on the audio the engine returns.
 """
 
 from __future__ import annotations
@@ -43,13 +49,15 @@ class SpeechSynthesizer(Protocol):
             seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
+            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+            **sampling) -> Speech | list[Speech]:
         """Speak ``text``; with ``takes=N`` a list of N Speech (take k seeded ``seed + k``)."""
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
                seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES, **sampling):
+               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0, lexicon=None,
+               **sampling):
         """``tts`` as an iterator of float32 waveform chunks (``.sample_rate``, ``.seed``,
         ``close()``)."""
 
@@ -59,12 +67,14 @@ class SpeechSynthesizer(Protocol):
                  seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+                 **sampling) -> Speech | list[Speech]:
         """A multi-speaker script, voices by name or in speaker order."""
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
                   cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  loudness=None, speed: float = 1.0, lexicon=None,
                   **sampling) -> SubtitleSpeech:
         """Each SRT cue spoken at its start time."""

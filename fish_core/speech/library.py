@@ -4,7 +4,8 @@ Save / Voice Load) and the HTTP service (``/v1/audio/voices``, fish-speech's ref
 voice saved on one side is named the same way on the other.
 
 **Names.** A name is parts joined by ``/`` (sub-folders): ``alice``, ``sailfish/émile_00001``.
-Each part is 1 to ``MAX_PART`` characters of letters and digits of any script
+Each part is 1 to ``MAX_PART`` characters (and at most ``MAX_PART_BYTES`` bytes of UTF-8, as
+file systems count bytes) of letters and digits of any script
 (``str.isalnum``), ``_``, ``-``, ``.`` and space; it does not start with ``.`` (no ``..``, no
 hidden files) and does not start or end with a space. The whole name is at most ``MAX_NAME``
 characters. No separator other than ``/``, no drive, no control character: a name that passes
@@ -30,6 +31,9 @@ from pathlib import Path
 SUFFIX = ".safetensors"
 MAX_PART = 128  # characters of one part (a typed prefix + "_00001" fits)
 MAX_NAME = 255  # characters of the whole name
+# UTF-8 bytes of one part: file systems take 255 (NAME_MAX counts bytes), the suffix and a
+# Voice Save number ("_00001") included
+MAX_PART_BYTES = 255 - len(SUFFIX) - len("_00001")
 PUNCTUATION = "_-. "
 RULE = ("letters, digits, '_', '-', '.' and ' ' (and '/' between folders; no part starting "
         "with '.' or a space)")
@@ -54,6 +58,11 @@ def check_name(value, field: str = "name", limit: int = MAX_PART) -> str:
     if longest > limit or len(value) > MAX_NAME:
         raise VoiceNameError(f"{field} is too long ({max(longest, len(value))} characters; "
                              f"at most {limit} per folder or file name, {MAX_NAME} in all)")
+    widest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
+    if widest > MAX_PART_BYTES:  # file systems count bytes: 255 per name, the suffix included
+        raise VoiceNameError(f"{field} is too long for a file name ({widest} bytes in UTF-8; at "
+                             f"most {MAX_PART_BYTES} per folder or file name, as the file "
+                             f"system takes 255 with {SUFFIX!r} and a number)")
     if any(not part or part.startswith(".") for part in parts):
         raise VoiceNameError(f"{field}: {value!r} must name a file inside the voices folder "
                              "(no empty parts, no part starting with '.')")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -19,10 +20,13 @@ MAX_TAKES = 8  # takes of one request, generated together
 @dataclass(frozen=True)
 class Batch:
     """One text batch to generate. ``speaker``: the voice it is spoken in when the batch is one
-    script turn (None: the speaker tags inside ``text`` say)."""
+    script turn (None: the speaker tags inside ``text`` say). ``before``/``after``: seconds of
+    silence a ``[pause:…]`` tag wrote before/after it (None: none written there)."""
 
     text: str
     speaker: int | None = None
+    before: float | None = None
+    after: float | None = None
 
 
 @dataclass
@@ -82,6 +86,8 @@ class Speech:
     codes: torch.Tensor  # [num_codebooks, frames] of all segments, in order
     segments: list[Segment]
     seed: int
+    # What finishing did (``speech.finishing``): speed, loudness measured after it; None: none.
+    finishing: dict | None = field(default=None, kw_only=True)
 
     @property
     def duration(self) -> float:
@@ -99,11 +105,21 @@ class Speech:
             tracks[speaker, window] = self.waveform[window]
         return tracks
 
+    def save(self, path) -> Path:
+        """Write the waveform to ``path`` in the format its suffix names: .wav, .flac, .mp3,
+        .opus/.ogg or .pcm (16-bit; mp3 and opus where libsndfile can write them)."""
+        from ..audio.formats import write
+
+        return write(path, self.waveform, self.sample_rate)
+
     def timeline(self, take: int = 0) -> dict:
         """Where every segment sits: the ``takes`` entry of ``timeline_json``."""
-        return {"take": take, "seed": self.seed, "samples": self.waveform.shape[0],
-                "duration": round(self.duration, 6),
-                "segments": [s.as_dict() for s in self.segments]}
+        found = {"take": take, "seed": self.seed, "samples": self.waveform.shape[0],
+                 "duration": round(self.duration, 6),
+                 "segments": [s.as_dict() for s in self.segments]}
+        if self.finishing:
+            found["finishing"] = self.finishing
+        return found
 
 
 def timeline_json(takes: Sequence[Speech]) -> str:

@@ -3,7 +3,8 @@
 A voice holds one or more clips of the same speaker, each with its transcript. File layout:
 tensors ``clip.<i>`` = int32 codes ``[num_codebooks, frames]``; string metadata ``format``
 (``sailfish-voice``), ``version``, ``name``, ``texts`` (JSON list), ``sample_rate``,
-``frame_length``, ``num_codebooks``.
+``frame_length``, ``num_codebooks``; optionally ``lexicon`` (the voice's own pronunciation
+lexicon, as a lexicon file's text: ``text.lexicon``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from ..text.lexicon import Lexicon, LexiconError
 from ..text.prompt import Reference
 from ..text.plan import Turn, check_text
 
@@ -33,6 +35,7 @@ class Voice:
     clips: list[Reference] = field(default_factory=list)
     sample_rate: int = 44100
     frame_length: int = 2048
+    lexicon: Lexicon | None = field(default=None, kw_only=True)  # its own pronunciations
 
     @property
     def frames(self) -> int:
@@ -59,6 +62,8 @@ class Voice:
                 "texts": json.dumps([clip.text for clip in self.clips], ensure_ascii=False),
                 "sample_rate": str(self.sample_rate), "frame_length": str(self.frame_length),
                 "num_codebooks": str(num_codebooks)}
+        if self.lexicon:
+            meta["lexicon"] = self.lexicon.text()
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(path), metadata=meta)
         return path
@@ -96,7 +101,14 @@ class Voice:
             codes = tensors.get(f"clip.{i}")
             clips.append(Reference(str(text), check_codes(codes, f"{path.name} clip {i}",
                                                           num_codebooks, codebook_size)))
-        return cls(meta.get("name") or path.stem, clips, sample_rate, frame_length)
+        lexicon = None
+        if meta.get("lexicon"):
+            try:
+                lexicon = Lexicon.parse(meta["lexicon"], f"{path.name} lexicon")
+            except LexiconError as e:
+                raise VoiceError(f"{path}: damaged lexicon ({e})") from None
+        return cls(meta.get("name") or path.stem, clips, sample_rate, frame_length,
+                   lexicon=lexicon)
 
 
 def check_codes(codes, where: str, num_codebooks: int | None = None,

@@ -1,3 +1,4 @@
-"""The local synthesizer: ``synthesizer`` (``Synthesizer``, the public API), ``driver`` (the one
-generation driver: ``SpeechJob``, ``run_round``, ``ChunkDecoder``) and ``stream``
-(``AudioStream``)."""
+"""The local synthesizer: ``synthesizer`` (``Synthesizer``, the public API), ``runtime``
+(``Runtime``: the loaded model's engine, codec and prompts, under it), ``driver`` (the one
+generation driver: ``SpeechJob``, ``JobRows``, ``run_round``, ``ChunkDecoder``), ``stream``
+(``AudioStream``) and ``live`` (chunks laid out while they are generated)."""

@@ -1,14 +1,18 @@
 """The one generation driver: tts, dialogue, subtitles, takes, ``stream`` and the HTTP
-scheduler all generate through ``SpeechJob`` + ``run_round`` and decode through ``ChunkDecoder``.
+scheduler all generate through ``SpeechJob`` in the rows of ``JobRows`` and decode through
+``ChunkDecoder``.
 
 A ``SpeechJob`` is one take of one request: its text batches generated in order, each prompted
-with the voices' references plus the job's own last ``history_turns`` batches, batch ``b``
-drawn with ``batch_seed(seed, b)``. ``run_round`` generates the next batch of several jobs
-together (one engine batch, one seed per row): the takes of one request, or the requests the
-HTTP service batches. Every job decodes its frames through one ``ChunkDecoder`` (one causal
-codec state; a fresh one per batch for subtitles, whose cues are separate clips) and hands each
-chunk, in order, to ``emit``; a whole clip is those chunks concatenated. So a stream, a whole
-clip and take k of N are the same operations in the same order, by construction.
+with the voices' references (the system turn, encoded once) plus the job's own last
+``history_turns`` batches, batch ``b`` drawn with ``batch_seed(seed, b)``. ``JobRows`` decodes
+jobs' text batches in the rows of one ``RowBatch`` (the one decode loop; one seed per row):
+``run_round`` is the static use, the next batch of several jobs joining together (the takes of
+one request, or the requests the HTTP service batches statically) and decoding to their ends;
+the HTTP scheduler's continuous batching adds jobs as rows free up. Every job decodes its
+frames through one ``ChunkDecoder`` (one causal codec state; a fresh one per batch for
+subtitles, whose cues are separate clips) and hands each chunk, in order, to ``emit``; a whole
+clip is those chunks concatenated. So a stream, a whole clip and take k of N are the same
+operations in the same order, by construction.
 
 Chunk boundaries follow one fixed rule (``ChunkDecoder``): the first chunk after
 ``first_frames`` frames, each next one twice as long up to ``chunk_frames``, and the rest of
@@ -25,11 +29,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..params import CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Generated, GenerationError, \
-    SamplingParams, batch_seed, pick_seed
+from ..params import CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated, \
+    GenerationError, SamplingParams, batch_seed, pick_seed
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
+from ..text.pace import Pace
 
 
 def check_frames(value, field: str) -> int:
@@ -96,16 +101,16 @@ def decode_batches(codec, codes: Sequence[torch.Tensor], first_frames: int = FIR
 class SpeechJob:
     """One take of one request, generated text batch by text batch and decoded as it goes.
 
-    ``text`` is planned into batches (``max_bytes``), or ready ``Batch``es are given. ``emit(chunk)``
-    receives each waveform chunk in order (on the generating thread); with ``keep`` the job also
-    keeps them per batch (``waveform``, ``batch_waves``). ``live``: frames are decoded as they
-    are generated (streaming) rather than when the batch is done. ``clip_per_batch``: each
-    batch is decoded from a fresh codec state (subtitle cues are separate clips).
-    ``end_batch()``, when given, is called once a batch's last chunk is emitted (live playback
-    lays the chunks out by batch). ``cancel()`` stops it within a frame; ``deadline``
-    (``time.monotonic()`` seconds) is a timeout."""
+    ``text`` is planned into batches (``max_bytes``), or ready ``Batch``es are given.
+    ``emit(chunk)`` receives each waveform chunk in order (on the generating thread); with
+    ``keep`` the job also keeps them per batch (``waveform``, ``batch_waves``). ``live``: frames
+    are decoded as they are generated (streaming) rather than when the batch is done.
+    ``clip_per_batch``: each batch is decoded from a fresh codec state (subtitle cues are
+    separate clips). ``end_batch()``, when given, is called once a batch's last chunk is
+    emitted (live playback lays the chunks out by batch). ``cancel()`` stops it within a
+    frame; ``deadline`` (``time.monotonic()`` seconds) is a timeout."""
 
-    def __init__(self, synth, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
+    def __init__(self, runtime, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
                  params: SamplingParams = DEFAULTS, seed: int | None = None,
                  max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
                  first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
@@ -119,14 +124,14 @@ class SpeechJob:
         else:
             batches = list(text)
         self.history_turns = check_history_turns(history_turns)
-        self.synth = synth
+        self.runtime = runtime
         self.params = params.validate()
         self.batches = batches
-        self.references = synth.references(voices)
-        self.prefix = None  # the voice prefix's length (its KV is reused across prompts)
+        self.system = runtime.system_turn(runtime.references(voices))  # [1 + K, P]
+        self.prefix = self.system.shape[1]  # the voice prefix (its KV is reused across prompts)
         self.seed = pick_seed(seed)
         self.chunking = (first_frames, chunk_frames)
-        self.decoder = ChunkDecoder(synth.require_codec(), first_frames, chunk_frames)
+        self.decoder = ChunkDecoder(runtime.require_codec(), first_frames, chunk_frames)
         self.emit = emit or (lambda chunk: None)
         self.deadline = deadline
         self.live, self.keep, self.clip_per_batch = live, keep, clip_per_batch
@@ -173,26 +178,25 @@ class SpeechJob:
         """The prompt ``[1 + K, T]`` of the next text batch; resets the per-batch frame count."""
         kept = self.results[-self.history_turns:] if self.history_turns else []
         history = [(r.batch.text, r.generated.codes) for r in kept]
-        prompt = self.synth.prompt(self.batches[self.batch].text, self.references, history,
-                                   self.params.max_new_tokens)
-        if self.prefix is None:
-            self.prefix = self.synth.prefix_length(self.references)
-        self.limit = min(self.params.max_new_tokens, self.synth.max_context - prompt.shape[1])
+        prompt = self.runtime.prompt(self.batches[self.batch].text, self.system, history,
+                                     self.params.max_new_tokens)
+        self.limit = min(self.params.max_new_tokens, self.runtime.max_context - prompt.shape[1])
         self.columns = 0
         self.ended = False
         if self.clip_per_batch:
-            self.decoder = ChunkDecoder(self.synth.require_codec(), *self.chunking)
+            self.decoder = ChunkDecoder(self.runtime.require_codec(), *self.chunking)
         self.batch_waves.append([])
         return prompt
 
-    def feed(self, column: torch.Tensor) -> None:
+    def feed(self, column: torch.Tensor, eos: bool) -> None:
         """One generated column ``[1 + K]`` (live jobs): its codes are decoded when a chunk is
-        due. Columns from ``<|im_end|>`` on, or past the length limit, are ignored."""
+        due. ``eos``: the row has made its ``<|im_end|>`` (this column, or before). Columns
+        from ``<|im_end|>`` on, or past the length limit, are ignored."""
         if self.ended or self.stopped or not self.live:
             return
         self.columns += 1
         chunks = []
-        if int(column[0]) == self.synth.config.eos_token_id:
+        if eos:
             self.ended = True
         else:
             self.ended = self.columns >= self.limit
@@ -221,57 +225,18 @@ class SpeechJob:
             self.emit(chunk)
 
 
-def run_round(synth, jobs: Sequence[SpeechJob],
-              on_frame: Callable[[int, int], None] | None = None,
-              cancel: Callable[[], bool] | None = None) -> None:
-    """Generate the next text batch of every job, together (one engine batch, one seed per
-    row). Stops with ``Cancelled`` within a frame once ``cancel()`` is true or every job is
-    cancelled or timed out; a job that fails (its prompt cannot fit, or it ended without audio)
-    keeps the exception in ``job.error``. ``on_frame(done, total)`` reports progress."""
-    ready, prompts = [], []
-    for job in jobs:  # a prompt that cannot fit fails its own job only
-        try:
-            prompts.append(job.prompt())
-            ready.append(job)
-        except GenerationError as e:
-            job.error = e
-    if not ready:
-        return
-    jobs = ready
-
-    def on_column(column: torch.Tensor) -> None:  # [B, 1 + K]
-        for job, row in zip(jobs, column):
-            job.feed(row)
-
-    def stop() -> bool:
-        return (cancel is not None and cancel()) or all(job.stopped for job in jobs)
-
-    live = {"on_column": on_column} if any(job.live for job in jobs) else {}
-    t0 = time.perf_counter()
-    gens = synth.generate(prompts, [job.params for job in jobs],
-                          seeds=[job.batch_seed for job in jobs], on_frame=on_frame,
-                          cancel=stop, prefixes=[job.prefix for job in jobs], **live)
-    seconds = time.perf_counter() - t0
-    for job, gen in zip(jobs, gens):
-        if not job.stopped:
-            try:
-                job.finish_batch(gen, seconds)
-            except GenerationError as e:
-                job.error = e
-
-
 class JobRows:
-    """Continuous batching of jobs (the counterpart of ``run_round``): each job's current text
-    batch decodes in a row of one running ``RowBatch``. ``add(job)`` prefills the job's next
-    text batch into a free row at once (between frames); ``step()`` makes one frame for every
-    row and returns the jobs whose text batch ended, failed, or which were cancelled or timed
-    out: they have left their rows, freeing them for the next. A job with text batches left is
-    added again by the caller (so it can go to the back of a queue). Each row draws from its
-    job's own seed, so a job's codes and audio are those it makes alone."""
+    """Jobs decoding in the rows of one ``RowBatch``: each job's current text batch in a row.
+    ``add(jobs)`` prefills their next text batches into free rows, together (between frames);
+    ``step()`` makes one frame for every row and returns the jobs whose text batch ended,
+    failed, or which were cancelled or timed out: they have left their rows, freeing them for
+    the next. A job with text batches left is added again by the caller (so it can go to the
+    back of a queue). Each row draws from its job's own seed, so a job's codes and audio are
+    those it makes alone."""
 
-    def __init__(self, synth, rows: int):
-        self.synth = synth
-        self.batch = synth.row_batch(rows)
+    def __init__(self, runtime, rows: int):
+        self.runtime = runtime
+        self.batch = runtime.row_batch(rows)
         self.jobs: dict[int, SpeechJob] = {}
         self.started: dict[int, float] = {}
 
@@ -282,29 +247,41 @@ class JobRows:
     def free(self) -> int:
         return self.batch.free
 
-    def add(self, job: SpeechJob) -> bool:
-        """Start the job's next text batch in a free row; False (with ``job.error``) when its
-        prompt cannot fit."""
-        try:
-            prompt = job.prompt()
-        except GenerationError as e:
-            job.error = e
-            return False
-        row, column = self.batch.join(prompt, job.params, job.batch_seed, job.prefix)
-        self.jobs[row] = job
-        self.started[row] = time.perf_counter()
-        job.feed(column)
-        return True
+    @torch.inference_mode()  # the codec decodes what the rows make
+    def add(self, jobs: Sequence[SpeechJob]) -> list[SpeechJob]:
+        """Start the next text batch of each job in a free row, all in one prefill; returns the
+        jobs that joined (the others' prompts cannot fit: ``job.error`` says why)."""
+        ready, prompts = [], []
+        for job in jobs:  # a prompt that cannot fit fails its own job only
+            try:
+                prompts.append(job.prompt())
+                ready.append(job)
+            except GenerationError as e:
+                job.error = e
+        if not ready:
+            return []
+        rows, columns = self.batch.join_many(prompts, [job.params for job in ready],
+                                             [job.batch_seed for job in ready],
+                                             [job.prefix for job in ready])
+        now = time.perf_counter()
+        for job, row, column in zip(ready, rows, columns):
+            self.jobs[row] = job
+            self.started[row] = now
+            job.feed(column, self.batch.stopped(row))
+        return ready
 
+    @torch.inference_mode()
     def step(self) -> list[SpeechJob]:
-        """One frame for every row (when any is busy and unfinished); returns the jobs that
-        left their rows."""
+        """One frame for every row (when any job is still decoding); returns the jobs that
+        left their rows. The frame reaches the host at once only when a live job reads it."""
         if any(not self.batch.ended(r) and not job.stopped for r, job in self.jobs.items()):
-            columns = self.batch.step()
-            for row, job in self.jobs.items():
-                job.feed(columns[row])  # a job ignores columns past its batch's end
+            live = [(row, job) for row, job in self.jobs.items() if job.live]
+            columns = self.batch.step(read=bool(live))
+            for row, job in live:
+                job.feed(columns[row], self.batch.stopped(row))
         return self.collect()
 
+    @torch.inference_mode()
     def collect(self) -> list[SpeechJob]:
         left = []
         for row, job in list(self.jobs.items()):
@@ -320,3 +297,53 @@ class JobRows:
                     job.error = e
             left.append(job)
         return left
+
+
+def run_round(runtime, jobs: Sequence[SpeechJob],
+              on_frame: Callable[[int, int], None] | None = None,
+              cancel: Callable[[], bool] | None = None) -> None:
+    """Generate the next text batch of every job, together: a static batch, the jobs joining
+    one ``JobRows`` at once (one prefill) and decoding until each has ended. Stops with
+    ``Cancelled`` within a frame once ``cancel()`` is true; a job that is cancelled or times
+    out leaves its row while the others go on; a job that fails (its prompt cannot fit, or it
+    ended without audio) keeps the exception in ``job.error``. ``on_frame(done, total)``
+    reports progress."""
+    rows = JobRows(runtime, len(jobs))
+    joined = rows.add(jobs)
+    if not joined:
+        return
+    total, done = max(job.limit for job in joined), 1
+    rows.collect()  # a row that ended on its first column leaves now
+    while True:
+        if on_frame is not None:
+            on_frame(done, total)
+        if cancel is not None and cancel():
+            raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
+        if not len(rows):
+            return
+        rows.step()  # every job left decodes: one frame, then those that ended leave
+        done += 1
+
+
+def run_jobs(runtime, jobs: list[SpeechJob], on_progress: Callable[[int, int], None] | None,
+             cancel: Callable[[], bool] | None) -> None:
+    """Run jobs in step to their ends (one ``run_round`` per text batch: the takes of one
+    request), reporting progress in frames generated against the frames the text is expected
+    to take (``text/pace.py``: a guess from its length, corrected as batches end); a job's
+    failure is raised."""
+    frames = min(jobs[0].params.max_new_tokens, runtime.max_context)  # at most, per batch
+    codec = runtime.require_codec()
+    pace = Pace([b.text for b in jobs[0].batches], codec.sample_rate / codec.frame_length,
+                frames)
+    while not jobs[0].done:
+        def on_frame(i, n):
+            if on_progress is not None:
+                on_progress(*pace.frame(i))
+
+        run_round(runtime, jobs, on_frame=on_frame, cancel=cancel)
+        for job in jobs:
+            if job.error is not None:
+                raise job.error
+        progress = pace.end_batch()
+        if on_progress is not None:
+            on_progress(*progress)

@@ -3,10 +3,10 @@
     for chunk in synth.stream("Hello there!", voice=voice, seed=1):   # float32 [n] each
         player.write(chunk.numpy())
 
-``AudioStream`` runs one live ``SpeechJob`` (``driver``) on a worker thread, round after round,
-and hands its chunks to the consumer. The job is planned, prompted, seeded and decoded exactly
-as ``Synthesizer.tts`` does it, so with the same settings the concatenated stream equals the
-non-streamed waveform exactly.
+``AudioStream`` runs one live ``SpeechJob`` (``driver``) on a worker thread, text batch after
+text batch (``run_round``), and hands its chunks to the consumer. The job is planned, prompted,
+seeded and decoded exactly as ``Synthesizer.tts`` does it, so with the same settings the
+concatenated stream equals the non-streamed waveform exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Iterator
 import torch
 
 from ..params import Cancelled
+from ..speech.finishing import Finishing
 from .driver import SpeechJob, run_round
+from .live import PLAIN, TakeLayout, layout_needed
 
 
 class AudioStream:
@@ -27,12 +29,16 @@ class AudioStream:
 
     _END = object()
 
-    def __init__(self, synth, job: SpeechJob):
-        self.synth = synth
+    def __init__(self, runtime, job: SpeechJob, finishing: Finishing = PLAIN):
+        self.runtime = runtime
         self.job = job
-        self.sample_rate = synth.sample_rate
+        self.sample_rate = runtime.sample_rate
         self._queue: queue.Queue = queue.Queue()
         job.emit = self._queue.put
+        if layout_needed(job.batches, 0.0, finishing):  # pauses, speed, loudness
+            layout = TakeLayout(lambda samples, rate: self._queue.put(samples),
+                                self.sample_rate, job.batches, 0.0, finishing)
+            job.emit, job.end_batch = layout.chunk, layout.end_batch
         self._thread = threading.Thread(target=self._run, name="sailfish-stream", daemon=True)
         self._thread.start()
 
@@ -43,7 +49,7 @@ class AudioStream:
     def _run(self) -> None:
         try:
             while not self.job.done and not self.job.stopped:
-                run_round(self.synth, [self.job])
+                run_round(self.runtime, [self.job])
                 if self.job.error is not None:
                     raise self.job.error
             if self.job.timed_out:

@@ -8,9 +8,11 @@
     result = synth.subtitles(open("film.srt").read(), voice=voice)
     takes = synth.tts("Take it again.", seed=7, takes=4)     # 4 Speech: seeds 7, 8, 9, 10
 
-Every method runs through the one generation driver (``driver``: ``SpeechJob`` + ``run_round``):
-a take is a job, the takes of a request are generated together (one engine batch per text
-batch), so take k of ``takes=N`` with seed s is exactly a single run with seed ``s + k``.
+The Synthesizer is the public API over a ``runtime.Runtime`` (the engine, codec, tokenizer and
+prompts of the loaded model). Every method runs through the one generation driver (``driver``:
+``SpeechJob`` in the rows of one decode): a take is a job, the takes of a request are generated
+together (their rows join together, text batch by text batch), so take k of ``takes=N`` with
+seed s is exactly a single run with seed ``s + k``.
 
 Long text is planned into sentence-bounded batches (``text.plan.plan_batches``); every batch sees
 the references plus the last ``history_turns`` generated turns, trimmed further if the prompt
@@ -29,24 +31,21 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..codec.model import CHECKPOINT_NAME, Codec
-from ..engine.config import ModelConfig
 from ..engine.device import codec_dtype_for, resolve_device, resolve_dtype
-from ..engine.continuous import RowBatch
-from ..engine.generate import Engine
 from ..engine.model import DualAR
-from ..loading.checkpoint import CheckpointError, load_model
-from ..params import CHUNK_FRAMES, FIRST_FRAMES, GenerationError, SamplingParams, batch_seed, \
-    pick_seed
+from ..loading.checkpoint import load_model
+from ..params import CHUNK_FRAMES, FIRST_FRAMES, SamplingParams, batch_seed, pick_seed
 from ..speech.arguments import as_voices, count_takes, script_turns
+from ..speech.finishing import Finishing
 from ..speech.interface import OnChunk
 from ..speech.results import Batch, Speech, SubtitleSpeech
-from ..speech.timeline import join_batches, place_cues
-from ..speech.voices import Voice, encode_voice
+from ..speech.timeline import place_cues
+from ..speech.voices import Voice
 from ..text import plan as textplan
-from ..text.prompt import PromptEncoder, conversation, system_message
 from ..text.tokenizer import FishTokenizer
-from .driver import SpeechJob, decode_batches, run_round
-from .live import CueLayout, TakeLayout, job_options
+from .driver import SpeechJob, decode_batches, run_jobs
+from .live import PLAIN, CueLayout, TakeLayout, job_options
+from .runtime import Runtime
 from .stream import AudioStream
 
 Progress = Callable[[int, int], None]
@@ -57,21 +56,19 @@ class Synthesizer:
                  compile: bool | str = False, context_length: int | None = None,
                  compile_cache: str | None = None, prefix_cache_mb: float | None = None):
         """``compile``: ``False``/``True`` or ``"off"``/``"on"``/``"auto"``
-        (``engine/compile_choice.py``: on a CPU, ``auto`` keeps whichever step is faster)."""
-        self.model = model
-        self.config: ModelConfig = model.config
-        self.tokenizer = tokenizer
-        tokenizer.check_config(self.config)
-        self.codec = codec
-        self.encoder = PromptEncoder(tokenizer, self.config.num_codebooks, self.config.codebook_size)
-        # prefix_cache_mb: the budget for reused voice prefixes (engine/prefix_cache.py);
-        # None = the default, 0 = off.
-        self.engine = Engine(model, compile=compile, max_context=context_length,
-                             compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
+        (``engine/compile_choice.py``: on a CPU, ``auto`` keeps whichever step is faster).
+        ``prefix_cache_mb``: the budget for reused voice prefixes (None = the default, 0 =
+        off)."""
+        r = self.runtime = Runtime(model, tokenizer, codec, compile=compile,
+                                   context_length=context_length, compile_cache=compile_cache,
+                                   prefix_cache_mb=prefix_cache_mb)
+        # The loaded parts, for scripts and tools to read (the runtime owns and uses them).
+        self.model, self.config, self.tokenizer = r.model, r.config, r.tokenizer
+        self.encoder, self.codec, self.engine = r.encoder, r.codec, r.engine
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
-        self.engine.release()
+        self.runtime.release()
 
     @classmethod
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,
@@ -111,13 +108,10 @@ class Synthesizer:
 
     @property
     def sample_rate(self) -> int:
-        return self.require_codec().sample_rate
+        return self.runtime.sample_rate
 
     def require_codec(self) -> Codec:
-        if self.codec is None:
-            raise CheckpointError(f"this model folder has no {CHECKPOINT_NAME}, so audio cannot "
-                                  "be made")
-        return self.codec
+        return self.runtime.require_codec()
 
     # ------------------------------------------------------------------ voices
     def encode_voice(self, audio, text: str, name: str = "voice", sample_rate: int | None = None
@@ -125,39 +119,49 @@ class Synthesizer:
         """Encode a reference clip (file path, or tensor/array with ``sample_rate``; a
         ``{"waveform", "sample_rate"}`` dict is unpacked by ``audio.files.from_mapping``) and
         its transcript into a reusable voice."""
-        return encode_voice(self.require_codec(), audio, text, name, sample_rate)
+        return self.runtime.encode_voice(audio, text, name, sample_rate)
 
     # ------------------------------------------------------------------ synthesis
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
             seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
             history_turns: int = 3, takes: int | None = None,
             on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
-        """Speak ``text`` (speaker tags allowed) in ``voice`` (or several voices: voice i is
-        ``<|speaker:i|>``), or in a voice the model picks when no voice is given. With
-        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``.
-        ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece by piece while
-        it is generated (``synthesis/live.py``)."""
-        batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]  # checks the text
+            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+            **sampling) -> Speech | list[Speech]:
+        """Speak ``text`` (speaker tags and ``[pause:700ms]`` tags allowed) in ``voice`` (or
+        several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks when no
+        voice is given. With ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed
+        ``seed + k``. ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece
+        by piece while it is generated (``synthesis/live.py``). ``loudness`` (LUFS or an
+        ``audio.loudness.Loudness``), ``speed`` (0.5 … 2) and ``lexicon`` (a ``Lexicon`` or
+        its file) finish the audio (``speech.finishing``)."""
         voices = as_voices(voice)
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches = finishing.batches(text, voices, max_bytes)  # checks the text
         params = SamplingParams.from_options(sampling, "tts")
         speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
-                               0.0, on_progress, cancel, on_chunk)
+                               0.0, on_progress, cancel, on_chunk, finishing)
         return speeches if takes is not None else speeches[0]
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
                seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES, **sampling) -> AudioStream:
+               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0,
+               lexicon=None, **sampling) -> AudioStream:
         """``tts`` as an iterator of float32 waveform chunks, the first after ``first_frames``
-        frames; with the default chunking the chunks concatenate to ``tts``'s waveform."""
+        frames; with the default chunking the chunks concatenate to ``tts``'s waveform. At a
+        ``speed`` other than 1 each text batch comes when it is done; a ``loudness`` holds
+        the first batch back to fix the stream's gain (``audio.loudness.StreamGain``)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
+        voices = as_voices(voice)
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches = finishing.batches(text, voices, max_bytes)
         params = SamplingParams.from_options(sampling, "stream")
-        job = SpeechJob(self, text, as_voices(voice), params=params, seed=seed,
+        job = SpeechJob(self.runtime, batches, voices, params=params, seed=seed,
                         max_bytes=max_bytes, history_turns=history_turns,
                         first_frames=first_frames, chunk_frames=chunk_frames)
-        return AudioStream(self, job)
+        return AudioStream(self.runtime, job, finishing)
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
                  pause: float = 0.0, turn_by_turn: bool = False,
@@ -165,138 +169,81 @@ class Synthesizer:
                  seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
                  history_turns: int = 3, takes: int | None = None,
                  on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 on_chunk: OnChunk | None = None, **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0,
+                 lexicon=None, **sampling) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
         ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
         must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
         turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
         every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
         may share a text batch and flow as one conversation. ``takes`` and ``on_chunk`` (the
-        mix, pauses included) as for ``tts``."""
+        mix, pauses included), ``loudness`` (per mix, speaker track or line), ``speed`` and
+        ``lexicon`` (each voice's own over it) as for ``tts``."""
         turns, voice_list = script_turns(script, voices, require_voices, pause)
-        if pause > 0 or turn_by_turn:
-            batches = [Batch(piece, t.speaker) for t in turns
-                       for piece in textplan.plan_batches(t.tagged, max_bytes)]
-        else:
-            tagged = "".join(t.tagged for t in turns)
-            batches = [Batch(b) for b in textplan.plan_batches(tagged, max_bytes)]
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches = finishing.turn_batches(turns, voice_list, max_bytes, pause > 0 or turn_by_turn)
         params = SamplingParams.from_options(sampling, "dialogue")
         speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
-                               history_turns, pause, on_progress, cancel, on_chunk)
+                               history_turns, pause, on_progress, cancel, on_chunk, finishing)
         return speeches if takes is not None else speeches[0]
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
                   seed: int | None = None, history_turns: int = 3,
                   on_progress: Progress | None = None,
                   cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
+                  loudness=None, speed: float = 1.0, lexicon=None,
                   **sampling) -> SubtitleSpeech:
         """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
         the next cue is kept whole: the later cues move back, and the overrun is reported.
-        ``on_chunk`` as for ``tts``: the timeline, silences included, one cue at a time."""
+        ``on_chunk`` as for ``tts``: the timeline, silences included, one cue at a time.
+        Finishing as for ``tts`` (``speed`` shortens or lengthens each cue's speech)."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams.from_options(sampling, "subtitles")
         voices = as_voices(voice)
-        layout = CueLayout(on_chunk, self.sample_rate, cues) if on_chunk else None
-        job = SpeechJob(self, [Batch(c.text) for c in cues], voices, params=params,
+        finishing = Finishing.of(loudness, speed, lexicon)
+        batches, owners = finishing.cue_batches(cues, voices)
+        layout = CueLayout(on_chunk, self.sample_rate, cues, batches, owners, finishing) \
+            if on_chunk else None
+        job = SpeechJob(self.runtime, batches, voices, params=params,
                         seed=seed, history_turns=history_turns, keep=True, clip_per_batch=True,
                         **job_options(layout))
-        self._drive([job], on_progress, cancel)
-        waves = [torch.cat(w) if w else torch.zeros(0) for w in job.batch_waves]
-        timeline = place_cues(cues, waves, job.results, self.sample_rate)
+        run_jobs(self.runtime, [job], on_progress, cancel)
+        waves = [finishing.piece(torch.cat(w) if w else torch.zeros(0), self.sample_rate)
+                 for w in job.batch_waves]
+        timeline = place_cues(cues, waves, job.results, self.sample_rate, owners)
         codes = torch.cat([r.generated.codes for r in job.results], dim=1)
-        return SubtitleSpeech(timeline.waveform, self.sample_rate, codes, timeline.segments,
-                              job.seed, timeline.cues, timeline.overruns)
+        return finishing.finish(SubtitleSpeech(
+            timeline.waveform, self.sample_rate, codes, timeline.segments, job.seed,
+            timeline.cues, timeline.overruns))
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * frame_length]`` on
         the CPU, decoded as a job decodes one text batch."""
         return decode_batches(self.require_codec(), [codes])
 
-    # ------------------------------------------------------------------ what jobs use
-    @property
-    def max_context(self) -> int:
-        """Prompt + generated tokens the engine holds at most."""
-        return self.engine.max_context
-
-    def references(self, voices: Sequence[Voice]) -> list:
-        """The voices' clips as prompt references (voice i speaks as ``<|speaker:i|>``)."""
-        for v in voices:
-            for clip in v.clips:
-                self.encoder.check_codes(clip.codes, f"voice {v.name!r}")
-        return [ref for i, v in enumerate(voices) for ref in v.tagged(i)]
-
-    def prompt(self, text: str, references, history, max_new_tokens: int) -> torch.Tensor:
-        """Encode the prompt ``[1 + K, T]``, dropping the oldest history turns until generation
-        fits."""
-        limit = self.engine.max_context
-        history = list(history)
-        while True:
-            prompt = self.encoder.encode(conversation(text, references, history))
-            if prompt.shape[1] + min(max_new_tokens, limit // 2) <= limit or not history:
-                break
-            history.pop(0)
-        if prompt.shape[1] >= limit:
-            raise GenerationError(
-                f"the prompt is {prompt.shape[1]} tokens but the model's context is {limit}: "
-                "use shorter or fewer reference clips, or a smaller text batch")
-        return prompt
-
-    def prefix_length(self, references) -> int:
-        """Length of the voice prefix every prompt with ``references`` starts with (the system
-        turn: everything before the history and the text to speak). Each prompt part is
-        tokenized on its own, so the prompt's first columns are exactly this turn's."""
-        return self.encoder.encode([system_message(references)]).shape[1]
-
-    def row_batch(self, rows: int) -> RowBatch:
-        """A decode of ``rows`` rows that requests join and leave between frames
-        (``engine.continuous.RowBatch``, on this model's engine)."""
-        return RowBatch(self.engine, rows)
-
-    def generate(self, prompts, params, **options) -> list:
-        """``Engine.generate`` on this model's engine (one ``Generated`` per prompt)."""
-        return self.engine.generate(prompts, params, **options)
-
     # ------------------------------------------------------------------ steps
     def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
                seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
-               cancel, on_chunk: OnChunk | None = None) -> list[Speech]:
+               cancel, on_chunk: OnChunk | None = None, finishing: Finishing = PLAIN
+               ) -> list[Speech]:
         """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
         each take decoded in one causal pass (no clicks at the joins), and lay its batches out
-        on the output waveform. With ``on_chunk``, take 1 runs live and its chunks are laid
-        out as they come (``TakeLayout``)."""
+        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1 runs
+        live and its chunks are laid out as they come (``TakeLayout``)."""
         codec = self.require_codec()
         seed = pick_seed(seed)
-        layout = TakeLayout(on_chunk, codec.sample_rate, len(batches), pause) \
+        layout = TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing) \
             if on_chunk else None
-        jobs = [SpeechJob(self, batches, voices, params=params, seed=batch_seed(seed, k),
-                          history_turns=history_turns, keep=True,
+        jobs = [SpeechJob(self.runtime, batches, voices, params=params,
+                          seed=batch_seed(seed, k), history_turns=history_turns, keep=True,
                           **job_options(layout if k == 0 else None))
                 for k in range(takes)]
-        self._drive(jobs, on_progress, cancel)
+        run_jobs(self.runtime, jobs, on_progress, cancel)
         speeches = []
         for job in jobs:
-            timeline = join_batches(job.waveform, job.results, codec.sample_rate,
-                                    codec.frame_length, pause)
+            timeline = finishing.lay_out(job.waveform, job.results, codec.sample_rate,
+                                         codec.frame_length, pause)
             codes = torch.cat([r.generated.codes for r in job.results], dim=1)  # [K, frames]
-            speeches.append(Speech(timeline.waveform, codec.sample_rate, codes,
-                                   timeline.segments, job.seed))
+            speeches.append(finishing.finish(Speech(timeline.waveform, codec.sample_rate, codes,
+                                                    timeline.segments, job.seed)))
         return speeches
-
-    def _drive(self, jobs: list[SpeechJob], on_progress: Progress | None, cancel) -> None:
-        """Run the jobs (in step: one round per text batch) to the end, reporting progress in
-        frames; a job's failure is raised."""
-        frames = min(jobs[0].params.max_new_tokens, self.engine.max_context)  # at most, per batch
-        total = len(jobs[0].batches) * frames
-        while not jobs[0].done:
-            done = jobs[0].batch * frames
-
-            def on_frame(i, n, done=done):
-                if on_progress is not None:
-                    on_progress(done + i, total)
-
-            run_round(self, jobs, on_frame=on_frame, cancel=cancel)
-            for job in jobs:
-                if job.error is not None:
-                    raise job.error
-            if on_progress is not None:
-                on_progress(done + frames, total)

@@ -3,9 +3,14 @@ and SRT subtitles in and out. Pure Python; no model here.
 
 Rules (see the README for examples):
 
-* Untagged text is split at sentence ends (``. ! ? 。 ！ ？ …`` and blank lines) and the sentences
-  are packed into batches of at most ``max_bytes`` UTF-8 bytes. A sentence longer than that is
-  cut at a clause mark (``, ; : ，、；``), else at a space, else at ``max_bytes``.
+* Untagged text is split at sentence ends and the sentences are packed into batches of at most
+  ``max_bytes`` UTF-8 bytes. A sentence longer than that is cut at a clause mark
+  (``, ; : ，、；``), else at a space, else at ``max_bytes``.
+* A sentence ends after a run of ``. ! ? …`` (and closing quotes or brackets) that is followed by
+  white space or the end of the text (so ``3.5`` and ``e.g.x`` do not end one), right after a
+  run of ``。 ！ ？ । ॥ ؟`` (and their closing marks), or before a blank line. ``SentenceCutter``
+  applies this rule in one left-to-right pass that never goes back over a run of marks, to a
+  whole text or to one arriving in pieces (the WebSocket stream: only the new piece is read).
 * Tagged text (``<|speaker:i|>``) becomes turns; text before the first tag is kept as an
   untagged turn (the reference drops it). Turns are packed into batches by size and at most
   ``max_speakers`` turns per batch, like the reference; an oversized turn is split as above
@@ -19,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SPEAKER_TAG = re.compile(r"<\|speaker:(\d+)\|>")
-SENTENCE = re.compile(r""".+?(?:[.!?…]+["'”’)\]]*(?=\s|$)|[。！？]+["'”’」』）)]*|(?=\n\s*\n)|$)""",
-                      re.DOTALL)
 CLAUSE_PIECE = re.compile(r".+?(?:[,;:，、；：]\s*|$)", re.DOTALL)
 WORD_PIECE = re.compile(r"\S+\s*")
 DEFAULT_MAX_BYTES = 300
@@ -62,9 +65,125 @@ def read_text_file(path: str | Path, field: str) -> str:
 
 
 # ---------------------------------------------------------------- sentences and batches
-def split_sentences(text: str) -> list[str]:
+# What ends a sentence (see the module rules). Marks of the first kind are also full stops in
+# numbers and abbreviations, so they end one only before white space; the second kind at once.
+SPACED_ENDS = ".!?…"
+SPACED_CLOSERS = "\"'”’)]"
+PROMPT_ENDS = "。！？।॥؟"  # CJK, Devanagari danda, Arabic question mark
+PROMPT_CLOSERS = "\"'”’」』）)"
+SPACED_CLAUSES = ",;:"  # clause mode (the WebSocket stream's split_granularity "clause")
+PROMPT_CLAUSES = "，、；：،"
+FIRST, TEXT, SPACED_RUN, SPACED_CLOSE, PROMPT_RUN, PROMPT_CLOSE, BLANK = range(7)
+
+
+class SentenceCutter:
+    """Sentences of a text, cut as it arrives: ``feed(piece)`` returns the sentences the piece
+    completed, ``finish()`` the rest. One left-to-right scan with a small state, so each
+    character is looked at a bounded number of times however the text is split into pieces
+    (a run of 10,000 dots, sent one dot at a time, is read once): linear in the text's length.
+    ``clauses``: also end at clause marks (``, ; :`` before white space, ``，、；：،`` at once).
+    ``scanned`` counts the characters looked at (tests check it stays linear)."""
+
+    def __init__(self, clauses: bool = False):
+        self.spaced = SPACED_ENDS + (SPACED_CLAUSES if clauses else "")
+        self.prompt = PROMPT_ENDS + (PROMPT_CLAUSES if clauses else "")
+        self._marks = re.compile("[" + re.escape(self.spaced + self.prompt) + "\n]")
+        self.text = ""  # the text read so far from ``start`` on (trimmed when a piece comes)
+        self.start = 0  # where the unfinished sentence starts in ``text``
+        self.pos = 0  # the next character of ``text`` to read
+        self.state = FIRST
+        self.blank_at = 0  # in BLANK: the line break that may start a blank line
+        self.scanned = 0
+
+    @property
+    def pending(self) -> str:
+        """The unfinished sentence (may be only white space)."""
+        return self.text[self.start:]
+
+    @property
+    def pending_chars(self) -> int:
+        return len(self.text) - self.start
+
+    def feed(self, piece: str) -> list[str]:
+        """Add ``piece``; the sentences it completed, trimmed, empty ones dropped."""
+        text, self.text = self.text, ""
+        if self.start:  # drop what was already cut (once per piece, not per sentence)
+            text = text[self.start:]
+            self.pos, self.blank_at, self.start = (self.pos - self.start,
+                                                   self.blank_at - self.start, 0)
+        text += piece  # the only reference: CPython grows it in place (no copy per piece)
+        self.text = text
+        return self._scan()
+
+    def finish(self) -> list[str]:
+        """The end of the text: whatever is left is the last sentence."""
+        done = self._scan()
+        last = self.pending.strip()
+        self.text, self.start, self.pos, self.state = "", 0, 0, FIRST
+        return done + ([last] if last else [])
+
+    def _cut(self, end: int, out: list[str]) -> None:
+        sentence = self.text[self.start:end].strip()
+        if sentence:
+            out.append(sentence)
+        self.start = end
+
+    def _scan(self) -> list[str]:
+        out: list[str] = []
+        text, i, state = self.text, self.pos, self.state
+        n = len(text)
+        while i < n:
+            self.scanned += 1
+            c = text[i]
+            if state == FIRST:  # a sentence's first character never ends it
+                state, i = TEXT, i + 1
+            elif state == TEXT:
+                found = self._marks.search(text, i)  # skip ordinary text in C
+                if found is None:
+                    self.scanned += n - i - 1
+                    i = n
+                    break
+                self.scanned += found.start() - i
+                i = found.start()
+                c = text[i]
+                if c == "\n":
+                    state, self.blank_at = BLANK, i
+                else:
+                    state = SPACED_RUN if c in self.spaced else PROMPT_RUN
+                i += 1
+            elif state in (SPACED_RUN, SPACED_CLOSE):
+                if state == SPACED_RUN and c in self.spaced:
+                    i += 1
+                elif c in SPACED_CLOSERS:
+                    state, i = SPACED_CLOSE, i + 1
+                elif c.isspace():  # the marks end a sentence; c starts the next one
+                    self._cut(i, out)
+                    state = FIRST
+                else:  # "3.5", "e.g.x": not an end; c is read again as text
+                    state = TEXT
+            elif state in (PROMPT_RUN, PROMPT_CLOSE):
+                if state == PROMPT_RUN and c in self.prompt:
+                    i += 1
+                elif c in PROMPT_CLOSERS:
+                    state, i = PROMPT_CLOSE, i + 1
+                else:
+                    self._cut(i, out)
+                    state = FIRST
+            elif c == "\n":  # BLANK, and a second line break: a blank line ends the sentence
+                self._cut(self.blank_at, out)  # (the next one starts at the first break)
+                self.blank_at, i = i, i + 1
+            elif c.isspace():  # BLANK: still only white space since the line break
+                i += 1
+            else:
+                state = TEXT
+        self.pos, self.state = i, state
+        return out
+
+
+def split_sentences(text: str, clauses: bool = False) -> list[str]:
     """Sentences of ``text``, whitespace-trimmed, punctuation kept, empty pieces dropped."""
-    return [m.group().strip() for m in SENTENCE.finditer(text) if m.group().strip()]
+    cutter = SentenceCutter(clauses)
+    return cutter.feed(text) + cutter.finish()
 
 
 def split_long(sentence: str, max_bytes: int) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import plan as textplan
+from .pauses import protect, restore
 
 
 def check_script(script: str, names: Sequence[str], require_voices: bool = True,
@@ -17,7 +18,10 @@ def check_script(script: str, names: Sequence[str], require_voices: bool = True,
     ``max_speakers``, a limit of ``model``, e.g. Drama 3's 16) when a speaker index is past it.
     Without ``max_speakers`` (S2) speaker indices are not bounded here."""
     names = list(names)
-    turns = textplan.parse_script(script, names)
+    textplan.check_text(script, "script")
+    script, pauses = protect(script)  # a line "[pause:2s]" is a pause, not a [speaker] label
+    turns = [textplan.ScriptTurn(t.label, restore(t.text, pauses))
+             for t in textplan.parse_script(script, names)]
     check_unique_names(turns, names)
     assigned = textplan.assign_speakers(turns, names, require_voices)
     if not assigned:

@@ -1,0 +1,226 @@
+"""Audiobooks: a book (``text.book``) spoken chapter by chapter into a folder, resumable.
+
+    result = render_book(synth, "novel.epub", "out/", voice=v, seed=7, loudness=-18)
+
+What the folder gets:
+
+* one audio file per chapter, in reading order: ``001 Title.wav`` (or ``.flac``), each spoken
+  by ``synth.tts`` with the same voice, seed, loudness, speed and lexicon;
+* ``chapters.json``: the book's title and, per chapter, its title, file, start time in the
+  chapters played one after another, and duration;
+* ``book.cue`` (a cue sheet: one FILE/TRACK per chapter) and ``chapters.ffmetadata``
+  (``ffmpeg -f concat -safe 0 -i list.txt -i chapters.ffmetadata -map_metadata 1 book.m4b``
+  makes a chaptered audiobook), so players show the chapters;
+* ``book.json``: what each finished chapter was made from (a digest of its text and of every
+  setting: voice, seed, finishing, sampling, model). A run that is interrupted (Ctrl-C, a
+  crash, a kill) resumes: a chapter whose file is there with the same digest is left
+  untouched and skipped. Files are written under a temporary name and renamed when complete,
+  so a killed run never leaves a half chapter that looks finished.
+
+Without a seed the first run picks one and keeps it in ``book.json``, so a resumed run
+speaks in the same voice. Progress (``on_progress(done, total)``) counts characters of the
+whole book.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..params import pick_seed
+from ..text.book import Book, read_book
+from ..text.lexicon import Lexicon
+from .finishing import Finishing
+from .voices import Voice
+
+MANIFEST = "book.json"
+FORMATS = ("wav", "flac")
+VERSION = 1
+
+
+@dataclass
+class ChapterFile:
+    index: int
+    title: str
+    file: str
+    seconds: float
+    skipped: bool  # finished by an earlier run
+
+
+@dataclass
+class BookResult:
+    title: str
+    folder: Path
+    seed: int
+    chapters: list[ChapterFile] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return sum(c.skipped for c in self.chapters)
+
+
+def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
+                voice: Voice | None = None, seed: int | None = None, loudness=None,
+                speed: float = 1.0, lexicon: Lexicon | str | Path | None = None,
+                audio_format: str = "wav", model: str = "",
+                max_bytes: int | None = None, history_turns: int = 3,
+                on_progress: Callable[[int, int], None] | None = None,
+                cancel: Callable[[], bool] | None = None, **sampling) -> BookResult:
+    """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
+    ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``model``
+    names the model in the chapters' digests (a different model re-speaks them)."""
+    if audio_format not in FORMATS:
+        raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
+                         f"{audio_format!r}")
+    if not isinstance(book, Book):
+        book = read_book(book)
+    finishing = Finishing.of(loudness, speed, lexicon)
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(folder)
+    if seed is None:
+        seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else None
+    seed = pick_seed(seed)
+    options = {"history_turns": history_turns, **sampling}
+    if max_bytes is not None:
+        options["max_bytes"] = max_bytes
+    settings = {"version": VERSION, "voice": voice_digest(voice), "seed": seed,
+                "finishing": finishing.as_dict(), "sampling": options, "model": model,
+                "format": audio_format}
+    done_before = {c.get("index"): c for c in manifest.get("chapters", [])
+                   if isinstance(c, dict)}
+    total = sum(len(c.text) for c in book.chapters)
+    progress = 0
+    result = BookResult(book.title, folder, seed)
+    entries = []
+    for i, chapter in enumerate(book.chapters, 1):
+        key = digest(settings, chapter.title, chapter.text)
+        name = f"{i:03d} {safe_name(chapter.title)}.{audio_format}"
+        kept = done_before.get(i)
+        if kept and kept.get("key") == key and kept.get("file") == name \
+                and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file() \
+                and (folder / name).stat().st_size == kept.get("size"):
+            entries.append(kept)
+            result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
+        else:
+            def report(done: int, steps: int, base=progress, size=len(chapter.text)) -> None:
+                if on_progress is not None and steps:
+                    on_progress(base + size * min(done, steps) // steps, total)
+
+            speech = synth.tts(chapter.text, voice, seed=seed, loudness=finishing.loudness,
+                               speed=finishing.speed, lexicon=finishing.lexicon,
+                               on_progress=report, cancel=cancel, **options)
+            write_audio(folder / name, speech.waveform, speech.sample_rate)
+            entry = {"index": i, "title": chapter.title, "file": name, "key": key,
+                     "seconds": round(speech.duration, 6), "samples": speech.waveform.shape[0],
+                     "sample_rate": speech.sample_rate, "size": (folder / name).stat().st_size}
+            entries.append(entry)
+            result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False))
+            # What is finished is recorded at once: a kill after this keeps the chapter.
+            write_json(folder / MANIFEST, {"title": book.title, "seed": seed,
+                                           "settings": settings,
+                                           "chapters": entries + [c for n, c in
+                                                                  done_before.items()
+                                                                  if isinstance(n, int)
+                                                                  and n > i]})
+        progress += len(chapter.text)
+        if on_progress is not None:
+            on_progress(progress, total)
+    write_json(folder / MANIFEST, {"title": book.title, "seed": seed, "settings": settings,
+                                   "chapters": entries})
+    write_chapter_files(folder, result)
+    return result
+
+
+# ---------------------------------------------------------------- digests and files
+def voice_digest(voice: Voice | None) -> str | None:
+    """What a voice sounds like, as a digest (its clips' codes or audio and transcripts)."""
+    if voice is None:
+        return None
+    h = hashlib.sha256()
+    for clip in voice.clips:
+        h.update(clip.codes.to(torch.int64).numpy().tobytes())
+        h.update(clip.text.encode())
+    for clip in getattr(voice, "references", []) or []:  # a remote voice: its audio
+        h.update(clip.audio.numpy().tobytes())
+        h.update(clip.text.encode())
+    if voice.lexicon:
+        h.update(voice.lexicon.digest().encode())
+    return h.hexdigest()[:32]
+
+
+def digest(settings: dict, title: str, text: str) -> str:
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    h.update(b"\0" + title.encode() + b"\0" + text.encode())
+    return h.hexdigest()[:32]
+
+
+def safe_name(title: str, limit: int = 60) -> str:
+    """A chapter title as a file name part: letters, digits, spaces and ``-_.,'``."""
+    name = re.sub(r"[^\w\s\-.,']", "", title, flags=re.UNICODE)
+    name = re.sub(r"\s+", " ", name).strip(" .")[:limit].strip(" .")
+    return name or "chapter"
+
+
+def read_manifest(folder: Path) -> dict:
+    """The earlier run's record; an unreadable one is ignored (every chapter is re-made)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(path: Path, data: dict) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def write_audio(path: Path, wave: torch.Tensor, sample_rate: int) -> None:
+    from ..audio.files import save_audio
+
+    partial = path.with_name(f".partial-{path.name}")
+    save_audio(partial, wave, sample_rate)
+    os.replace(partial, path)
+
+
+def write_chapter_files(folder: Path, result: BookResult) -> None:
+    """``chapters.json``, ``book.cue`` and ``chapters.ffmetadata``."""
+    start, rows = 0.0, []
+    for c in result.chapters:
+        rows.append({"index": c.index, "title": c.title, "file": c.file,
+                     "start": round(start, 6), "duration": c.seconds})
+        start += c.seconds
+    write_json(folder / "chapters.json", {"title": result.title, "seed": result.seed,
+                                          "duration": round(start, 6), "chapters": rows})
+    cue = [f'TITLE "{cue_text(result.title)}"']
+    for row in rows:
+        kind = "WAVE"  # cue sheets call PCM files WAVE (FLAC players accept it too)
+        cue += [f'FILE "{cue_text(row["file"])}" {kind}',
+                f"  TRACK {row['index']:02d} AUDIO",
+                f'    TITLE "{cue_text(row["title"])}"',
+                "    INDEX 01 00:00:00"]
+    (folder / "book.cue").write_text("\n".join(cue) + "\n", encoding="utf-8")
+    meta = [";FFMETADATA1", f"title={ffmeta_text(result.title)}"]
+    for row in rows:
+        begin = round(row["start"] * 1000)
+        meta += ["", "[CHAPTER]", "TIMEBASE=1/1000", f"START={begin}",
+                 f"END={begin + round(row['duration'] * 1000)}",
+                 f"title={ffmeta_text(row['title'])}"]
+    (folder / "chapters.ffmetadata").write_text("\n".join(meta) + "\n", encoding="utf-8")
+
+
+def cue_text(value: str) -> str:
+    return value.replace('"', "'").replace("\n", " ")
+
+
+def ffmeta_text(value: str) -> str:
+    return re.sub(r"([=;#\\])", r"\\\1", value.replace("\n", " "))

@@ -1,0 +1,207 @@
+"""Finished audio, the one step both synthesizers (local and remote) take around generation.
+
+Before: the text the model reads. The global lexicon, with each voice's own over it, respells
+words (``text.lexicon``); ``[pause:…]`` tags are taken out (``text.pauses``) and the text
+between them is planned into batches (``text.plan``), each pause kept on the batches beside it
+(``Batch.before`` / ``Batch.after``). ``plan`` (the CLI's ``plan`` command) shows exactly that.
+
+After: the audio. Each text batch's audio is time-stretched on its own (``speed``; pauses and
+the silence between turns keep their exact length), the batches are laid out with their
+silences (``timeline``), then the whole is brought to a loudness (``loudness``): the mix, each
+speaker's track or each line, the tracks still summing to the mix sample for sample.
+
+Streams and live playback take the same steps chunk by chunk in ``synthesis.live.TakeLayout``
+(a batch is stretched when it ends; loudness with a gain fixed from the first batch,
+``audio.loudness.StreamGain``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..audio import loudness as lufs
+from ..audio.stretch import check_speed, stretch
+from ..text import plan as textplan
+from ..text.lexicon import Lexicon
+from ..text.pauses import PauseError, split_pauses
+from .results import Batch, BatchResult, Speech
+from .timeline import Timeline, join_pieces
+from .voices import Voice
+
+
+@dataclass(frozen=True)
+class Finishing:
+    loudness: lufs.Loudness | None = None
+    speed: float = 1.0
+    lexicon: Lexicon | None = None  # the global one; voices may hold their own
+
+    @classmethod
+    def of(cls, loudness=None, speed: float | None = 1.0, lexicon=None) -> "Finishing":
+        """The checked settings: ``loudness`` a target in LUFS or a ``Loudness``; ``speed``
+        0.5 … 2; ``lexicon`` a ``Lexicon`` or a lexicon file's path."""
+        if isinstance(lexicon, (str, Path)):
+            lexicon = Lexicon.load(lexicon, "lexicon")
+        elif lexicon is not None and not isinstance(lexicon, Lexicon):
+            raise ValueError(f"lexicon must be a Lexicon or a file path, got "
+                             f"{type(lexicon).__name__}")
+        return cls(lufs.as_loudness(loudness), check_speed(speed), lexicon)
+
+    @property
+    def stretches(self) -> bool:
+        return self.speed != 1.0
+
+    @property
+    def touches_audio(self) -> bool:
+        return self.stretches or self.loudness is not None
+
+    def as_dict(self) -> dict:
+        found: dict = {"speed": self.speed}
+        if self.lexicon:
+            found["lexicon"] = self.lexicon.digest()
+        if self.loudness is not None:
+            found["loudness"] = self.loudness.as_dict()
+        return found
+
+    # ---------------------------------------------------------------- text
+    def lexicon_of(self, voice: Voice | None) -> Lexicon | None:
+        """The global lexicon with ``voice``'s own over it."""
+        own = getattr(voice, "lexicon", None)
+        if self.lexicon is None:
+            return own
+        return self.lexicon.merged(own)
+
+    def respell(self, text: str, voices: Sequence[Voice] = (), speaker: int | None = None
+                ) -> str:
+        """``text`` as the model will read it, pauses still in: each speaker's turn (by its
+        ``<|speaker:i|>`` tag; untagged text is ``speaker``'s, default the first voice's)
+        respelled by its voice's lexicon over the global one."""
+        lexicons = [self.lexicon_of(v) for v in voices] or [self.lexicon]
+        if not any(lexicons):
+            return text
+        parts = textplan.SPEAKER_TAG.split(text)
+        out, current = [], speaker or 0
+        for i, part in enumerate(parts):
+            if i % 2:
+                out.append(f"<|speaker:{part}|>")
+                current = int(part)
+            else:
+                lexicon = lexicons[current] if current < len(lexicons) else self.lexicon
+                out.append(lexicon.apply(part) if lexicon else part)
+        return "".join(out)
+
+    def batches(self, text: str, voices: Sequence[Voice] = (),
+                max_bytes: int | None = textplan.DEFAULT_MAX_BYTES, speaker: int | None = None,
+                field: str = "text") -> list[Batch]:
+        """The text batches of ``text`` (``tts``, ``stream``, a dialogue turn when
+        ``speaker`` is given): respelled, cut at pauses, each piece planned (``max_bytes``
+        None: each piece is one batch, as a subtitle cue is)."""
+        textplan.check_text(text, field)
+        spoken = split_pauses(self.respell(text, voices, speaker), field)
+        batches: list[Batch] = []
+        for piece in spoken.pieces:
+            texts = [piece.text] if max_bytes is None else \
+                textplan.plan_batches(piece.text, max_bytes)
+            planned = [Batch(b, speaker) for b in texts]
+            planned[-1] = replace(planned[-1], after=piece.after)
+            batches += planned
+        if not batches:
+            raise ValueError(f"{field} is empty: nothing to say")
+        if spoken.lead is not None:
+            batches[0] = replace(batches[0], before=spoken.lead)
+        return batches
+
+    def turn_batches(self, turns: Sequence[textplan.Turn], voices: Sequence[Voice],
+                     max_bytes: int, turn_by_turn: bool) -> list[Batch]:
+        """A dialogue's batches: each turn on its own (``turn_by_turn``), or the turns joined
+        as one conversation and planned together."""
+        if turn_by_turn:
+            return [b for t in turns
+                    for b in self.batches(t.tagged, voices, max_bytes, t.speaker, "script")]
+        tagged = "".join(t.tagged for t in turns)
+        return self.batches(tagged, voices, max_bytes, field="script")
+
+    def cue_batches(self, cues: Sequence[textplan.Cue], voices: Sequence[Voice] = ()
+                    ) -> tuple[list[Batch], list[int]]:
+        """Subtitle cues as text batches (a cue with pauses is several) and the cue of each."""
+        batches, owners = [], []
+        for i, cue in enumerate(cues):
+            field = f"cue {cue.index}"
+            try:
+                mine = self.batches(cue.text, voices, None, field=field)
+            except PauseError:
+                raise
+            except ValueError as e:
+                if "nothing to say" not in str(e):
+                    raise
+                raise ValueError(f"{field} holds only pauses: give it words to say") from None
+            batches += mine
+            owners += [i] * len(mine)
+        return batches, owners
+
+    # ---------------------------------------------------------------- audio
+    def piece(self, wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
+        """One text batch's audio at the speaking rate."""
+        return stretch(wave, sample_rate, self.speed) if self.stretches else wave
+
+    def lay_out(self, wave: torch.Tensor, results: Sequence[BatchResult], sample_rate: int,
+                frame_length: int, pause: float) -> Timeline:
+        """A job's waveform (every batch decoded in one pass) cut back into its batches,
+        each at the speaking rate, laid out with the silences (``timeline.join_pieces``)."""
+        pieces, frame = [], 0
+        for result in results:
+            pieces.append(self.piece(wave[frame * frame_length:
+                                          (frame + result.frames) * frame_length], sample_rate))
+            frame += result.frames
+        return join_pieces(pieces, results, sample_rate, pause)
+
+    def finish(self, speech: Speech) -> Speech:
+        """The result at its loudness (in place; the tracks keep summing to the mix)."""
+        if self.touches_audio or self.lexicon:
+            speech.finishing = self.as_dict()
+        if self.loudness is None:
+            return speech
+        speech.waveform, gains = normalize(speech, self.loudness)
+        speech.finishing["loudness"] = lufs.report(speech.waveform, speech.sample_rate,
+                                                   self.loudness, gains)
+        return speech
+
+
+def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, list]:
+    """``speech.waveform`` brought to ``loudness`` per mix, per speaker track or per line: the
+    gain of a track or line applies to its segments' samples, so the tracks (``Speech.tracks``)
+    still sum to the mix. A track is measured as its own file would be (the mix's length,
+    silent where others speak); a line on its own. A line too short to measure (under 0.4 s)
+    takes the mix's gain."""
+    wave, sr = speech.waveform, speech.sample_rate
+    if loudness.per == "mix" or not speech.segments:
+        out, gain = lufs.normalize(wave, sr, loudness)
+        return out, [gain]
+    if loudness.per == "track":
+        groups: dict[int, list] = {}
+        for s in speech.segments:
+            groups.setdefault(s.first_speaker, []).append(s)
+        windows = list(groups.values())
+    else:
+        windows = [[s] for s in speech.segments]
+    fallback = lufs.gain_for(wave, sr, loudness)
+    out, gains = wave.clone(), []
+    for segments in windows:
+        spans = [slice(s.start_sample, s.end_sample) for s in segments]
+        if loudness.per == "track":
+            measured = torch.zeros_like(wave)
+            for span in spans:
+                measured[span] = wave[span]
+        else:
+            measured = torch.cat([wave[span] for span in spans])
+        gain = lufs.gain_for(measured, sr, loudness)
+        if gain.measured is None:
+            gain = fallback
+        for span in spans:
+            out[span] = wave[span] * gain.factor
+        gains.append(gain)
+    return out, gains
+
