@@ -22,16 +22,22 @@ activation row (up to ``MAX_ROWS``, kept in the cache), the output rows split ov
 threads (``at::parallel_for``). ``y[m, n] = scale[n] · Σ_g s_g · Σ_{k∈g} q_x[m, k] · w[n, k]``.
 
 Built with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler and ninja, as torch.compile
-on a CPU also needs) into torch's extension cache, once per machine and torch version, and
-registered as the op ``sailfish::int8_gemv`` (so a compiled decode step calls it too). Where it
-cannot be built, or the CPU lacks AVX-512 VNNI, ``available()`` is False (``unavailable()`` says
-why) and ``Int8Linear`` keeps torch's kernel. ``SAILFISH_CPU_KERNELS=0`` turns it off.
+on a CPU also needs) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
+``~/.cache/torch_extensions``), once per machine and torch version, when the first int8 model is
+loaded on the CPU (never at import), and registered as the op ``sailfish::int8_gemv`` (so a
+compiled decode step calls it too). Where it is not tried (not Linux x86-64, no ninja, no
+compiler), cannot be built, or the CPU lacks AVX-512 VNNI, ``available()`` is False
+(``unavailable()`` says why, ``prepare()`` warns once) and ``Int8Linear`` keeps torch's kernel.
+``SAILFISH_CPU_KERNELS=0`` turns it off.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import platform
+import shutil
+import sys
 import warnings
 
 import torch
@@ -167,19 +173,54 @@ DECLARATIONS = ("bool supported();\n"
 FLAGS = ["-O3", "-fopenmp"]
 
 _state: dict = {}
+STALE_LOCK_S = 600  # a build takes 20-60 s: a lock older than this was left by a killed build
+
+
+def _cannot_build() -> str | None:
+    """Why no build is tried here (None: try): the kernel is x86-64 AVX-512 C++ for GCC/Clang
+    on Linux, built by ninja."""
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if os.environ.get(ENV, "1").strip() == "0":
+        return f"turned off (${ENV}=0)"
+    if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"built only on Linux x86-64 (this is {sys.platform} {platform.machine()})"
+    if not is_ninja_available():
+        return "ninja is not installed (pip install ninja)"
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        return "no C++ compiler (c++ or $CXX) on the PATH"
+    return None
+
+
+def _clear_stale_lock() -> None:
+    """torch's build lock, left behind by a build that was killed, would make every later load
+    wait forever: one older than ``STALE_LOCK_S`` is removed."""
+    import time
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    lock = os.path.join(_get_build_directory(NAME, verbose=False), "lock")
+    try:
+        if time.time() - os.path.getmtime(lock) > STALE_LOCK_S:
+            os.remove(lock)
+            log.info("Sailfish: removed a stale build lock of the int8 CPU kernel (%s)", lock)
+    except OSError:
+        pass  # no lock (the usual case), or another process removed it first
 
 
 def _build():
-    """The compiled module, or None (``_state["why"]`` says why); built once per process."""
+    """The compiled module, or None (``_state["why"]`` says why); built once per process, never
+    at import, into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
+    ``~/.cache/torch_extensions``), never into the package's folder."""
     if "module" in _state:
         return _state["module"]
     module, why = None, None
-    if os.environ.get(ENV, "1").strip() == "0":
-        why = f"turned off (${ENV}=0)"
-    else:
-        try:
+    try:
+        why = _cannot_build()
+        if why is None:
             from torch.utils.cpp_extension import load_inline
 
+            _clear_stale_lock()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 module = load_inline(NAME, cpp_sources=[DECLARATIONS, SOURCE],
@@ -188,9 +229,9 @@ def _build():
                                      extra_ldflags=["-fopenmp"], verbose=False)
             if not module.supported():
                 module, why = None, "this CPU has no AVX-512 VNNI"
-        except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build
-            text = str(e).strip()
-            why = f"could not be built ({type(e).__name__}: {text.splitlines()[0][:200] if text else ''})"
+    except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache, ...
+        text = str(e).strip()
+        module, why = None, f"could not be built ({type(e).__name__}: {text.splitlines()[0][:200] if text else ''})"
     _state.update(module=module, why=why)
     return module
 
@@ -200,7 +241,8 @@ def prepare() -> None:
     process; a failure is recorded (``unavailable``) and warned once."""
     if "module" in _state:
         return
-    log.info("Sailfish: loading the int8 CPU kernel (built once per machine, ~20-60 s)")
+    if _cannot_build() is None:
+        log.info("Sailfish: loading the int8 CPU kernel (built once per machine, ~20-60 s)")
     if _build() is None and not _state["why"].startswith("turned off"):
         warnings.warn(f"Sailfish's int8 CPU kernel is not used: {_state['why']}; int8 decodes "
                       "through torch's kernel (about half as fast)")

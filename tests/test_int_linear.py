@@ -4,6 +4,12 @@ in (the fast AR int8 in int4), accuracy of the whole model against the fp32 and 
 fixtures (teacher-forced logits, greedy code agreement, the end-of-speech decision), compile,
 and no torchao needed."""
 
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +29,7 @@ BF16_REL = 2.0 ** -8  # one bf16 rounding, relative
 # 0.016 / 0.016 (bf16 alone: 0.008), argmax 1.0 / 0.99; int4 0.115 slow, 0.055 fast (the fast
 # AR int8), argmax 0.81 / 0.94. The bounds leave room for other fixture sizes.
 TOLERANCE = {"int8": {"rel": 0.04, "agree": 0.9}, "int4": {"rel": 0.25, "agree": 0.7}}
+ROOT = Path(__file__).resolve().parents[1]
 EOS_MARGIN_ERR = {"int8": 0.5, "int4": 1.5}  # measured 0.07 and 0.75 (logit units)
 
 
@@ -160,6 +167,89 @@ def test_int8_layer_uses_the_kernel_and_falls_back_without_it(own_kernel, monkey
     monkeypatch.setitem(cpu_gemv._state, "module", None)  # as where it cannot be built
     assert not layer.own_kernel
     torch.testing.assert_close(layer(x), ours, rtol=2 * BF16_REL, atol=1e-3)
+
+
+# ---------------------------------------------------------------------------- without our kernel
+@pytest.fixture
+def fresh_kernel(monkeypatch):
+    """``cpu_gemv`` as in a new process: nothing built or decided yet (restored afterwards)."""
+    monkeypatch.setattr(cpu_gemv, "_state", {})
+
+
+def int8_layer_runs_on_torchs_kernel():
+    g = torch.Generator().manual_seed(6)
+    w = (torch.randn(48, 2 * GROUP, generator=g) * 0.02).to(torch.bfloat16)
+    layer = Int8Linear.from_weight(w)
+    assert not layer.own_kernel
+    x = torch.randn(2, 2 * GROUP, generator=g).to(torch.bfloat16)
+    expected = torch._weight_int8pack_mm(x, layer.weight, layer.scale)
+    torch.testing.assert_close(layer(x), expected, rtol=0, atol=0)
+
+
+def test_the_environment_turns_our_kernel_off_quietly(fresh_kernel, monkeypatch, recwarn):
+    monkeypatch.setenv(cpu_gemv.ENV, "0")
+    cpu_gemv.prepare()
+    assert not cpu_gemv.available() and "turned off" in cpu_gemv.unavailable()
+    assert not [w for w in recwarn.list if "CPU kernel" in str(w.message)]  # asked for: no warning
+    int8_layer_runs_on_torchs_kernel()
+
+
+def test_a_failed_build_falls_back_to_torchs_kernel_with_one_warning(fresh_kernel, monkeypatch):
+    import torch.utils.cpp_extension as ext
+
+    def failing_build(*args, **kwargs):
+        raise RuntimeError("Error building extension 'sailfish_cpu_gemv'\n(the compiler's log)")
+
+    monkeypatch.setattr(cpu_gemv, "_cannot_build", lambda: None)  # as on a machine that would try
+    monkeypatch.setattr(ext, "load_inline", failing_build)
+    with pytest.warns(UserWarning, match=r"not used: could not be built \(RuntimeError: Error building"):
+        cpu_gemv.prepare()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cpu_gemv.prepare()  # decided once per process: no second try, no second warning
+    assert "(the compiler's log)" not in cpu_gemv.unavailable()  # one line, not the build log
+    int8_layer_runs_on_torchs_kernel()
+
+
+def test_no_build_is_tried_without_ninja_or_a_compiler(fresh_kernel, monkeypatch):
+    import torch.utils.cpp_extension as ext
+
+    if not cpu_gemv.sys.platform.startswith("linux") or cpu_gemv.platform.machine().lower() not in ("x86_64", "amd64"):
+        assert "Linux x86-64" in cpu_gemv._cannot_build()
+        return
+    monkeypatch.delenv(cpu_gemv.ENV, raising=False)
+    monkeypatch.setattr(ext, "is_ninja_available", lambda: False)
+    assert "ninja" in cpu_gemv._cannot_build()
+    monkeypatch.setattr(ext, "is_ninja_available", lambda: True)
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    assert "compiler" in cpu_gemv._cannot_build()
+    monkeypatch.setattr(ext, "load_inline", lambda *a, **k: pytest.fail("a build was tried"))
+    assert not cpu_gemv.available()
+    int8_layer_runs_on_torchs_kernel()
+
+
+def test_a_stale_build_lock_is_cleared_and_a_live_one_kept(monkeypatch, tmp_path):
+    """torch waits forever on the lock of a build that was killed; ours is cleared when old."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    lock = tmp_path / cpu_gemv.NAME / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    cpu_gemv._clear_stale_lock()
+    assert lock.exists()  # a build in progress elsewhere
+    old = lock.stat().st_mtime - cpu_gemv.STALE_LOCK_S - 1
+    os.utime(lock, (old, old))
+    cpu_gemv._clear_stale_lock()
+    assert not lock.exists()
+
+
+def test_importing_builds_nothing():
+    code = ("import sys, quant, fish_core.cli, fish_core.loading.checkpoint, fish_core.serve.main\n"
+            "from quant import cpu_gemv\n"
+            "print(bool(cpu_gemv._state), any(n.startswith(cpu_gemv.NAME) for n in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
 
 
 # ---------------------------------------------------------------------------- the loader
