@@ -46,7 +46,17 @@ INT4_MAX = 15
 CLIP_RATIOS = (1.0, 0.9, 0.8)
 CHUNK_ROWS = 4  # activation rows per kernel call beyond which a prompt is split (≤ cpu_gemv's)
 PREFILL_ROWS = 16  # Int8Linear: more rows than this go through the cast codes and the GEMM
-QUANTIZE_ROWS = 512  # weight rows quantized at a time (fp32 temporaries stay in the cache)
+# The rows quantized at a time: as many as make each fp32 temporary QUANTIZE_BYTES, so they stay
+# in the cache and, below the loader's 1 MB mapping threshold (fish_core/loading/weights.py),
+# come from the heap. 512 rows at a time made every temporary a fresh mapping while loading,
+# zeroed by the kernel on first touch: the real-size int4 load took 5-6 min instead of ~1
+# (one [9728, 2560] weight: 2.2 s against 0.4 s).
+QUANTIZE_BYTES = 256 << 10
+
+
+def quantize_rows(in_features: int) -> int:
+    """Weight rows per quantization step for rows of ``in_features`` columns."""
+    return max(1, QUANTIZE_BYTES // (4 * in_features))
 
 
 def int4_fits(shape: tuple[int, int]) -> bool:
@@ -107,12 +117,13 @@ def quantize_int8(w: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     ``scale ≈ absmax(row) / 127`` rounded to ``dtype`` first; all-zero rows get scale 1."""
     codes = torch.empty(w.shape, dtype=torch.int8, device=w.device)
     scales = torch.empty(w.shape[0], dtype=dtype, device=w.device)
-    for i in range(0, w.shape[0], QUANTIZE_ROWS):
-        rows = w[i: i + QUANTIZE_ROWS].float()
+    step = quantize_rows(w.shape[1])
+    for i in range(0, w.shape[0], step):
+        rows = w[i: i + step].float()
         amax = rows.abs().amax(dim=1)
         scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(dtype)
-        codes[i: i + QUANTIZE_ROWS] = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
-        scales[i: i + QUANTIZE_ROWS] = scale
+        codes[i: i + step] = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
+        scales[i: i + step] = scale
     return codes, scales
 
 
@@ -183,8 +194,9 @@ def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
     n, k = w.shape
     codes = torch.empty(n, k, dtype=torch.int32, device=w.device)
     params = torch.empty(k // GROUP, n, 2, dtype=dtype, device=w.device)
-    for i in range(0, n, QUANTIZE_ROWS):
-        g = w[i: i + QUANTIZE_ROWS].float().reshape(-1, k // GROUP, GROUP)  # [r, G, GROUP]
+    step = quantize_rows(k)
+    for i in range(0, n, step):
+        g = w[i: i + step].float().reshape(-1, k // GROUP, GROUP)  # [r, G, GROUP]
         lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
         best_err = best_q = best_sz = None
         for ratio in clip_ratios:
@@ -197,9 +209,9 @@ def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
             best_err = torch.where(better, err, best_err)
             best_q = torch.where(better, q, best_q)
             best_sz = tuple(torch.where(better, new, old) for new, old in zip((scale, zero), best_sz))
-        codes[i: i + QUANTIZE_ROWS] = best_q.reshape(-1, k).to(torch.int32)
+        codes[i: i + step] = best_q.reshape(-1, k).to(torch.int32)
         scale, zero = best_sz  # [r, G, 1] each
-        params[:, i: i + QUANTIZE_ROWS] = torch.cat([scale, zero], -1).transpose(0, 1).to(dtype)
+        params[:, i: i + step] = torch.cat([scale, zero], -1).transpose(0, 1).to(dtype)
     return codes, params
 
 
