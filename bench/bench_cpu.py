@@ -374,7 +374,7 @@ def threads_study(args) -> dict:
 
     out["omp_wait_policy"] = omp_wait_study(args)
 
-    import torch._dynamo
+    from torch import _dynamo
     import torch._inductor.config as inductor
 
     out["compile_threads"] = {}
@@ -384,7 +384,7 @@ def threads_study(args) -> dict:
         set_threads(2)
         engines = {"eager": Engine(model), "eager, packed": Engine(quantized_copy(model, "bf16"))}
         for threads in (-1, 1):
-            torch._dynamo.reset()
+            _dynamo.reset()
             inductor.cpp.threads = threads
             e = Engine(model, compile=True)
             e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # compiles now
