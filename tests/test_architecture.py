@@ -21,20 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layer → the layers it may import (besides itself). Lower layers never import higher ones.
 ALLOWED: dict[str, set[str]] = {
     "params": set(),  # fish_core/params.py: options, seeds, errors, the engine's result type
+    "access": set(),  # fish_core/access.py: loopback names and API keys, for serve and remote
     "text": {"params"},
     "audio": {"params"},
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
     "speech": {"params", "text", "audio"},  # results, timeline, voices: shared, no engine
-    "remote": {"params", "text", "audio", "speech"},  # never the engine or the loader
+    "remote": {"params", "access", "text", "audio", "speech"},  # never the engine or the loader
     "synthesis": {"params", "text", "audio", "engine", "codec", "loading", "speech",
                   "remote"},  # remote: only ``Synthesizer.remote``, lazily
-    "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
-    "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "serve": {"params", "access", "text", "audio", "speech", "synthesis", "loading"},
+    "cli": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
             "remote", "serve", "quant"},
     "api": {"params", "speech", "synthesis"},  # fish_core/__init__.py: ``from fish_core import …``
-    "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "nodes": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it

@@ -67,26 +67,14 @@ class EndpointConfig:
     def api_key(self) -> str | None:
         """The key, read now from where the operator said. Errors name the endpoint and the
         variable, never the key or the key file's path (node errors reach the queue history)."""
-        from .keys import check_key
+        from ..access import read_key_env, read_key_file
 
         if self.api_key_file:
-            path = Path(self.api_key_file).expanduser()
-            try:
-                with open(path, "rb") as f:
-                    head = f.read(4096)
-            except OSError:
-                head = b""
-            lines = head.decode("utf-8", "replace").strip().splitlines()
-            if not lines or not lines[0].strip():
-                raise ValueError(f"endpoint {self.name!r}: its api_key_file is missing, "
-                                 "unreadable or empty (see the endpoints file)")
-            return check_key(lines[0].strip(), f"endpoint {self.name!r} api_key_file")
+            return read_key_file(self.api_key_file, f"endpoint {self.name!r}: its api_key_file "
+                                 "(see the endpoints file)", show_path=False)
         if self.api_key_env:
-            value = os.environ.get(self.api_key_env, "").strip()
-            if not value:
-                raise ValueError(f"endpoint {self.name!r}: the environment variable "
-                                 f"{self.api_key_env} named by its api_key_env is not set")
-            return check_key(value, f"endpoint {self.name!r} api_key_env")
+            return read_key_env(self.api_key_env, f"endpoint {self.name!r}: its api_key_env "
+                                f"{self.api_key_env}")
         return None
 
     def client(self, **options):
