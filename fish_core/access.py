@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import time
 from pathlib import Path
 
 MAX_KEY_CHARS = 1024
@@ -39,6 +40,23 @@ def is_loopback(name: str | None) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)
     return address.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def file_stamp(path: str | os.PathLike) -> tuple | None:
+    """What changes when a file is written again or replaced (None: no file), for memos of
+    files read from disk (the endpoints file, saved voices). A file whose modification time is
+    within ``RACY_SECONDS`` of now is never trusted unchanged (file times tick coarsely: a
+    rewrite of the same size in the same tick would look the same), as git treats its index."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if time.time_ns() - info.st_mtime_ns < RACY_SECONDS * 1e9:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns
+
+
+RACY_SECONDS = 2
 
 
 def check_key(key: str, source: str) -> str:

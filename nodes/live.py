@@ -217,7 +217,7 @@ async def set_listening(request):
     name cannot switch a tab's playback)."""
     from aiohttp import web
 
-    from ..fish_core.serve.requests import ApiError
+    from ..fish_core.serve import ApiError
     from .routes import guard
 
     try:

@@ -8,7 +8,8 @@ import pytest
 
 from fish_core import access
 from fish_core.remote import endpoints, http, keys
-from fish_core.serve import guard, main
+from fish_core.serve import main
+from fish_core.serve.http import guard
 
 LOOPBACK = ["localhost", "LOCALHOST", "localhost.", "[localhost]", "127.0.0.1", "127.8.9.10",
             "::1", "[::1]", "::ffff:127.0.0.1", "[::ffff:127.0.0.1]", "0:0:0:0:0:0:0:1"]

@@ -48,6 +48,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "loading"): {"fish_core.loading.weights"},
     ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
+    ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only
 }
 
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
@@ -339,3 +340,22 @@ def test_the_pack_root_imports_on_its_own_without_registering_anything():
     spec.loader.exec_module(module)
     assert module.WEB_DIRECTORY == "./web"
     assert not hasattr(module, "NODE_CLASS_MAPPINGS") and not hasattr(module, "comfy_entrypoint")
+
+
+def test_nodes_use_only_the_public_serve_api():
+    """``nodes/`` reaches the HTTP service through ``fish_core.serve``'s public names (``mount``,
+    ``Service``, ``Guard``, ``ApiError``, ``detail`` …: its ``__all__``), never a module inside
+    it (the import rule above) nor a name outside ``__all__``."""
+    tree = ast.parse((ROOT / "fish_core" / "serve" / "__init__.py").read_text(encoding="utf-8"))
+    public = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                  and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+    used = []
+    for path in sorted((ROOT / "nodes").rglob("*.py")):
+        package = module_name(path).rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and resolve(package, node) == "fish_core.serve":
+                used += [(alias.name, path.name, node.lineno) for alias in node.names]
+        used += [(attr, path.name, line) for attr, line in attributes(path, {"serve"})]
+    assert used, "the nodes mount the HTTP service through fish_core.serve"
+    wrong = [f"{file}:{line}: serve.{name}" for name, file, line in used if name not in public]
+    assert not wrong, "nodes use serve names outside its public API:\n" + "\n".join(wrong)

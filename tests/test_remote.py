@@ -14,8 +14,8 @@ from conftest import served, tone  # noqa: E402
 from fish_core.params import batch_seed  # noqa: E402
 from fish_core.remote.client import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
-from fish_core.serve import formats  # noqa: E402
-from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.http import formats  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.speech.results import Batch  # noqa: E402
 from fish_core.synthesis.synthesizer import Synthesizer  # noqa: E402
 from fish_core.speech.timeline import join_pieces  # noqa: E402

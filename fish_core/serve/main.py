@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..access import check_key, is_loopback, read_key_env, read_key_file
 from ..loading import hub
-from .guard import Guard
-from .requests import Limits
+from .http.guard import Guard
+from .limits import Limits
 
 DEFAULT_VOICES = hub.DEFAULT_MODELS_DIR.parent / "voices"  # where the nodes save outside ComfyUI
 KEY_ENV = "SAILFISH_SERVE_API_KEY"
@@ -141,7 +141,7 @@ def build_service(args, key: str | None = None):
 def serve(args) -> str:
     from aiohttp import web
 
-    from .logs import ACCESS_LOG
+    from .http.logs import ACCESS_LOG
     from .routes import create_app
 
     key = api_key(args)

@@ -11,10 +11,11 @@ import json
 import torch
 from aiohttp import web
 
-from . import formats
-from .logs import log
-from .requests import ClientGone, SpeechRequest
-from .service import Service
+from ..http import formats
+from ..http.errors import ClientGone
+from ..http.logs import log
+from ..service import Service
+from .protocol import SpeechRequest
 
 POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
 

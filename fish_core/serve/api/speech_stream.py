@@ -92,15 +92,16 @@ from dataclasses import dataclass
 import torch
 from aiohttp import WSMsgType, web
 
-from ..params import batch_seed, pick_seed
-from ..text.plan import SentenceCutter
-from . import formats
-from .bodies import check_size, off_loop, parse_json
-from .logs import log
+from ...params import batch_seed, pick_seed
+from ...text.plan import SentenceCutter
+from ..http import formats
+from ..http.bodies import check_size, off_loop, parse_json
+from ..http.errors import ApiError, bad, detail
+from ..http.logs import log
+from ..limits import Limits
+from ..service import Service
 from .openai import default_voice, instructions_prefix, parse_openai
-from .requests import (ApiError, Limits, SpeechRequest, bad, choice, detail, integer,
-                       reject_unknown)
-from .service import Service
+from .protocol import SpeechRequest, choice, integer, reject_unknown
 
 PROTOCOL = "sailfish.speech.v1"  # the subprotocol the server selects
 KEY_PROTOCOL = "base64url.bearer."  # + the key in base64url: browsers' way to send the key
