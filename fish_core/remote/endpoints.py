@@ -43,6 +43,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..access import file_stamp
 from .http import Endpoint
 
 ENV_VAR = "SAILFISH_ENDPOINTS"
@@ -112,13 +113,26 @@ def comfy_user_directory() -> str | None:
 
 
 def load(files: list[Path] | None = None) -> dict[str, EndpointConfig]:
-    """The configured endpoints by name, every file's in order (``local`` only if enabled)."""
+    """The configured endpoints by name, every file's in order (``local`` only if enabled).
+    Each file is parsed once per change (``PARSED``; ``access.file_stamp``: one ``stat`` per
+    call tells whether it changed), so the several look-ups of one prompt read it once."""
     found: dict[str, EndpointConfig] = {}
     named = default_files() if files is None else [(Path(f), str(f)) for f in files]
     for path, label in named:
-        if path.is_file():
-            found.update(read_file(path, label))
+        if not path.is_file():
+            continue
+        seen = file_stamp(path)
+        kept = PARSED.get(str(path))
+        if seen is None or kept is None or kept[0] != (label, seen):
+            kept = PARSED[str(path)] = ((label, seen), read_file(path, label))
+            global parses
+            parses += 1
+        found.update(kept[1])
     return found
+
+
+PARSED: dict[str, tuple[tuple, dict[str, EndpointConfig]]] = {}  # path → (its stamp, endpoints)
+parses = 0  # files parsed (tests count the memo)
 
 
 def read_file(path: Path, label: str | None = None) -> dict[str, EndpointConfig]:

@@ -184,6 +184,7 @@ class Transport:
         self._lock = threading.Lock()
         self.needs_identity = False  # quote this engine only once it identified itself
         self.identified = False  # its /v1/models said Sailfish
+        self.models_answer = None  # its /v1/models, read once (dialects.models_answer)
 
     @property
     def name(self) -> str:
