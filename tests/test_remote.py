@@ -12,7 +12,7 @@ pytest.importorskip("aiohttp")
 
 from conftest import served, tone  # noqa: E402
 from fish_core.params import batch_seed  # noqa: E402
-from fish_core.remote.client import Reply  # noqa: E402
+from fish_core.remote.engine import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.serve.http import formats  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402

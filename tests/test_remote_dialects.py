@@ -546,7 +546,7 @@ def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
 
 
 def test_a_voice_of_several_clips_is_sent_inline_not_registered(sizes):
-    from fish_core.remote.client import RemoteVoice
+    from fish_core.remote.voices import RemoteVoice
 
     rate = sizes.sample_rate
     app = sglang_app(rate, [tone(rate, 100)])
