@@ -87,7 +87,7 @@ import binascii
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from aiohttp import WSMsgType, web
@@ -283,12 +283,11 @@ def peer_fields(message: dict) -> None:
 
 
 def sentence_request(config: StreamConfig, text: str, seed: int) -> SpeechRequest:
-    r = config.request
-    request = SpeechRequest(config.prefix + text, r.voice, r.voice_param, r.references, "pcm",
-                            "audio", seed, r.temperature, r.top_p, r.top_k, r.max_new_tokens,
-                            r.max_bytes)
-    request.speed = r.speed  # each sentence stretched on its own (docs/finished-audio.md)
-    return request
+    """One sentence of the session: its settings, voice and references (the same objects:
+    encoded once per session), PCM streamed, stretched on its own (docs/finished-audio.md);
+    no loudness (a session's sentences are not one mix)."""
+    return replace(config.request, text=config.prefix + text, format="pcm", stream="audio",
+                   seed=seed, loudness=None)
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:
