@@ -102,6 +102,7 @@ from ..limits import Limits
 from ..service import Service
 from .openai import default_voice, instructions_prefix, parse_openai
 from .protocol import SpeechRequest, choice, integer, reject_unknown
+from .speak import reports
 
 PROTOCOL = "sailfish.speech.v1"  # the subprotocol the server selects
 KEY_PROTOCOL = "base64url.bearer."  # + the key in base64url: browsers' way to send the key
@@ -508,15 +509,7 @@ class Session:
     async def say(self, sentence: str, index: int) -> None:
         """One sentence through the scheduler, its audio sent as it is decoded (or in one
         frame at its end, without ``stream_audio``)."""
-        loop = asyncio.get_running_loop()
-        items: asyncio.Queue = asyncio.Queue()
-
-        def emit(kind: str, value) -> None:  # on the scheduler's thread
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, (kind, value))
-            except RuntimeError:  # the loop is closed
-                pass
-
+        items, emit = reports()
         config = self.config
         seed = batch_seed(self.seed, index)
         self.task = self.service.scheduler.submit(sentence_request(config, sentence, seed), emit)
