@@ -36,8 +36,8 @@ from ..fish_core.engine.prefix_cache import DEFAULT_PREFIX_CACHE_MB, megabytes
 from . import host
 from .remote import RemoteHandle, remote_synthesizer
 
-if TYPE_CHECKING:  # fish_core.synthesis.synthesizer is imported when a model is loaded, not at ComfyUI start-up
-    from ..fish_core.synthesis.synthesizer import Synthesizer
+if TYPE_CHECKING:  # fish_core.local.synthesizer is imported when a model is loaded, not at ComfyUI start-up
+    from ..fish_core.local.synthesizer import Synthesizer
 
 log = logging.getLogger("sailfish")
 BUSY_RETRY_SECONDS = 30.0
@@ -76,7 +76,7 @@ class ModelHandle:
 
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
-    from ..fish_core.synthesis.synthesizer import Synthesizer
+    from ..fish_core.local.synthesizer import Synthesizer
 
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,

@@ -7,9 +7,9 @@ from ..fish_core.text import plan as textplan
 from ..fish_core.params import MAX_SEED, SamplingParams
 from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
-from .live import streamed
+from .playback import streamed
 from .remote import SpeakerRules, speaker_rules
-from .runtime import (finishing, from_audio, generate, require_text, sampling, to_audio,
+from .runner import (finishing, from_audio, generate, require_text, sampling, to_audio,
                       tracks_to_audio)
 from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
 

@@ -6,7 +6,7 @@ from ..fish_core.speech.voices import Voice
 from . import paths
 from .manager import MANAGER
 from .remote import RemoteHandle
-from .runtime import from_audio, require_text
+from .runner import from_audio, require_text
 from .schema import MODEL, VOICE, Combo, Int, Node, Output, Socket, String
 
 

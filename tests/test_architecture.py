@@ -28,13 +28,13 @@ ALLOWED: dict[str, set[str]] = {
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
     "speech": {"params", "text", "audio"},  # results, timeline, voices: shared, no engine
     "remote": {"params", "text", "audio", "speech"},  # never the engine or the loader
-    "synthesis": {"params", "text", "audio", "engine", "codec", "loading", "speech",
+    "local": {"params", "text", "audio", "engine", "codec", "loading", "speech",
                   "remote"},  # remote: only ``Synthesizer.remote``, lazily
-    "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
-    "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "serve": {"params", "text", "audio", "speech", "local", "loading"},
+    "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "local",
             "remote", "serve", "quant"},
-    "api": {"params", "speech", "synthesis"},  # fish_core/__init__.py: ``from fish_core import …``
-    "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "api": {"params", "speech", "local"},  # fish_core/__init__.py: ``from fish_core import …``
+    "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "local",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
@@ -45,7 +45,7 @@ ALLOWED: dict[str, set[str]] = {
 NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
-    ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
+    ("local", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
 }
 
@@ -53,7 +53,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
 # the synthesizer (they come with the first model load).
 HEAVY = ("fish_core.engine.model", "fish_core.engine.generate", "fish_core.engine.sampling",
          "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
-         "fish_core.synthesis.synthesizer")
+         "fish_core.local.synthesizer")
 
 
 def layer_of(module: str) -> str | None:
@@ -163,7 +163,7 @@ def test_every_import_of_the_pack_names_an_existing_module():
 
 def test_the_walk_sees_lazy_and_relative_imports():
     """The checker itself: a lazy relative import inside a function is found and resolved."""
-    found = dict(imports(ROOT / "fish_core" / "synthesis" / "synthesizer.py"))
+    found = dict(imports(ROOT / "fish_core" / "local" / "synthesizer.py"))
     assert "fish_core.remote" in found  # lazy, inside Synthesizer.remote
     assert "fish_core.engine.device" in found  # module-level, relative
     nodes_found = {m for m, _ in imports(ROOT / "nodes" / "routes.py")}
@@ -261,16 +261,16 @@ def public_names(path: Path, cls: str) -> set[str]:
 
 
 def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
-    """``synthesis.driver``, ``synthesis.stream`` and ``serve.scheduler`` generate through the
+    """``local.driver``, ``local.stream`` and ``serve.scheduler`` generate through the
     ``Runtime``'s public methods (``references``, ``system_turn``, ``prompt``, ``row_batch``
     …), never its engine, encoder or model, and never the public ``Synthesizer``: the
     scheduler only takes the runtime of the Synthesizer it is handed."""
-    allowed = public_names(ROOT / "fish_core" / "synthesis" / "runtime.py", "Runtime")
+    allowed = public_names(ROOT / "fish_core" / "local" / "runtime.py", "Runtime")
     allowed -= {"engine", "encoder", "model", "tokenizer", "codec"}  # the runtime's own parts
     assert {"prompt", "row_batch", "system_turn", "config"} <= allowed
     wrong = []
-    for path in (ROOT / "fish_core" / "synthesis" / "driver.py",
-                 ROOT / "fish_core" / "synthesis" / "stream.py",
+    for path in (ROOT / "fish_core" / "local" / "driver.py",
+                 ROOT / "fish_core" / "local" / "stream.py",
                  ROOT / "fish_core" / "serve" / "scheduler.py"):
         for attr, line in attributes(path, {"runtime"}):
             if attr not in allowed:

@@ -573,7 +573,7 @@ def test_errors_reach_the_user(server):
     assert error["node_type"] == "SailfishTTS" and "text is empty" in error["exception_message"]
 
 
-# ---------------------------------------------------------------- live playback (nodes/live.py)
+# ---------------------------------------------------------------- live playback (nodes/playback.py)
 LIVE_SRT = ("1\n00:00:00,400 --> 00:00:00,900\nFirst cue.\n\n"
             "2\n00:00:01,600 --> 00:00:02,400\nSecond cue.\n")
 

@@ -33,8 +33,8 @@ from typing import Callable
 from ..audio.loudness import as_loudness
 from ..params import GenerationError, SamplingParams
 from ..speech.finishing import Finishing
-from ..synthesis.driver import JobRows, SpeechJob, run_round
-from ..synthesis.live import TakeLayout, layout_needed
+from ..local.driver import JobRows, SpeechJob, run_round
+from ..local.layout import TakeLayout, layout_needed
 from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
 from .logs import log

@@ -2,8 +2,8 @@
 sender active: per-frame columns, live decode, 16-bit PCM + base64 per chunk, one JSON event
 per chunk) and without one (the plain path), runs interleaved, median of --repeats.
 
-    python bench/bench_live.py                          # tiny fixture checkpoint, CPU
-    python bench/bench_live.py --checkpoint models/s2-pro --device cuda --dtype bf16
+    python bench/bench_playback.py                          # tiny fixture checkpoint, CPU
+    python bench/bench_playback.py --checkpoint models/s2-pro --device cuda --dtype bf16
 
 The stop token is ignored (as in bench_takes.py), so every run makes exactly the clip's frames.
 The fake server's ``send_sync`` serializes each event to JSON on the generating thread, which
@@ -33,7 +33,7 @@ TEXT = "Live playback benchmark: speech heard while it is generated, chunk after
 
 
 def pack():
-    """The repository as a package (as ComfyUI imports it), for nodes.live."""
+    """The repository as a package (as ComfyUI imports it), for nodes.playback."""
     spec = importlib.util.spec_from_file_location(
         "sailfish_bench", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
     module = importlib.util.module_from_spec(spec)
@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    live_module = pack().nodes.live
+    live_module = pack().nodes.playback
     synth = Synthesizer.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                         download=False)
     object.__setattr__(synth.config, "eos_token_id", -1)  # never stop early

@@ -1,5 +1,5 @@
-"""Live playback: the engine's ``on_chunk`` (fish_core/synthesis/live.py) and the node side that
-sends the chunks to the browser that queued the prompt (nodes/live.py), with a fake PromptServer.
+"""Live playback: the engine's ``on_chunk`` (fish_core/local/layout.py) and the node side that
+sends the chunks to the browser that queued the prompt (nodes/playback.py), with a fake PromptServer.
 
 The chunks must concatenate to the returned waveform exactly (before any 16-bit rounding), for
 tts, takes, a dialogue with pauses and subtitles with gaps; asking for them must not change
@@ -23,8 +23,8 @@ from conftest import read_sizes, tone
 from fish_core.params import Generated
 from fish_core.speech.results import Batch, BatchResult
 from fish_core.speech.timeline import join_batches
-from fish_core.synthesis.driver import ChunkDecoder, decode_batches
-from fish_core.synthesis.live import TakeLayout
+from fish_core.local.driver import ChunkDecoder, decode_batches
+from fish_core.local.layout import TakeLayout
 from fish_core.text.plan import parse_srt
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
@@ -191,7 +191,7 @@ def comfy(tmp_path_factory):
     model = nodes["SailfishModelLoader"].execute(
         model="tiny-s2", precision="auto", quantization="none", device="auto", compile=False,
         context_length=0, unload_after_minutes=0).args[0]
-    yield types.SimpleNamespace(pack=pack, live=pack.nodes.live, server=server, nodes=nodes,
+    yield types.SimpleNamespace(pack=pack, live=pack.nodes.playback, server=server, nodes=nodes,
                                 model=model, stubs=stubs)
     pack.nodes.manager.MANAGER.unload()
     comfy_stubs.unload_pack("sailfish_live")
@@ -314,7 +314,7 @@ def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
 @pytest.mark.parametrize("who", ["no client id", "not listening", "not connected", "elsewhere"])
 def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, who):
     made = []  # the pack's own copy of the layout: none is made, no job runs live
-    layout = sys.modules[queued.pack.__name__ + ".fish_core.synthesis.live"].TakeLayout
+    layout = sys.modules[queued.pack.__name__ + ".fish_core.local.layout"].TakeLayout
     monkeypatch.setattr(layout, "__init__", lambda self, *a: made.append(a) or None)
     if who == "no client id":
         queued.server.client_id = None  # API use without a websocket
@@ -469,7 +469,7 @@ def test_the_extension_speaks_the_servers_protocol(comfy):
     """The JS uses the event type, route and setting id the server and locales use."""
     import comfy_stubs
 
-    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_live.js").read_text(encoding="utf-8")
+    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_playback.js").read_text(encoding="utf-8")
     constants = dict(re.findall(r'^const (\w+) = "([^"]*)";', js, flags=re.M))
     assert constants["EVENT"] == comfy.live.EVENT
     assert constants["ROUTE"] == comfy.live.ROUTE

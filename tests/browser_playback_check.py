@@ -1,4 +1,4 @@
-"""Headless-browser check of the live-playback extension (web/js/sailfish_live.js) in a real
+"""Headless-browser check of the live-playback extension (web/js/sailfish_playback.js) in a real
 ComfyUI: the page loads with the pack, a Sailfish TTS workflow is queued, the node's player
 goes waiting → live → done, the workflow's widget values are unchanged by the player, the
 setting turns the stream off, and the console shows no error from the extension.
@@ -6,7 +6,7 @@ setting turns the stream off, and the console shows no error from the extension.
 A helper script, not a pytest test (it needs chromium and a ComfyUI checkout):
 
     COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
-        python3 tests/browser_live_check.py [--front-end-root DIR] [--chromium PATH]
+        python3 tests/browser_playback_check.py [--front-end-root DIR] [--chromium PATH]
 
 ``--front-end-root`` runs ComfyUI with another frontend (e.g. a ``pip install --target``
 of ``comfyui-frontend-package``: ``…/comfyui_frontend_package/static``). It prints every
@@ -198,7 +198,7 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                 for domain in ("Runtime", "Log", "Page", "Network"):
                     await page.send(f"{domain}.enable")
                 if baseline:
-                    await page.send("Network.setBlockedURLs", urls=["*sailfish_live.js"])
+                    await page.send("Network.setBlockedURLs", urls=["*sailfish_playback.js"])
                 await page.send("Page.navigate", url=url)
                 await page.until("!!(window.comfyAPI?.app?.app?.graph && "
                                  "window.comfyAPI.app.app.extensions?.length)")

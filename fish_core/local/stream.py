@@ -20,7 +20,7 @@ import torch
 from ..params import Cancelled
 from ..speech.finishing import Finishing
 from .driver import SpeechJob, run_round
-from .live import PLAIN, TakeLayout, layout_needed
+from .layout import PLAIN, TakeLayout, layout_needed
 
 
 class AudioStream:

@@ -44,7 +44,7 @@ from ..speech.voices import Voice
 from ..text import plan as textplan
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_jobs
-from .live import PLAIN, CueLayout, TakeLayout, job_options
+from .layout import PLAIN, CueLayout, TakeLayout, job_options
 from .runtime import Runtime
 from .stream import AudioStream
 
@@ -132,7 +132,7 @@ class Synthesizer:
         several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks when no
         voice is given. With ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed
         ``seed + k``. ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece
-        by piece while it is generated (``synthesis/live.py``). ``loudness`` (LUFS or an
+        by piece while it is generated (``local/layout.py``). ``loudness`` (LUFS or an
         ``audio.loudness.Loudness``), ``speed`` (0.5 … 2) and ``lexicon`` (a ``Lexicon`` or
         its file) finish the audio (``speech.finishing``)."""
         voices = as_voices(voice)

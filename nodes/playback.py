@@ -2,7 +2,7 @@
 that queued the prompt, as a websocket event of ComfyUI's server.
 
 Who gets it: only the client id the running prompt was queued with (``PromptServer.client_id``),
-and only when that client asked for it: the web extension (``web/js/sailfish_live.js``) posts
+and only when that client asked for it: the web extension (``web/js/sailfish_playback.js``) posts
 ``{"client_id": …, "listen": true|false}`` to ``/sailfish/live`` when it connects and whenever
 its setting *Sailfish › Live playback* changes. A registration is taken only for a client id
 with an open ComfyUI websocket (from the same peer address, where aiohttp tells it), at most

@@ -1,4 +1,4 @@
-"""What every generating node shares (``nodes/runtime.py``): the progress bar per frame and
+"""What every generating node shares (``nodes/runner.py``): the progress bar per frame and
 Cancel within a frame."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_cancel_stops_within_a_frame_and_the_model_stays(env, model, via):
 
 
 def test_audio_is_unpacked_here_naming_the_input(env):
-    runtime = env.pack.nodes.runtime
+    runtime = env.pack.nodes.runner
     wave = torch.zeros(1, 1, 8)
     assert runtime.from_audio({"waveform": wave, "sample_rate": 24000}, "audio") == \
         {"audio": wave, "sample_rate": 24000}
