@@ -15,7 +15,7 @@ if __package__:  # loaded as the pack (ComfyUI's custom_nodes); pytest, run from
 
     paths.register_folders()
     routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
-    playback.mount()  # POST /sailfish/live: a browser tab asks for live playback (nodes/playback.py)
+    playback.mount()  # POST /sailfish/live: a tab asks for live playback (nodes/playback.py)
 
     if host.v3_api() is not None:
         from .nodes import comfy_entrypoint

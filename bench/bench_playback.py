@@ -53,10 +53,10 @@ class JsonServer:
         self.events += 1
 
 
-def run(synth: Synthesizer, frames: int, live_module, listening: bool) -> dict:
+def run(synth: Synthesizer, frames: int, playback, listening: bool) -> dict:
     on_chunk, spent, server = None, [0.0], JsonServer()
     if listening:
-        sender = live_module.LiveSender(server, "bench", "7", "p")
+        sender = playback.PlaybackSender(server, "bench", "7", "p")
         sender.start()
 
         def on_chunk(samples, rate):
@@ -87,16 +87,16 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    live_module = pack().nodes.playback
+    playback = pack().nodes.playback
     synth = Synthesizer.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                         download=False)
     object.__setattr__(synth.config, "eos_token_id", -1)  # never stop early
     frames = round(args.seconds * synth.sample_rate / synth.codec.frame_length)
-    run(synth, 8, live_module, True)  # warm-up (caches, first decode)
+    run(synth, 8, playback, True)  # warm-up (caches, first decode)
     runs = {"without": [], "with": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit both alike
         for name in ("without", "with"):
-            runs[name].append(run(synth, frames, live_module, name == "with"))
+            runs[name].append(run(synth, frames, playback, name == "with"))
             print(f"{name:>7}: {runs[name][-1]['seconds']:.2f} s", flush=True)
     results = {"checkpoint": Path(args.checkpoint).name, "device": args.device,
                "dtype": args.dtype, "frames": frames, "repeats": args.repeats,

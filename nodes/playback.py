@@ -21,20 +21,22 @@ events of one run from 0):
   PCM; a silent piece carries ``"silence": true`` instead of ``pcm``;
 * ``{"state": "done" | "cancelled" | "error", …, "samples"}`` closes the stream (``samples``:
   the total sent).
+
+The node runner (``runner.generation``) opens and closes a run's stream; this module holds who
+listens, the sender and the route. The wire names (event ``sailfish.live``, route
+``/sailfish/live``, the setting ``Sailfish.LivePlayback``) stay as shared workflows and open
+tabs know them.
 """
 
 from __future__ import annotations
 
 import base64
-import inspect
 import logging
 import re
 import threading
-from typing import Callable
 
 import torch
 
-from ..fish_core.params import Cancelled
 from . import host
 
 EVENT = "sailfish.live"
@@ -107,7 +109,7 @@ def listeners(server) -> Listeners:
     return found
 
 
-def sender() -> "LiveSender | None":
+def sender() -> "PlaybackSender | None":
     """A sender to the client that queued the running prompt, for the executing node; None
     when there is no server, no client id (API use), or that client does not listen."""
     server = prompt_server()
@@ -120,11 +122,11 @@ def sender() -> "LiveSender | None":
     node = context.node_id if context is not None else getattr(server, "last_node_id", None)
     if node is None:
         return None
-    return LiveSender(server, sid, str(node), getattr(context, "prompt_id", None))
+    return PlaybackSender(server, sid, str(node), getattr(context, "prompt_id", None))
 
 
 # ---------------------------------------------------------------- sending
-class LiveSender:
+class PlaybackSender:
     """The events of one node run, sent to one client (``send_sync`` is thread-safe: it hands
     the message to the server's event loop)."""
 
@@ -172,42 +174,6 @@ def pcm16(samples: torch.Tensor) -> bytes:
     """float32 samples → 16-bit little-endian PCM (clipped to [-1, 1], rounded)."""
     ints = (samples.detach().float().clamp(-1.0, 1.0) * 32767.0).round().to(torch.int16)
     return ints.numpy().astype("<i2").tobytes()
-
-
-def streamed(run: Callable) -> Callable:
-    """A node's ``run(synth, **progress)`` (see ``runtime.generate``) with live playback: when
-    the queuing client listens and the model takes ``on_chunk`` (a local Synthesizer, live; a
-    remote one hands out the whole result when done), ``run`` also gets it, and the stream is
-    closed with done, cancelled or error."""
-
-    def run_live(synth, **progress):
-        live = sender() if accepts_chunks(synth) else None
-        if live is None:
-            return run(synth, **progress)
-        live.start()
-        try:
-            result = run(synth, on_chunk=live.chunk, **progress)
-        except BaseException as e:
-            live.close("cancelled" if interruption(e) else "error")
-            raise
-        live.close("done")
-        return result
-
-    return run_live
-
-
-def accepts_chunks(synth) -> bool:
-    try:
-        return "on_chunk" in inspect.signature(synth.tts).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def interruption(error: BaseException) -> bool:
-    """Cancel pressed: our ``Cancelled`` or ComfyUI's ``InterruptProcessingException``."""
-    mm = host.module("comfy.model_management")
-    kinds = (Cancelled, getattr(mm, "InterruptProcessingException", Cancelled))
-    return isinstance(error, kinds)
 
 
 # ---------------------------------------------------------------- the route

@@ -1,30 +1,69 @@
-"""What every generating node shares: the model from the manager, a progress bar per frame,
-Cancel, and fish_core results as ComfyUI AUDIO."""
+"""The node runner: what every node that runs the model shares, written once.
+
+A generating node (TTS, Voice Clone, Multi-Speaker, Subtitles; local or remote model) is a
+schema and an ``execute`` that calls fish_core inside ``generation(model)``::
+
+    with generation(model) as run:
+        speeches = run.synth.tts(text, voice, **sampling(...), **finish, **run.hooks)
+
+``generation`` brings the model from the manager (loaded, kept from idle unload while the
+block runs) and the keywords of one run (``run.hooks``): ComfyUI's progress bar per generated
+frame (``on_progress``), Cancel within a frame (``cancel``: ComfyUI's interrupt flag), and,
+when the tab that queued the prompt listens, live playback of take 1 (``on_chunk``: the
+``playback`` events, the stream closed with done, cancelled or error). A Cancel leaves the
+block as ComfyUI's interruption; the model stays loaded for the next prompt. The nodes that
+only encode (Voice Encode, Voice From Take) take the model with ``loaded(model)``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Callable, Sequence
-
-import torch
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable
 
 from ..fish_core.params import Cancelled
-from . import host
+from . import host, playback
 from .manager import MANAGER, ModelHandle
 
 
-def generate(model: ModelHandle, run: Callable):
-    """``run(synth, on_progress=…, cancel=…)`` on the loaded model. ComfyUI's progress bar moves
-    per generated frame; Cancel stops within a frame and is reported as an interruption (the
-    model stays loaded for the next prompt)."""
+@dataclass
+class Run:
+    """One node's generation: the model's synthesizer (``Synthesizer`` or
+    ``RemoteSynthesizer``) and the keywords every generating call of it takes."""
+
+    synth: object
+    hooks: dict = field(default_factory=dict)  # on_progress, cancel[, on_chunk]
+
+
+@contextmanager
+def generation(model: ModelHandle) -> Iterator[Run]:
+    """The model of ``model`` with progress, Cancel and live playback for one node run."""
     mm = host.module("comfy.model_management")  # once per run, not per frame
-    with MANAGER.use(model) as synth:
+    with loaded(model) as synth:
+        run = Run(synth, {"on_progress": progress_bar(), "cancel": interrupted(mm)})
+        sender = playback.sender() if accepts_chunks(synth) else None
+        if sender is not None:
+            sender.start()
+            run.hooks["on_chunk"] = sender.chunk
         try:
-            return run(synth, on_progress=progress_bar(), cancel=interrupted(mm))
-        except Cancelled:
-            if mm is not None:
+            yield run
+        except BaseException as e:
+            if sender is not None:
+                sender.close("cancelled" if interruption(e) else "error")
+            if isinstance(e, Cancelled) and mm is not None:
                 mm.throw_exception_if_processing_interrupted()  # ComfyUI's "interrupted"
             raise
+        if sender is not None:
+            sender.close("done")
+
+
+@contextmanager
+def loaded(model: ModelHandle) -> Iterator[object]:
+    """The model's synthesizer from the manager, kept loaded while the block runs."""
+    with MANAGER.use(model) as synth:
+        yield synth
 
 
 def progress_bar() -> Callable[[int, int], None] | None:
@@ -44,39 +83,23 @@ def interrupted(mm) -> Callable[[], bool] | None:
     return None if mm is None else mm.processing_interrupted
 
 
-def to_audio(speeches: Sequence) -> dict:
-    """fish_core ``Speech`` results (one per take) as ComfyUI AUDIO: float32 ``[takes, 1, T]``
-    on the CPU, each take padded with silence to the longest (the timeline keeps the exact
-    lengths)."""
-    return waves_to_audio([s.waveform for s in speeches], speeches[0].sample_rate)
+def interruption(error: BaseException) -> bool:
+    """Cancel pressed: our ``Cancelled`` or ComfyUI's ``InterruptProcessingException``."""
+    mm = host.module("comfy.model_management")
+    kinds = (Cancelled, getattr(mm, "InterruptProcessingException", Cancelled))
+    return isinstance(error, kinds)
 
 
-def tracks_to_audio(speeches: Sequence, count: int) -> list[dict]:
-    """Each speaker's track (``Speech.tracks``) as AUDIO ``[takes, 1, T]``, speakers 1 … count;
-    every track has its take's length, so it lines up with the mix sample for sample."""
-    tracks = [s.tracks(count) for s in speeches]  # per take: [speakers, T]
-    return [waves_to_audio([t[i] for t in tracks], speeches[0].sample_rate)
-            for i in range(count)]
+def accepts_chunks(synth) -> bool:
+    """Whether the model hands out audio as it is made (``on_chunk`` of its ``tts``): a local
+    Synthesizer while it generates, a remote one when the whole result is in."""
+    try:
+        return "on_chunk" in inspect.signature(synth.tts).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
-def from_audio(audio, field: str) -> dict:
-    """A ComfyUI AUDIO input (``{"waveform": [B, C, T], "sample_rate": sr}``) as the keywords
-    fish_core takes: ``audio`` (a tensor; item 0 of the batch is used) and ``sample_rate``."""
-    if not isinstance(audio, Mapping) or "waveform" not in audio or "sample_rate" not in audio:
-        got = sorted(audio) if isinstance(audio, Mapping) else type(audio).__name__
-        raise ValueError(f"{field}: expected ComfyUI AUDIO (a 'waveform' and a 'sample_rate'), "
-                         f"got {got}")
-    return {"audio": audio["waveform"], "sample_rate": audio["sample_rate"]}
-
-
-def waves_to_audio(waves: Sequence[torch.Tensor], sample_rate: int) -> dict:
-    length = max(w.shape[-1] for w in waves)
-    batch = torch.zeros(len(waves), 1, length, dtype=torch.float32)
-    for i, wave in enumerate(waves):
-        batch[i, 0, :wave.shape[-1]] = wave.detach().to("cpu", torch.float32)
-    return {"waveform": batch, "sample_rate": int(sample_rate)}
-
-
+# ---------------------------------------------------------------- a node's keywords
 def require_text(field: str, value: str, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field} is empty: {what}")

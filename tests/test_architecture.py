@@ -338,3 +338,68 @@ def test_the_pack_root_imports_on_its_own_without_registering_anything():
     spec.loader.exec_module(module)
     assert module.WEB_DIRECTORY == "./web"
     assert not hasattr(module, "NODE_CLASS_MAPPINGS") and not hasattr(module, "comfy_entrypoint")
+
+
+def node_functions(path: Path) -> dict[str, ast.FunctionDef]:
+    """The ``execute`` functions of the nodes described in ``path`` (``Node(…, execute=f)``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    names = {kw.value.id for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) == "Node" for kw in node.keywords
+             if kw.arg == "execute" and isinstance(kw.value, ast.Name)}
+    return {name: functions[name] for name in names}
+
+
+def with_calls(function: ast.FunctionDef) -> set[str]:
+    """The functions called as context managers in ``function`` (``with f(…) as x``)."""
+    return {item.context_expr.func.id for node in ast.walk(function)
+            if isinstance(node, ast.With) for item in node.items
+            if isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Name)}
+
+
+def test_nodes_run_the_model_through_the_node_runner():
+    """One node runner: every generating node (TTS, Voice Clone, Multi-Speaker, Subtitles, local
+    or remote) runs inside ``runner.generation`` (the manager's model, progress, Cancel, live
+    playback), the encoding nodes inside ``runner.loaded``; only the runner uses the model
+    manager's ``use`` and opens a playback stream, and the node modules import neither."""
+    runner = ROOT / "nodes" / "runner.py"
+    generating = node_functions(ROOT / "nodes" / "speech.py")
+    assert {"tts", "voice_clone", "multi_speaker", "subtitles"} <= set(generating)
+    wrong = [f"speech.py: {name} generates outside runner.generation"
+             for name, fn in generating.items() if "generation" not in with_calls(fn)]
+    for name, fn in node_functions(ROOT / "nodes" / "voice.py").items():
+        if with_calls(fn) - {"loaded"}:
+            wrong.append(f"voice.py: {name} takes the model outside runner.loaded")
+    for path in sorted((ROOT / "nodes").glob("*.py")):
+        if path == runner:
+            continue
+        for attr, line in attributes(path, {"MANAGER", "playback"}):
+            if attr in ("use", "sender", "PlaybackSender"):
+                wrong.append(f"{path.name}:{line}: .{attr} outside the node runner")
+    for path in (ROOT / "nodes" / "speech.py", ROOT / "nodes" / "voice.py"):
+        for module, line in imports(path):
+            if module in ("nodes.manager", "nodes.playback"):
+                wrong.append(f"{path.name}:{line}: imports {module} (the runner's)")
+    assert not wrong, wrong
+
+
+def test_nodes_import_no_private_name_of_fish_core():
+    """The nodes use fish_core's public names (``from fish_core import Synthesizer, Voice`` or
+    a module's documented API), never a ``_private`` module or name."""
+    wrong = []
+    for path in sorted((ROOT / "nodes").glob("*.py")):
+        package = module_name(path).rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                target = resolve(package, node) or ""
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                target, names = "", [alias.name for alias in node.names]
+            else:
+                continue
+            for name in [f"{target}.{n}" if target else n for n in names]:
+                if name.startswith("fish_core") and any(
+                        part.startswith("_") and part != "__init__" for part in name.split(".")):
+                    wrong.append(f"{path.name}:{node.lineno}: {name}")
+    assert not wrong, wrong

@@ -661,7 +661,7 @@ def live_pcm(events: list[dict]) -> np.ndarray:
     return np.concatenate(pieces)
 
 
-def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
+def test_playback_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
     mine, other, prompt_id = asyncio.run(live_session(server, True, live_prompt()))
     assert mine[-1]["type"] == "execution_success", mine[-1]
     assert not [m for m in other if m["type"] == "sailfish.live"]  # the other tab: nothing
@@ -690,7 +690,7 @@ def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
     assert not [m for m in mine + other if m["type"] == "sailfish.live"]
 
 
-def test_live_registrations_need_an_open_socket(server):
+def test_playback_registrations_need_an_open_socket(server):
     """A peer without a ComfyUI websocket of that id cannot register it (so it cannot fill the
     set and push a tab's registration out)."""
     request = urllib.request.Request(server.url + "/sailfish/live",
@@ -702,7 +702,7 @@ def test_live_registrations_need_an_open_socket(server):
     assert e.value.code == 409 and b"websocket" in e.value.read()
 
 
-def test_live_route_rejects_bad_requests(server):
+def test_playback_route_rejects_bad_requests(server):
     for body in ({"client_id": "a b", "listen": True}, {"client_id": "ok", "listen": 1}, [1]):
         request = urllib.request.Request(server.url + "/sailfish/live",
                                          data=json.dumps(body).encode(),

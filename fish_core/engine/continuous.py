@@ -33,7 +33,7 @@ same result whatever the batch around it, as the CPU kernels do on the test fixt
 round differently).
 
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
-live decoding and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
+a streaming job and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
 CPU, every 8 on CUDA); a row's ``<|im_end|>`` is noticed then, and the frames it made after it
 are dropped.
 """

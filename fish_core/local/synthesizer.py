@@ -228,8 +228,8 @@ class Synthesizer:
                ) -> list[Speech]:
         """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
         each take decoded in one causal pass (no clicks at the joins), and lay its batches out
-        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1 runs
-        live and its chunks are laid out as they come (``TakeLayout``)."""
+        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1
+        streams and its chunks are laid out as they come (``TakeLayout``)."""
         codec = self.require_codec()
         seed = pick_seed(seed)
         layout = TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing) \
