@@ -95,11 +95,6 @@ class Listeners:
             return client_id in self._ids
 
 
-def prompt_server():
-    """ComfyUI's ``PromptServer.instance``, or None outside ComfyUI."""
-    return getattr(getattr(host.module("server"), "PromptServer", None), "instance", None)
-
-
 def listeners(server) -> Listeners:
     """The server's one set of listening clients (kept on the server, so that every copy of
     the pack in the process, and the route, share it)."""
@@ -112,7 +107,7 @@ def listeners(server) -> Listeners:
 def sender() -> "PlaybackSender | None":
     """A sender to the client that queued the running prompt, for the executing node; None
     when there is no server, no client id (API use), or that client does not listen."""
-    server = prompt_server()
+    server = host.prompt_server()
     sid = getattr(server, "client_id", None)
     if server is None or not sid or sid not in listeners(server) \
             or sid not in getattr(server, "sockets", {}):
@@ -190,7 +185,7 @@ async def set_listening(request):
         guard().check(request.headers)
     except ApiError as e:
         return web.json_response({"error": e.message}, status=e.status)
-    server = prompt_server()
+    server = host.prompt_server()
     if request.content_length is None or request.content_length > MAX_BODY:
         return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
                                  status=413)
@@ -229,7 +224,7 @@ def socket_peer(ws) -> str | None:
 def mount() -> bool:
     """Add ``POST /sailfish/live`` to ComfyUI's server (before its app starts); False outside
     ComfyUI."""
-    server = prompt_server()
+    server = host.prompt_server()
     if server is None:
         return False
     if not getattr(server, "sailfish_live_route", False):  # once, whichever copy comes first

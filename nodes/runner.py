@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..fish_core.params import Cancelled
+from ..fish_core import Cancelled
 from . import host, playback
 from .manager import MANAGER, ModelHandle
 

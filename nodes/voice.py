@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..fish_core.speech.voices import Voice
+from ..fish_core import Voice
 from . import paths
 from .audio import from_audio
 from .remote import RemoteHandle
