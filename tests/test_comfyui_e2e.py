@@ -34,6 +34,7 @@ import soundfile as sf
 
 import comfy_stubs
 from conftest import fixtures_dir, read_sizes
+from fish_core.text.pauses import split_pauses
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
@@ -301,6 +302,12 @@ def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
     return prompt
 
 
+def tag_silence(text: str) -> int:
+    """Samples of silence the ``[pause:…]`` tags of ``text`` write (each exact)."""
+    spoken = split_pauses(text)
+    return sum(round(s * RATE) for s in [spoken.lead, *(p.after for p in spoken.pieces)] if s)
+
+
 def srt_end(srt: str) -> float:
     h, m, s, ms = map(int, re.findall(r"--> *(\d+):(\d+):(\d+)[,.](\d+)", srt)[-1])
     return h * 3600 + m * 60 + s + ms / 1000
@@ -382,21 +389,27 @@ def test_example_workflow_runs(server, engine, path):
     by_node = server.audio_by_node(entry)
     files = [found for node_files in by_node.values() for found in node_files]
     assert files and {rate for rate, _ in files} == {RATE}
-    kinds = {n["class_type"]: n["inputs"] for n in prompt.values()}
-    takes = max(int(inputs.get("takes", 1)) for inputs in kinds.values())
-    assert all(len(node_files) == takes for node_files in by_node.values())  # one file per take
-    lengths = {samples for _, samples in files}
-    assert len(lengths) == 1  # takes padded to the longest; speaker tracks as long as the mix
-    (samples,) = lengths
+    by_source: dict[str, list] = {}  # the node that made the audio → its outputs' files
+    for node_id, node_files in by_node.items():
+        source = prompt[node_id]["inputs"]["audio"][0]
+        takes = int(prompt[source]["inputs"].get("takes", 1))
+        assert len(node_files) == takes, node_id  # one file per take
+        by_source.setdefault(source, []).extend(node_files)
+    for source, source_files in by_source.items():
+        kind, inputs = prompt[source]["class_type"], prompt[source]["inputs"]
+        lengths = {samples for _, samples in source_files}
+        assert len(lengths) == 1  # takes padded to the longest; speaker tracks as long as the mix
+        (samples,) = lengths
+        if kind == "SailfishSubtitles":  # 16 frames (0.74 s) fit every cue: the SRT's length
+            assert samples == round(srt_end(inputs["srt"]) * RATE)
+        elif kind == "SailfishMultiSpeaker":  # frames + a pause between turns
+            gap = round(inputs["pause"] * RATE)
+            assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
+        else:  # frames + the exact silences of the text's [pause:…] tags
+            assert (samples - tag_silence(inputs["text"])) % FRAME == 0, (source, samples)
     if "speaker tracks" in path.stem:  # the mix, speaker_1 and speaker_2 saved, same length
         assert {0, 1, 2} <= set(sources(prompt, "SailfishMultiSpeaker").values())
-    if "SailfishSubtitles" in kinds:  # 16 frames (0.74 s) fit every cue: the SRT's length
-        assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * RATE)
-    elif "SailfishMultiSpeaker" in kinds:  # frames + a pause between turns
-        gap = round(kinds["SailfishMultiSpeaker"]["pause"] * RATE)
-        assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
-    else:
-        assert samples % FRAME == 0
+    kinds = {n["class_type"] for n in prompt.values()}
     if "SailfishVoiceSave" in kinds:
         assert list(server.voices.rglob("*.safetensors"))
 
