@@ -34,7 +34,6 @@ import soundfile as sf
 
 import comfy_stubs
 from conftest import fixtures_dir, read_sizes
-from fish_core.text.pauses import split_pauses
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
@@ -304,6 +303,8 @@ def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
 
 def tag_silence(text: str) -> int:
     """Samples of silence the ``[pause:…]`` tags of ``text`` write (each exact)."""
+    from fish_core.text.pauses import split_pauses  # here: browser_playback_check imports us
+
     spoken = split_pauses(text)
     return sum(round(s * RATE) for s in [spoken.lead, *(p.after for p in spoken.pieces)] if s)
 
