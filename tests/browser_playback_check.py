@@ -197,6 +197,10 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                 pump = asyncio.create_task(page.pump())
                 for domain in ("Runtime", "Log", "Page", "Network"):
                     await page.send(f"{domain}.enable")
+                # The whole 1400 x 900 as the page's viewport (new headless takes its own
+                # bars off the window size): the player's buttons stay on screen to click.
+                await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                                deviceScaleFactor=1, mobile=False)
                 if baseline:
                     await page.send("Network.setBlockedURLs", urls=["*sailfish_playback.js"])
                 await page.send("Page.navigate", url=url)
