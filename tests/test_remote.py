@@ -17,7 +17,7 @@ from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # 
 from fish_core.serve.http import formats  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.speech.results import Batch  # noqa: E402
-from fish_core.synthesis.synthesizer import Synthesizer  # noqa: E402
+from fish_core.local.synthesizer import Synthesizer  # noqa: E402
 from fish_core.speech.timeline import join_pieces  # noqa: E402
 
 KEY = "remote-key-42"

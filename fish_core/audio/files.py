@@ -184,7 +184,7 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
 def from_mapping(audio: Mapping, name: str = "audio"):
     """``{"waveform": [B, C, T], "sample_rate": sr}`` → (waveform, sample rate): the shape of
     ComfyUI's AUDIO, kept for scripts that pass one to ``encode_voice``. The nodes unpack AUDIO
-    themselves (``nodes/runtime.py``); fish_core otherwise takes tensors, arrays and paths."""
+    themselves (``nodes/audio.py``); fish_core otherwise takes tensors, arrays and paths."""
     if "waveform" not in audio or "sample_rate" not in audio:
         raise AudioError(f"{name}: an audio dict needs 'waveform' and 'sample_rate' keys, "
                          f"got {sorted(audio)}")

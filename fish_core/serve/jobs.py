@@ -12,8 +12,8 @@ from ..audio.loudness import as_loudness
 from ..params import SamplingParams
 from ..speech.finishing import Finishing
 from ..speech.voices import Voice
-from ..synthesis.driver import SpeechJob
-from ..synthesis.live import TakeLayout, layout_needed
+from ..local.driver import SpeechJob
+from ..local.layout import TakeLayout, layout_needed
 from ..text.lexicon import Lexicon
 from .api.protocol import SpeechRequest
 from .limits import Limits

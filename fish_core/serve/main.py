@@ -109,7 +109,7 @@ def guard(args) -> Guard:
 
 
 def build_service(args, key: str | None = None):
-    from ..synthesis.synthesizer import Synthesizer
+    from ..local.synthesizer import Synthesizer
     from .service import Service
 
     def load():

@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager
 from typing import Callable
 
 from ..params import GenerationError
-from ..synthesis.driver import JobRows, SpeechJob, run_round
+from ..local.driver import JobRows, SpeechJob, run_round
 from ..text.lexicon import Lexicon
 from .api.protocol import SpeechRequest
 from .http.errors import ApiError, detail
