@@ -143,7 +143,7 @@ class Scheduler:
                 self.busy = False
 
     def _round(self, runtime, tasks: list[Task]) -> None:
-        live = []
+        running = []
         for task in tasks:
             if task.cancelled.is_set():
                 continue
@@ -156,17 +156,17 @@ class Scheduler:
                 except Exception as e:  # noqa: BLE001 - a bad voice or reference
                     fail(task, e)
                     continue
-            live.append(task)
-        if not live:
+            running.append(task)
+        if not running:
             return
-        self.batch_sizes.append(len(live))
+        self.batch_sizes.append(len(running))
         try:  # a task cancelled or timed out leaves its row: sorted out below
-            run_round(runtime, [task.job for task in live])
+            run_round(runtime, [task.job for task in running])
         except Exception as e:  # noqa: BLE001 - reported to every task of the round
-            for task in live:
+            for task in running:
                 fail(task, e)
             return
-        for task in live:
+        for task in running:
             self._settle(task)
 
     def _settle(self, task: Task) -> None:
