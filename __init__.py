@@ -11,11 +11,11 @@ WEB_DIRECTORY = "./web"
 
 if __package__:  # loaded as the pack (ComfyUI's custom_nodes); pytest, run from a checkout whose
     # folder name is not a Python identifier (e.g. sailfish-tts), imports this file on its own
-    from .nodes import host, live, paths, routes
+    from .nodes import host, paths, playback, routes
 
     paths.register_folders()
     routes.mount()  # the HTTP API under /sailfish on ComfyUI's server (nodes/routes.py)
-    live.mount()  # POST /sailfish/live: a browser tab asks for live playback (nodes/live.py)
+    playback.mount()  # POST /sailfish/live: a tab asks for live playback (nodes/playback.py)
 
     if host.v3_api() is not None:
         from .nodes import comfy_entrypoint

@@ -70,7 +70,7 @@ def one(args) -> dict:
     from fish_core.engine.device import codec_dtype_for
     from fish_core.loading.checkpoint import load_model
     from fish_core.params import SamplingParams
-    from fish_core.synthesis.synthesizer import Synthesizer
+    from fish_core.local.synthesizer import Synthesizer
     from fish_core.text.tokenizer import FishTokenizer
 
     torch.set_num_threads(args.threads)

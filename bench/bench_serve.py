@@ -38,7 +38,7 @@ from fish_core.codec.model import Codec  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
 from fish_core.engine.prefix_cache import PrefixCache, megabytes  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
-from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
 from fish_core.params import FIRST_FRAMES  # noqa: E402
 from fish_core import Synthesizer  # noqa: E402

@@ -3,7 +3,7 @@
 Subpackages, in the order data flows (ARCHITECTURE.md draws them and the allowed imports):
 ``text`` (plan, scripts, tokenizer, prompt) → ``engine`` (model, sampling, generate) fed by
 ``loading`` (checkpoints, ``quant``) → ``codec`` → ``audio``; ``speech`` holds what every
-synthesizer takes and returns (results, timeline, voices); ``synthesis`` is the local
+synthesizer takes and returns (results, timeline, voices); ``local`` is the local
 ``Synthesizer``, ``remote`` the same API on remote engines, ``serve`` the HTTP service and
 ``cli`` the command line (``sailfish``, or ``python -m fish_core``).
 
@@ -23,7 +23,7 @@ __all__ = ["Cancelled", "GenerationError", "SamplingParams", "Speech", "Subtitle
 
 def __getattr__(name: str):
     if name == "Synthesizer":  # from_pretrained, remote, encode_voice, tts, dialogue, …
-        from .synthesis.synthesizer import Synthesizer as value
+        from .local.synthesizer import Synthesizer as value
     elif name == "Voice":  # a saved voice: codes + transcript + name (.safetensors)
         from .speech.voices import Voice as value
     elif name in ("Speech", "SubtitleSpeech", "timeline_json"):  # results and their timeline

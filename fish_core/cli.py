@@ -451,7 +451,7 @@ class Bar:
 
 # ---------------------------------------------------------------- loading
 def load_synth(args):
-    from .synthesis.synthesizer import Synthesizer
+    from .local.synthesizer import Synthesizer
 
     if getattr(args, "remote", None):
         from .remote.keys import read_api_key

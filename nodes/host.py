@@ -20,6 +20,11 @@ def module(name: str) -> ModuleType | None:
         return None
 
 
+def prompt_server():
+    """ComfyUI's ``PromptServer.instance``, or None outside ComfyUI (or before it starts)."""
+    return getattr(getattr(module("server"), "PromptServer", None), "instance", None)
+
+
 def v3_api():
     """``comfy_api.latest`` when this ComfyUI has the V3 node API (``io.ComfyNode`` and
     ``ComfyExtension``), else None."""

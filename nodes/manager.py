@@ -36,8 +36,8 @@ from ..fish_core.engine.prefix_cache import DEFAULT_PREFIX_CACHE_MB, megabytes
 from . import host
 from .remote import RemoteHandle, remote_synthesizer
 
-if TYPE_CHECKING:  # fish_core.synthesis.synthesizer is imported when a model is loaded, not at ComfyUI start-up
-    from ..fish_core.synthesis.synthesizer import Synthesizer
+if TYPE_CHECKING:  # the Synthesizer is imported when a model is loaded, not at ComfyUI start-up
+    from ..fish_core import Synthesizer
 
 log = logging.getLogger("sailfish")
 BUSY_RETRY_SECONDS = 30.0
@@ -76,7 +76,7 @@ class ModelHandle:
 
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
-    from ..fish_core.synthesis.synthesizer import Synthesizer
+    from ..fish_core import Synthesizer
 
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
@@ -129,9 +129,7 @@ class ComfyMemory:
         self.mm.load_models_gpu([patcher], memory_required=extra_bytes, force_full_load=True)
 
     def busy(self) -> bool:
-        server = host.module("server")
-        instance = getattr(getattr(server, "PromptServer", None), "instance", None)
-        queue = getattr(instance, "prompt_queue", None)
+        queue = getattr(host.prompt_server(), "prompt_queue", None)
         return queue is not None and queue.get_tasks_remaining() > 0
 
     def empty_cache(self) -> None:

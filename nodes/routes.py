@@ -50,7 +50,7 @@ def served_folder(choice: str) -> Path:
     checkpoint). The model folders are scanned when a choice is first seen, or when the folder
     found for it is no longer a checkpoint; every round of the scheduler asks again."""
     from ..fish_core.loading import hub
-    from ..fish_core.serve.requests import ApiError, detail
+    from ..fish_core.serve import ApiError, detail
 
     if choice and Path(choice).is_dir():
         return Path(choice)
@@ -85,7 +85,7 @@ def guard():
     """The Host and Origin rules, from ComfyUI's ``--listen`` and ``--enable-cors-header`` and
     ``SAILFISH_SERVE_ALLOWED_HOSTS`` (listening on every address when ComfyUI's arguments are
     not known)."""
-    from ..fish_core.serve.guard import Guard
+    from ..fish_core.serve import Guard
 
     args = getattr(host.module("comfy.cli_args"), "args", None)
     listen = getattr(args, "listen", None) or "0.0.0.0"
@@ -96,7 +96,7 @@ def guard():
 
 
 def build_service(manager=MANAGER):
-    from ..fish_core.serve.service import Service
+    from ..fish_core.serve import Service
 
     @contextmanager
     def model():
@@ -116,12 +116,12 @@ def mount() -> bool:
     instance = getattr(getattr(server, "PromptServer", None), "instance", None)
     if instance is None or os.environ.get("SAILFISH_SERVE", "1") == "0":
         return False
+    from ..fish_core import serve
+
     try:
-        from ..fish_core.serve.routes import routes
+        serve.mount(instance.routes, build_service(), PREFIX)
     except ImportError as e:  # aiohttp comes with ComfyUI; say so rather than fail the pack
         log.warning("Sailfish: HTTP API not mounted (%s)", e)
         return False
-    for route in routes(build_service(), PREFIX):
-        instance.routes.route(route.method, route.path)(route.handler)
     log.info("Sailfish: HTTP API at %s/v1 (OpenAI speech, fish-speech tts, voices)", PREFIX)
     return True

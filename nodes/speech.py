@@ -7,10 +7,9 @@ from ..fish_core.text import plan as textplan
 from ..fish_core.params import MAX_SEED, SamplingParams
 from ..fish_core.text.script import check_script
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
-from .live import streamed
+from .audio import from_audio, to_audio, tracks_to_audio
 from .remote import SpeakerRules, speaker_rules
-from .runtime import (finishing, from_audio, generate, require_text, sampling, to_audio,
-                      tracks_to_audio)
+from .runner import finishing, generation, require_text, sampling
 from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
 
 DEFAULTS = SamplingParams()
@@ -62,9 +61,9 @@ def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None
         loudness=0.0, speed=1.0, lexicon=""):
     require_text("text", text, "type what to say")
     finish = finishing(loudness, speed, lexicon)
-    speeches = generate(model, streamed(lambda synth, **run: synth.tts(
-        text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
-        **finish, **run)))
+    with generation(model) as run:
+        speeches = run.synth.tts(text, voice, takes=takes, **sampling(
+            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
     return to_audio(speeches), timeline_json(speeches)
 
 
@@ -75,14 +74,11 @@ def voice_clone(model, reference_audio, reference_text, text, seed, temperature,
     require_text("text", text, "type what to say")
     finish = finishing(loudness, speed, lexicon)
 
-    def run(synth, **progress):
-        voice = synth.encode_voice(**from_audio(reference_audio, "reference_audio"),
-                                   text=reference_text, name="reference")
-        return synth.tts(text, voice, takes=takes, **sampling(seed, temperature, top_p, top_k,
-                                                              max_new_tokens), **finish,
-                         **progress)
-
-    speeches = generate(model, streamed(run))
+    reference = from_audio(reference_audio, "reference_audio")
+    with generation(model) as run:
+        voice = run.synth.encode_voice(**reference, text=reference_text, name="reference")
+        speeches = run.synth.tts(text, voice, takes=takes, **sampling(
+            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
     return to_audio(speeches), timeline_json(speeches)
 
 
@@ -93,10 +89,11 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
     finish = finishing(loudness, speed, lexicon, loudness_per)
     rules = speaker_rules(model)
     voices = connected_speakers(script, speakers, rules)
-    speeches = generate(model, streamed(lambda synth, **run: synth.dialogue(
-        script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
-        require_voices=rules.require_voices,
-        **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish, **run)))
+    with generation(model) as run:
+        speeches = run.synth.dialogue(
+            script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
+            require_voices=rules.require_voices,
+            **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
@@ -132,9 +129,9 @@ def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice
     except textplan.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
     finish = finishing(loudness, speed, lexicon)
-    result = generate(model, streamed(lambda synth, **run: synth.subtitles(
-        srt, voice, **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish,
-        **run)))
+    with generation(model) as run:
+        result = run.synth.subtitles(srt, voice, **sampling(
+            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
     report = "\n".join(result.overruns) or "Every cue fits its slot."
     return to_audio([result]), result.srt(), report, timeline_json([result])
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..fish_core.speech.voices import Voice
+from ..fish_core import Voice
 from . import paths
-from .manager import MANAGER
+from .audio import from_audio
 from .remote import RemoteHandle
-from .runtime import from_audio, require_text
+from .runner import loaded, require_text
 from .schema import MODEL, VOICE, Combo, Int, Node, Output, Socket, String
 
 
@@ -18,7 +18,7 @@ def voice_encode(model, audio, transcript, name, consent=""):
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
     paths.check_name(name, "name")
     consent = stated_consent(consent)
-    with MANAGER.use(model) as synth:
+    with loaded(model) as synth:
         voice = synth.encode_voice(**from_audio(audio, "audio"), text=transcript,
                                    name=name.strip())
         if consent and store_needs_consent(model, synth):
@@ -64,7 +64,7 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     lexicon = Lexicon.parse(lexicon, "lexicon") if lexicon and lexicon.strip() else None
     wave = waves[take - 1].float().mean(dim=0)  # [samples], mono
     clip, said, notes = take_clip(wave, int(given["sample_rate"]), text, lexicon)
-    with MANAGER.use(model) as synth:
+    with loaded(model) as synth:
         voice = synth.encode_voice(clip, said, name=name.strip(),
                                    sample_rate=int(given["sample_rate"]))
     voice.lexicon = lexicon

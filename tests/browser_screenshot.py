@@ -25,7 +25,7 @@ import aiohttp
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-from browser_live_check import Page, free_port  # noqa: E402
+from browser_playback_check import Page, free_port  # noqa: E402
 
 LOAD = """(async () => {
   const app = window.comfyAPI.app.app;

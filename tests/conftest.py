@@ -127,7 +127,7 @@ def golden(golden_dir) -> Golden:
 def tiny_synth(ckpt_dir):
     """The fixture checkpoint as a float32 CPU Synthesizer, shared by the streaming and server
     tests."""
-    from fish_core.synthesis.synthesizer import Synthesizer
+    from fish_core.local.synthesizer import Synthesizer
 
     return Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
 

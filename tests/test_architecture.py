@@ -21,20 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 # Layer → the layers it may import (besides itself). Lower layers never import higher ones.
 ALLOWED: dict[str, set[str]] = {
     "params": set(),  # fish_core/params.py: options, seeds, errors, the engine's result type
+    "access": set(),  # fish_core/access.py: loopback names and API keys, for serve and remote
     "text": {"params"},
     "audio": {"params"},
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
     "speech": {"params", "text", "audio"},  # results, timeline, voices: shared, no engine
-    "remote": {"params", "text", "audio", "speech"},  # never the engine or the loader
-    "synthesis": {"params", "text", "audio", "engine", "codec", "loading", "speech",
-                  "remote"},  # remote: only ``Synthesizer.remote``, lazily
-    "serve": {"params", "text", "audio", "speech", "synthesis", "loading"},
-    "cli": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "remote": {"params", "access", "text", "audio", "speech"},  # never the engine or the loader
+    "local": {"params", "text", "audio", "engine", "codec", "loading", "speech",
+              "remote"},  # remote: only ``Synthesizer.remote``, lazily
+    "serve": {"params", "access", "text", "audio", "speech", "local", "loading"},
+    "cli": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
             "remote", "serve", "quant"},
-    "api": {"params", "speech", "synthesis"},  # fish_core/__init__.py: ``from fish_core import …``
-    "nodes": {"params", "text", "audio", "engine", "codec", "loading", "speech", "synthesis",
+    "api": {"params", "speech", "local"},  # fish_core/__init__.py: ``from fish_core import …``
+    "nodes": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
@@ -45,15 +46,16 @@ ALLOWED: dict[str, set[str]] = {
 NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
-    ("synthesis", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
+    ("local", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
+    ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only
 }
 
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
 # the synthesizer (they come with the first model load).
 HEAVY = ("fish_core.engine.model", "fish_core.engine.generate", "fish_core.engine.sampling",
          "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
-         "fish_core.synthesis.synthesizer")
+         "fish_core.local.synthesizer")
 
 
 def layer_of(module: str) -> str | None:
@@ -163,7 +165,7 @@ def test_every_import_of_the_pack_names_an_existing_module():
 
 def test_the_walk_sees_lazy_and_relative_imports():
     """The checker itself: a lazy relative import inside a function is found and resolved."""
-    found = dict(imports(ROOT / "fish_core" / "synthesis" / "synthesizer.py"))
+    found = dict(imports(ROOT / "fish_core" / "local" / "synthesizer.py"))
     assert "fish_core.remote" in found  # lazy, inside Synthesizer.remote
     assert "fish_core.engine.device" in found  # module-level, relative
     nodes_found = {m for m, _ in imports(ROOT / "nodes" / "routes.py")}
@@ -261,16 +263,16 @@ def public_names(path: Path, cls: str) -> set[str]:
 
 
 def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
-    """``synthesis.driver``, ``synthesis.stream`` and ``serve.scheduler`` generate through the
+    """``local.driver``, ``local.stream`` and ``serve.scheduler`` generate through the
     ``Runtime``'s public methods (``references``, ``system_turn``, ``prompt``, ``row_batch``
     …), never its engine, encoder or model, and never the public ``Synthesizer``: the
     scheduler only takes the runtime of the Synthesizer it is handed."""
-    allowed = public_names(ROOT / "fish_core" / "synthesis" / "runtime.py", "Runtime")
+    allowed = public_names(ROOT / "fish_core" / "local" / "runtime.py", "Runtime")
     allowed -= {"engine", "encoder", "model", "tokenizer", "codec"}  # the runtime's own parts
     assert {"prompt", "row_batch", "system_turn", "config"} <= allowed
     wrong = []
-    for path in (ROOT / "fish_core" / "synthesis" / "driver.py",
-                 ROOT / "fish_core" / "synthesis" / "stream.py",
+    for path in (ROOT / "fish_core" / "local" / "driver.py",
+                 ROOT / "fish_core" / "local" / "stream.py",
                  ROOT / "fish_core" / "serve" / "scheduler.py"):
         for attr, line in attributes(path, {"runtime"}):
             if attr not in allowed:
@@ -338,3 +340,87 @@ def test_the_pack_root_imports_on_its_own_without_registering_anything():
     spec.loader.exec_module(module)
     assert module.WEB_DIRECTORY == "./web"
     assert not hasattr(module, "NODE_CLASS_MAPPINGS") and not hasattr(module, "comfy_entrypoint")
+
+
+def test_nodes_use_only_the_public_serve_api():
+    """``nodes/`` reaches the HTTP service through ``fish_core.serve``'s public names (``mount``,
+    ``Service``, ``Guard``, ``ApiError``, ``detail`` …: its ``__all__``), never a module inside
+    it (the import rule above) nor a name outside ``__all__``."""
+    tree = ast.parse((ROOT / "fish_core" / "serve" / "__init__.py").read_text(encoding="utf-8"))
+    public = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                  and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+    used = []
+    for path in sorted((ROOT / "nodes").rglob("*.py")):
+        package = module_name(path).rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and resolve(package, node) == "fish_core.serve":
+                used += [(alias.name, path.name, node.lineno) for alias in node.names]
+        used += [(attr, path.name, line) for attr, line in attributes(path, {"serve"})]
+    assert used, "the nodes mount the HTTP service through fish_core.serve"
+    wrong = [f"{file}:{line}: serve.{name}" for name, file, line in used if name not in public]
+    assert not wrong, "nodes use serve names outside its public API:\n" + "\n".join(wrong)
+
+
+def node_functions(path: Path) -> dict[str, ast.FunctionDef]:
+    """The ``execute`` functions of the nodes described in ``path`` (``Node(…, execute=f)``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    names = {kw.value.id for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) == "Node" for kw in node.keywords
+             if kw.arg == "execute" and isinstance(kw.value, ast.Name)}
+    return {name: functions[name] for name in names}
+
+
+def with_calls(function: ast.FunctionDef) -> set[str]:
+    """The functions called as context managers in ``function`` (``with f(…) as x``)."""
+    return {item.context_expr.func.id for node in ast.walk(function)
+            if isinstance(node, ast.With) for item in node.items
+            if isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Name)}
+
+
+def test_nodes_run_the_model_through_the_node_runner():
+    """One node runner: every generating node (TTS, Voice Clone, Multi-Speaker, Subtitles, local
+    or remote) runs inside ``runner.generation`` (the manager's model, progress, Cancel, live
+    playback), the encoding nodes inside ``runner.loaded``; only the runner uses the model
+    manager's ``use`` and opens a playback stream, and the node modules import neither."""
+    runner = ROOT / "nodes" / "runner.py"
+    generating = node_functions(ROOT / "nodes" / "speech.py")
+    assert {"tts", "voice_clone", "multi_speaker", "subtitles"} <= set(generating)
+    wrong = [f"speech.py: {name} generates outside runner.generation"
+             for name, fn in generating.items() if "generation" not in with_calls(fn)]
+    for name, fn in node_functions(ROOT / "nodes" / "voice.py").items():
+        if with_calls(fn) - {"loaded"}:
+            wrong.append(f"voice.py: {name} takes the model outside runner.loaded")
+    for path in sorted((ROOT / "nodes").glob("*.py")):
+        if path == runner:
+            continue
+        for attr, line in attributes(path, {"MANAGER", "playback"}):
+            if attr in ("use", "sender", "PlaybackSender"):
+                wrong.append(f"{path.name}:{line}: .{attr} outside the node runner")
+    for path in (ROOT / "nodes" / "speech.py", ROOT / "nodes" / "voice.py"):
+        for module, line in imports(path):
+            if module in ("nodes.manager", "nodes.playback"):
+                wrong.append(f"{path.name}:{line}: imports {module} (the runner's)")
+    assert not wrong, wrong
+
+
+def test_nodes_import_no_private_name_of_fish_core():
+    """The nodes use fish_core's public names (``from fish_core import Synthesizer, Voice`` or
+    a module's documented API), never a ``_private`` module or name."""
+    wrong = []
+    for path in sorted((ROOT / "nodes").glob("*.py")):
+        package = module_name(path).rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                target = resolve(package, node) or ""
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                target, names = "", [alias.name for alias in node.names]
+            else:
+                continue
+            for name in [f"{target}.{n}" if target else n for n in names]:
+                if name.startswith("fish_core") and any(
+                        part.startswith("_") and part != "__init__" for part in name.split(".")):
+                    wrong.append(f"{path.name}:{node.lineno}: {name}")
+    assert not wrong, wrong

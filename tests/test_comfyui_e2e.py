@@ -301,6 +301,14 @@ def for_the_tiny_model(prompt: dict, frames: int = 16) -> dict:
     return prompt
 
 
+def tag_silence(text: str) -> int:
+    """Samples of silence the ``[pause:…]`` tags of ``text`` write (each exact)."""
+    from fish_core.text.pauses import split_pauses  # here: browser_playback_check imports us
+
+    spoken = split_pauses(text)
+    return sum(round(s * RATE) for s in [spoken.lead, *(p.after for p in spoken.pieces)] if s)
+
+
 def srt_end(srt: str) -> float:
     h, m, s, ms = map(int, re.findall(r"--> *(\d+):(\d+):(\d+)[,.](\d+)", srt)[-1])
     return h * 3600 + m * 60 + s + ms / 1000
@@ -382,21 +390,27 @@ def test_example_workflow_runs(server, engine, path):
     by_node = server.audio_by_node(entry)
     files = [found for node_files in by_node.values() for found in node_files]
     assert files and {rate for rate, _ in files} == {RATE}
-    kinds = {n["class_type"]: n["inputs"] for n in prompt.values()}
-    takes = max(int(inputs.get("takes", 1)) for inputs in kinds.values())
-    assert all(len(node_files) == takes for node_files in by_node.values())  # one file per take
-    lengths = {samples for _, samples in files}
-    assert len(lengths) == 1  # takes padded to the longest; speaker tracks as long as the mix
-    (samples,) = lengths
+    by_source: dict[str, list] = {}  # the node that made the audio → its outputs' files
+    for node_id, node_files in by_node.items():
+        source = prompt[node_id]["inputs"]["audio"][0]
+        takes = int(prompt[source]["inputs"].get("takes", 1))
+        assert len(node_files) == takes, node_id  # one file per take
+        by_source.setdefault(source, []).extend(node_files)
+    for source, source_files in by_source.items():
+        kind, inputs = prompt[source]["class_type"], prompt[source]["inputs"]
+        lengths = {samples for _, samples in source_files}
+        assert len(lengths) == 1  # takes padded to the longest; speaker tracks as long as the mix
+        (samples,) = lengths
+        if kind == "SailfishSubtitles":  # 16 frames (0.74 s) fit every cue: the SRT's length
+            assert samples == round(srt_end(inputs["srt"]) * RATE)
+        elif kind == "SailfishMultiSpeaker":  # frames + a pause between turns
+            gap = round(inputs["pause"] * RATE)
+            assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
+        else:  # frames + the exact silences of the text's [pause:…] tags
+            assert (samples - tag_silence(inputs["text"])) % FRAME == 0, (source, samples)
     if "speaker tracks" in path.stem:  # the mix, speaker_1 and speaker_2 saved, same length
         assert {0, 1, 2} <= set(sources(prompt, "SailfishMultiSpeaker").values())
-    if "SailfishSubtitles" in kinds:  # 16 frames (0.74 s) fit every cue: the SRT's length
-        assert samples == round(srt_end(kinds["SailfishSubtitles"]["srt"]) * RATE)
-    elif "SailfishMultiSpeaker" in kinds:  # frames + a pause between turns
-        gap = round(kinds["SailfishMultiSpeaker"]["pause"] * RATE)
-        assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
-    else:
-        assert samples % FRAME == 0
+    kinds = {n["class_type"] for n in prompt.values()}
     if "SailfishVoiceSave" in kinds:
         assert list(server.voices.rglob("*.safetensors"))
 
@@ -573,7 +587,7 @@ def test_errors_reach_the_user(server):
     assert error["node_type"] == "SailfishTTS" and "text is empty" in error["exception_message"]
 
 
-# ---------------------------------------------------------------- live playback (nodes/live.py)
+# ---------------------------------------------------------------- live playback (nodes/playback.py)
 LIVE_SRT = ("1\n00:00:00,400 --> 00:00:00,900\nFirst cue.\n\n"
             "2\n00:00:01,600 --> 00:00:02,400\nSecond cue.\n")
 
@@ -661,7 +675,7 @@ def live_pcm(events: list[dict]) -> np.ndarray:
     return np.concatenate(pieces)
 
 
-def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
+def test_playback_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
     mine, other, prompt_id = asyncio.run(live_session(server, True, live_prompt()))
     assert mine[-1]["type"] == "execution_success", mine[-1]
     assert not [m for m in other if m["type"] == "sailfish.live"]  # the other tab: nothing
@@ -690,7 +704,7 @@ def test_live_chunks_reach_only_the_queuing_client_before_the_node_ends(server):
     assert not [m for m in mine + other if m["type"] == "sailfish.live"]
 
 
-def test_live_registrations_need_an_open_socket(server):
+def test_playback_registrations_need_an_open_socket(server):
     """A peer without a ComfyUI websocket of that id cannot register it (so it cannot fill the
     set and push a tab's registration out)."""
     request = urllib.request.Request(server.url + "/sailfish/live",
@@ -702,7 +716,7 @@ def test_live_registrations_need_an_open_socket(server):
     assert e.value.code == 409 and b"websocket" in e.value.read()
 
 
-def test_live_route_rejects_bad_requests(server):
+def test_playback_route_rejects_bad_requests(server):
     for body in ({"client_id": "a b", "listen": True}, {"client_id": "ok", "listen": 1}, [1]):
         request = urllib.request.Request(server.url + "/sailfish/live",
                                          data=json.dumps(body).encode(),

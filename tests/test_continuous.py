@@ -11,7 +11,7 @@ import torch
 from fish_core.engine.continuous import RowBatch
 from fish_core.engine.generate import Engine
 from fish_core.params import GenerationError, SamplingParams
-from fish_core.synthesis.driver import JobRows, SpeechJob
+from fish_core.local.driver import JobRows, SpeechJob
 
 from conftest import tone
 

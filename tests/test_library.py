@@ -9,7 +9,7 @@ import torch
 
 import comfy_stubs
 from conftest import read_sizes
-from fish_core.serve.requests import ApiError
+from fish_core.serve.http.errors import ApiError
 from fish_core.serve.voicelib import VoiceLibrary
 from fish_core.speech.library import MAX_PART, VoiceFolders, VoiceNameError, check_name
 from fish_core.speech.voices import Voice

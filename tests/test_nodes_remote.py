@@ -244,3 +244,25 @@ def test_vllm_refuses_sampling_it_cannot_honour_before_sending(comfy, field, val
         (body,) = engine.requests  # the defaults and any seed are accepted; none is sent
         assert audio["waveform"].shape[-1] == 300
         assert not {"seed", "temperature", "top_p", "top_k"} & set(body)
+
+
+def test_a_prompt_parses_the_endpoints_file_once(comfy):
+    """The loader's check, the model load, the speaker rules and the model manager each look
+    the endpoint up: the file (settled, as an operator's file is) is parsed once for them all,
+    and again only once it changed."""
+    import importlib
+    import os
+    import time
+
+    pack, stubs = comfy
+    found = importlib.import_module(pack.__name__ + ".fish_core.remote.endpoints")
+    with StandIn(sglang_app(RATE, [tone(RATE, 300)])) as engine:
+        configure(stubs, engine={"urls": engine.url, "dialect": "sglang-omni"})
+        path = Path(stubs.folder_paths.get_user_directory()) / endpoints.FILE_NAME
+        past = time.time() - 60
+        os.utime(path, (past, past))
+        before = found.parses
+        handle = load(pack)
+        run(pack, "SailfishTTS", model=handle, text="Hi.", **SAMPLING)
+        run(pack, "SailfishTTS", model=handle, text="Hello.", **SAMPLING)
+        assert found.parses - before == 1 and len(engine.requests) == 2

@@ -71,7 +71,7 @@ def test_multi_speaker_errors_name_the_field(env, model, voice):
 def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, voice,
                                                                  monkeypatch):
     stand_in = manager(memory=None)  # loading it would evict nothing, but it counts loads
-    monkeypatch.setattr(env.pack.nodes.runtime, "MANAGER", stand_in)
+    monkeypatch.setattr(env.pack.nodes.runner, "MANAGER", stand_in)
     with pytest.raises(ValueError, match=r"script: speaker\(s\) Carol have no reference voice; "
                        r"voices given: Alice \(connected: speaker_1 = Alice\)"):
         run_v1(env, "SailfishMultiSpeaker", model=manager.handle,

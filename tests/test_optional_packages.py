@@ -16,9 +16,9 @@ SCRIPT = textwrap.dedent("""
 
     import torch
 
-    import fish_core.cli, fish_core.codec.model, fish_core.synthesis.synthesizer, fish_core.speech.voices  # noqa: F401
+    import fish_core.cli, fish_core.codec.model, fish_core.local.synthesizer, fish_core.speech.voices  # noqa: F401
     from fish_core.audio.files import AudioError, load_audio, prepare_audio, save_audio
-    from fish_core.synthesis.synthesizer import Synthesizer
+    from fish_core.local.synthesizer import Synthesizer
 
     synth = Synthesizer.from_pretrained(sys.argv[1], device="cpu")
     speech = synth.tts("Hello there.", seed=1, max_new_tokens=4)

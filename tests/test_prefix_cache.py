@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fish_core.engine.prefix_cache import PrefixCache, PrefixEntry, megabytes
-from fish_core.synthesis.synthesizer import Synthesizer
+from fish_core.local.synthesizer import Synthesizer
 
 from conftest import tone
 

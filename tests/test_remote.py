@@ -12,12 +12,12 @@ pytest.importorskip("aiohttp")
 
 from conftest import served, tone  # noqa: E402
 from fish_core.params import batch_seed  # noqa: E402
-from fish_core.remote.client import Reply  # noqa: E402
+from fish_core.remote.engine import Reply  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
-from fish_core.serve import formats  # noqa: E402
-from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.http import formats  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.speech.results import Batch  # noqa: E402
-from fish_core.synthesis.synthesizer import Synthesizer  # noqa: E402
+from fish_core.local.synthesizer import Synthesizer  # noqa: E402
 from fish_core.speech.timeline import join_pieces  # noqa: E402
 
 KEY = "remote-key-42"
@@ -101,7 +101,16 @@ def test_a_clip_is_written_once_however_often_it_is_sent(server, synth, monkeypa
 
     writes = []
     soundfile = files.import_soundfile()
-    monkeypatch.setattr(files, "import_soundfile", lambda: writes.append(1) or soundfile)
+
+    class Counting:  # soundfile, its writes counted (the server here reads the uploads)
+        def __getattr__(self, name):
+            return getattr(soundfile, name)
+
+        def write(self, *args, **kwargs):
+            writes.append(1)
+            return soundfile.write(*args, **kwargs)
+
+    monkeypatch.setattr(files, "import_soundfile", Counting)
     client = remote(server, synth)
     voice = client.encode_voice(tone(synth.sample_rate), "A short reference.", name="me",
                                 sample_rate=synth.sample_rate)

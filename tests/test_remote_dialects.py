@@ -546,7 +546,7 @@ def test_cli_remote_model_drama_script_and_voice_register(tmp_path, capsys):
 
 
 def test_a_voice_of_several_clips_is_sent_inline_not_registered(sizes):
-    from fish_core.remote.client import RemoteVoice
+    from fish_core.remote.voices import RemoteVoice
 
     rate = sizes.sample_rate
     app = sglang_app(rate, [tone(rate, 100)])
@@ -558,3 +558,34 @@ def test_a_voice_of_several_clips_is_sent_inline_not_registered(sizes):
         two = RemoteVoice("two", [], rate, 2048, one.references * 2)
         synth.tts("Hi.", two, **FAST)  # a store keeps one clip: both go inline
         assert app["registered"] == [] and len(server.requests[0]["references"]) == 2
+
+
+def count_model_lists(monkeypatch) -> list[str]:
+    """Every ``GET /v1/models`` the client sends (recorded at the transport)."""
+    from fish_core.remote.http import Transport
+
+    sent, request = [], Transport.request
+
+    def counting(self, method, path, *args, **kwargs):
+        if path == "/v1/models":
+            sent.append(method)
+        return request(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(Transport, "request", counting)
+    return sent
+
+
+@pytest.mark.parametrize("make", [lambda rate: sglang_app(rate, [tone(rate, 100)]),
+                                  lambda rate: vllm_app(rate, pcm(tone(rate, 100)), stream=True)])
+def test_the_model_list_is_fetched_once(sizes, monkeypatch, make):
+    """Detecting the dialect, checking the model asked for, choosing the default and listing
+    the models share one ``/v1/models`` answer (they fetched it twice before)."""
+    sent = count_model_lists(monkeypatch)
+    with StandIn(make(sizes.sample_rate)) as server:
+        remote = RemoteSynthesizer(server.url, "auto", model="s2-pro")
+        assert remote.models == ["s2-pro"] and remote.model == "s2-pro"
+        remote.tts("Hello.", **FAST)
+        assert len(sent) == 1
+        assert engine_models(server.url) == ["s2-pro"] and len(sent) == 2  # a client of its own
+        chosen = RemoteSynthesizer(server.url, remote.dialect.name)
+        assert chosen.model == "s2-pro" and len(sent) == 3

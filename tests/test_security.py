@@ -449,7 +449,7 @@ def test_audio_far_larger_than_the_request_can_produce_is_cut_off():
     with Recorder(streamed(wav_header() + b"data\xff\xff\xff\xff")) as server:
         client = RemoteSynthesizer(server.url, "sailfish", retries=0)
         error, peak = bounded(lambda: client.tts("Hi.", seed=1, max_new_tokens=FRAMES))
-        limit = client.answer_limit(FRAMES)
+        limit = client.engine.answer_limit(FRAMES)
     assert "larger than this request can produce" in str(error)
     assert limit < 1 << 20 and peak < 8 * limit  # nowhere near the 128 MiB offered
     assert server.sent < 64 << 20  # the client left: the server could not push it all

@@ -33,9 +33,10 @@ except ImportError:
 from conftest import served, tone  # noqa: E402
 from fish_core import cli  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
-from fish_core.serve.bodies import json_depth  # noqa: E402
-from fish_core.serve.guard import Guard  # noqa: E402
-from fish_core.serve.requests import ApiError, Limits  # noqa: E402
+from fish_core.serve.http.bodies import json_depth  # noqa: E402
+from fish_core.serve.http.guard import Guard  # noqa: E402
+from fish_core.serve.http.errors import ApiError  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.routes import SERVICE  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
 from test_nodes_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
@@ -530,7 +531,7 @@ def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir, 
 def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):  # noqa: F811
     """ComfyUI's --listen sets the addresses, --enable-cors-header an origin it allows."""
     mounted = comfy.pack.nodes.routes
-    refused = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve.requests").ApiError
+    refused = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve").ApiError
     cli_args = types.ModuleType("comfy.cli_args")
     cli_args.args = types.SimpleNamespace(listen="127.0.0.1", enable_cors_header=None)
     monkeypatch.setitem(sys.modules, "comfy.cli_args", cli_args)
@@ -674,7 +675,7 @@ def test_voice_listing_is_cached_and_invalidated(synth, tmp_path):
     library = VoiceLibrary([root])
     with served(synth, root, limits=LIMITS) as running:
         running.service.voices = library
-        running.service.scheduler.voices = library
+        running.service.scheduler.jobs.voices = library
 
         def listed() -> list[str]:
             response = http(running, "GET", "/v1/audio/voices")
@@ -696,7 +697,7 @@ def test_voice_listing_is_cached_and_invalidated(synth, tmp_path):
 def test_parsing_and_listing_run_off_the_event_loop(synth, voices_dir, monkeypatch):
     """While a body is parsed or the voices are listed (held here until released), the server
     still answers other clients: that work is on an executor thread, not the event loop."""
-    from fish_core.serve import bodies
+    from fish_core.serve.http import bodies
 
     entered, release = threading.Event(), threading.Event()
     parse_json = bodies.parse_json

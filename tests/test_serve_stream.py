@@ -18,9 +18,9 @@ aiohttp = pytest.importorskip("aiohttp")
 from conftest import served  # noqa: E402
 from fish_core.params import batch_seed  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
-from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from fish_core.serve.speech_stream import PROTOCOL, cut_sentences  # noqa: E402
+from fish_core.serve.api.speech_stream import PROTOCOL, cut_sentences  # noqa: E402
 
 KEY = "stream-key-456"
 BEARER = {"Authorization": f"Bearer {KEY}"}
@@ -574,8 +574,8 @@ def test_inline_references_are_encoded_once_per_session(server, tiny_synth, monk
     """ref_audio in session.config: encoded once for the whole session (not per sentence), and
     each sentence is what the HTTP route gives with that reference and seed."""
     calls = []
-    encode = tiny_synth.encode_voice
-    monkeypatch.setattr(tiny_synth, "encode_voice",
+    encode = tiny_synth.runtime.encode_voice  # what the scheduler's jobs encode with
+    monkeypatch.setattr(tiny_synth.runtime, "encode_voice",
                         lambda *a, **k: calls.append(1) or encode(*a, **k))
     reference = {"ref_audio": data_url_tone(tiny_synth), "ref_text": "A short reference."}
     messages = [config(seed=9, voice=None, **reference),

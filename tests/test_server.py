@@ -23,11 +23,11 @@ except ImportError:
 
 from conftest import served, tone  # noqa: E402
 from fish_core.engine.continuous import RowBatch  # noqa: E402
-from fish_core.serve import formats  # noqa: E402
+from fish_core.serve.http import formats  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
-from fish_core.serve.requests import Limits  # noqa: E402
+from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from fish_core.synthesis.driver import SpeechJob  # noqa: E402
+from fish_core.local.driver import SpeechJob  # noqa: E402
 
 KEY = "test-key-123"
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from fish_core.synthesis.driver import ChunkDecoder, SpeechJob, decode_batches
+from fish_core.local.driver import ChunkDecoder, SpeechJob, decode_batches
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 

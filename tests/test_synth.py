@@ -9,7 +9,7 @@ import torch
 
 from fish_core.engine.continuous import RowBatch
 from fish_core.params import Cancelled
-from fish_core.synthesis.synthesizer import Synthesizer
+from fish_core.local.synthesizer import Synthesizer
 from fish_core.text.plan import ScriptError, parse_srt
 
 FAST = dict(max_new_tokens=6, temperature=0.8, top_p=0.8, top_k=30)

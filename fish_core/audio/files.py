@@ -17,6 +17,7 @@ without them; using what needs one that is missing raises ``AudioError`` naming 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -126,6 +127,26 @@ def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_S
                          max_seconds=max_seconds, name=str(path))
 
 
+def read_audio_bytes(data: bytes, *, max_seconds: float = MAX_SECONDS,
+                     name: str = "audio") -> tuple[torch.Tensor, int]:
+    """An encoded audio file in memory (an upload) -> (mono float32 [T], its own sample rate),
+    parsed once: the length is checked from the header before the samples are decoded. Errors
+    name ``name`` and never the in-memory file object."""
+    sf = import_soundfile()
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            sr = f.samplerate
+            if sr > 0 and f.frames / sr > max_seconds:
+                raise AudioError(f"{name}: is {f.frames / sr:.1f} s long; the limit is "
+                                 f"{max_seconds:g} s")
+            samples = f.read(dtype="float32", always_2d=True)  # [T, C]
+    except sf.LibsndfileError as e:  # its str() names the BytesIO object: the reason only
+        raise AudioError(f"{name}: is not readable audio ({e.error_string})") from None
+    except (RuntimeError, TypeError) as e:
+        raise AudioError(f"{name}: is not readable audio ({e})") from None
+    return prepare_audio(samples.T, sr, target_sr=sr, max_seconds=max_seconds, name=name), sr
+
+
 def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
                   min_seconds: float = MIN_SECONDS, max_seconds: float = MAX_SECONDS,
                   name: str = "audio") -> torch.Tensor:
@@ -163,7 +184,7 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
 def from_mapping(audio: Mapping, name: str = "audio"):
     """``{"waveform": [B, C, T], "sample_rate": sr}`` → (waveform, sample rate): the shape of
     ComfyUI's AUDIO, kept for scripts that pass one to ``encode_voice``. The nodes unpack AUDIO
-    themselves (``nodes/runtime.py``); fish_core otherwise takes tensors, arrays and paths."""
+    themselves (``nodes/audio.py``); fish_core otherwise takes tensors, arrays and paths."""
     if "waveform" not in audio or "sample_rate" not in audio:
         raise AudioError(f"{name}: an audio dict needs 'waveform' and 'sample_rate' keys, "
                          f"got {sorted(audio)}")

@@ -7,9 +7,9 @@ and random numbers, and what each row has generated.
 
 * A static batch is rows that join together and decode to their ends: ``generate`` below
   (``Engine.generate``), the takes of a request and the requests the HTTP service batches
-  statically (``synthesis.driver.run_round``).
+  statically (``local.driver.run_round``).
 * Continuous batching is rows that join whenever one is free and leave as soon as they end
-  (``synthesis.driver.JobRows``, the HTTP scheduler's default).
+  (``local.driver.JobRows``, the HTTP scheduler's default).
 
 Prompts that join in the same frame are prefilled together (``Engine.prefill_rows``: one
 batched run for those with a voice prefix, after it, and one for those without) and draw their
@@ -33,7 +33,7 @@ same result whatever the batch around it, as the CPU kernels do on the test fixt
 round differently).
 
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
-live decoding and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
+a streaming job and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
 CPU, every 8 on CUDA); a row's ``<|im_end|>`` is noticed then, and the frames it made after it
 are dropped.
 """

@@ -34,63 +34,32 @@ What differs from the local engine:
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 import queue
 import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ..text import plan as textplan
-from ..text.script import check_speaker_count
-from ..audio.files import SAMPLE_RATE, load_audio, prepare_audio
-from ..audio.wav import AudioFormatError
+from ..audio import loudness as lufs
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
     batch_seed, pick_seed
-from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
-from ..audio import loudness as lufs
 from ..speech.arguments import as_voices, count_takes, script_turns
 from ..speech.finishing import Finishing
+from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
 from ..speech.timeline import faded, gaps, join_pieces, place_cues
 from ..speech.voices import Voice
-from .dialects import Clip, Dialect, OnChunk, Params, dialect as pick_dialect, stated_consent
-from .http import RemoteError, RemoteUserError, Timeouts, Transport
-from .models import ModelSpec, choose, spec as model_spec
-from .pcm import reply_budget
-from .wire import check_audio
+from ..text import plan as textplan
+from ..text.script import check_speaker_count
+from .dialects import OnChunk, Params
+from .engine import RemoteEngine, Reply, engine_models
+from .http import RemoteError, Timeouts
+from .voices import FRAME_LENGTH, RemoteVoice, RemoteVoices
 
-Progress = Callable[[int, int], None]
-FRAME_LENGTH = 2048  # samples per S2 codec frame: progress is counted in frames
+__all__ = ["RemoteSynthesizer", "RemoteStream", "RemoteVoice", "engine_models"]
 
-
-@dataclass
-class RemoteVoice(Voice):
-    """A voice for a remote engine: its reference clips as audio + transcript (no codes)."""
-
-    references: list[Clip] = field(default_factory=list)
-    model: str = ""  # the remote model it was made for
-
-    def save(self, path):
-        held = ("holds reference audio, not codes" if self.references
-                else "is kept in the engine's voice store, not as codes")
-        keep = "register it on the server (register_voice)" if self.references \
-            else "use it by name on that engine"
-        raise ValueError(f"voice {self.name!r} was made by the remote model "
-                         f"{self.model or 'of an engine'} and {held}: a remote model cannot "
-                         "encode a voice to codes, so it cannot be saved as a Sailfish voice "
-                         f"file. Encode it with a local model to save it, or {keep}.")
-
-
-@dataclass
-class Reply:
-    """One request's audio."""
-
-    wave: torch.Tensor  # float32 [T]
-    seconds: float
+Progress = Callable[[int, int], None]  # progress is counted in frames (FRAME_LENGTH samples)
 
 
 class RemoteSynthesizer:
@@ -100,50 +69,30 @@ class RemoteSynthesizer:
                  backoff: float = 0.5, register_voices: bool = False,
                  model: str | None = None, voice_consent: str | None = None,
                  name: str | None = None):
-        """``name``: a configured endpoint's name (``endpoints.py``): errors say it, not URLs."""
-        self.transport = Transport(url if isinstance(url, str) else list(url), api_key,
-                                   Timeouts(connect_timeout, read_timeout), retries, backoff,
-                                   name)
-        self.dialect: Dialect = pick_dialect(dialect, self.transport)
-        # A Sailfish serve says who it is: until it has, no text of the engine is quoted
-        # (whatever answers on a configured port is never reflected into an error).
-        self.transport.needs_identity = self.dialect.name == "sailfish"
-        # The engine's output rate: as given, else S2-Pro's until the first reply says otherwise.
-        self.sample_rate = int(sample_rate) if sample_rate else SAMPLE_RATE
-        self._rate_known = bool(sample_rate)
-        self.register_voices = bool(register_voices)
-        self.voice_consent = voice_consent
-        if self.register_voices and self.dialect.needs_consent:
-            stated_consent(voice_consent, self.dialect.name)  # before any voice is sent
-        self._server_voices: dict[str, str] = {}  # our key → the id the server knows it by
-        self._requested_model = model
+        """``name``: a configured endpoint's name (``endpoints.py``): errors say it, not URLs.
+        The engine (``engine.RemoteEngine``: transport, dialect, models) and its voices
+        (``voices.RemoteVoices``) are rooms of their own; this is the Synthesizer API over
+        them."""
+        self.engine = RemoteEngine(url, dialect, api_key, sample_rate=sample_rate,
+                                   timeouts=Timeouts(connect_timeout, read_timeout),
+                                   retries=retries, backoff=backoff, model=model, name=name)
+        self.voices = RemoteVoices(self.engine, register_voices, voice_consent)
         if model is not None:
             self.model  # a model asked for by name is checked against the engine's list now
 
-    @functools.cached_property
-    def models(self) -> list[str]:
-        """The engine's models (asked once, when first needed: making a client sends nothing
-        unless the dialect is ``auto``)."""
-        return self._list_models()
-
-    @functools.cached_property
-    def model(self) -> str | None:
-        """The model every request asks for: the one given, else the engine's first."""
-        return choose(self._requested_model, self.models, self.label,
-                      self.transport.quote_names)
-
-    @functools.cached_property
-    def spec(self) -> ModelSpec:
-        return model_spec(self.model)
-
-    def _list_models(self) -> list[str]:
-        """The engine's models; [] when it keeps no list (fish-speech, or a 404)."""
-        try:
-            return self.dialect.models(self.transport)
-        except RemoteUserError as e:
-            if e.status == 404:
-                return []
-            raise
+    # ------------------------------------------------------------------ the engine
+    transport = property(lambda self: self.engine.transport)
+    dialect = property(lambda self: self.engine.dialect)
+    models = property(lambda self: self.engine.models, doc="The engine's models (asked once).")
+    model = property(lambda self: self.engine.model,
+                     doc="The model every request asks for: the one given, else the first.")
+    spec = property(lambda self: self.engine.spec)
+    url = property(lambda self: self.engine.url)
+    label = property(lambda self: self.engine.label, doc="How errors name the engine.")
+    sample_rate = property(lambda self: self.engine.sample_rate,
+                           doc="The engine's output rate (adopted from its first reply).")
+    register_voices = property(lambda self: self.voices.register_all)
+    voice_consent = property(lambda self: self.voices.consent)
 
     @property
     def codec(self):
@@ -154,149 +103,31 @@ class RemoteSynthesizer:
                          "codes (generating codes, encoding a voice to codes, decoding codes) "
                          "need a local model")
 
-    @property
-    def url(self) -> str:
-        return " ".join(e.url for e in self.transport.endpoints)
-
-    @property
-    def label(self) -> str:
-        """How errors name the engine: its configured name, else its URL(s)."""
-        return self.transport.name
-
-    def answer_limit(self, max_new_tokens: int) -> int:
-        """Most bytes one speech answer of ``max_new_tokens`` frames may take (``pcm.reply_budget``:
-        that audio as 32-bit stereo, base64-inflated, plus framing). Reading stops with an
-        error beyond it."""
-        return reply_budget(max_new_tokens, self.sample_rate)
-
     def release_caches(self) -> None:
         """Nothing is held here (the engine owns its caches)."""
 
     # ------------------------------------------------------------------ voices
     def encode_voice(self, audio, text: str, name: str = "voice",
                      sample_rate: int | None = None) -> RemoteVoice:
-        """A voice from a reference clip (file path, or tensor/array with ``sample_rate``; a
-        ``{"waveform", "sample_rate"}`` dict as ``audio.files.from_mapping`` takes it) and its
-        transcript, checked and resampled here; the engine encodes it when a request uses it."""
-        if not textplan.check_text(text, "reference transcript").strip():
-            raise ValueError("reference transcript must be the words spoken in the reference "
-                             "audio, got an empty text")
-        if isinstance(audio, str) or hasattr(audio, "__fspath__"):
-            wave = load_audio(audio, target_sr=self.sample_rate)
-        else:
-            wave = prepare_audio(audio, sample_rate, target_sr=self.sample_rate,
-                                 name="reference audio")
-        clip = Clip(wave.float().cpu(), self.sample_rate, text.strip())
-        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [clip], self.spec.label)
+        """A voice from a reference clip and its transcript (``voices.RemoteVoices.encode``);
+        the engine encodes it when a request uses it."""
+        return self.voices.encode(audio, text, name, sample_rate)
 
-    def register_voice(self, voice: "RemoteVoice", name: str | None = None,
-                       consent: str | None = None) -> "RemoteVoice":
+    def register_voice(self, voice: RemoteVoice, name: str | None = None,
+                       consent: str | None = None) -> RemoteVoice:
         """Register ``voice`` (from ``encode_voice``) in the engine's voice store as ``name``
         (default the voice's own) and return a voice that names it there. Engines with a
         consent field (SGLang-Omni, vLLM-Omni) need ``consent`` (or the synthesizer's
         ``voice_consent``): the consent id or statement of the person whose voice it is,
         checked before anything is sent and never made up here. The voice returned names the
         stored one (no clips: it cannot be saved as a voice file)."""
-        if not isinstance(voice, RemoteVoice) or not voice.references:
-            raise ValueError("voice: register a voice made by encode_voice on this remote "
-                             "model (reference audio + transcript)")
-        name = voice.name if name is None else name
-        if self.dialect.voices_path is None:
-            self.dialect.voice_names(self.transport)  # raises: no voice library
-        if self.dialect.needs_consent:
-            consent = stated_consent(consent if consent is not None else self.voice_consent,
-                                     self.dialect.name)
-        self.dialect.add_voice(self.transport, name, voice.references[0], consent)
-        self._server_voices[name] = name
-        return RemoteVoice(name, [], self.sample_rate, FRAME_LENGTH, [], self.spec.label)
-
-    def _voice_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
-        """What a request sends for ``voice``: reference clips, or a server voice id."""
-        if voice is None:
-            return [], None
-        if isinstance(voice, RemoteVoice) and voice.references:
-            # A store keeps one clip per voice: a voice of several clips is always sent inline.
-            if not self.register_voices or self.dialect.voices_path is None \
-                    or len(voice.references) > 1:
-                if len(voice.references) > self.dialect.max_clips:
-                    raise ValueError(f"voice {voice.name!r} has {len(voice.references)} clips; "
-                                     f"the {self.dialect.name} dialect takes "
-                                     f"{self.dialect.max_clips}")
-                return voice.references, None
-            return [], self._registered(voice)
-        return [], self._library_voice(voice.name)
-
-    def _registered(self, voice: RemoteVoice) -> str:
-        """Register ``voice`` in the server's library once (by a hash of its audio) and reuse
-        that id."""
-        digest = hashlib.sha1()
-        for clip in voice.references:
-            digest.update(clip.audio.numpy().tobytes())  # samples: WAV bytes hold a timestamp
-            digest.update(f"{clip.sample_rate}|{clip.text}".encode())
-        key = f"sailfish-{digest.hexdigest()[:16]}"
-        if key not in self._server_voices:
-            consent = self.voice_consent
-            if self.dialect.needs_consent:
-                consent = stated_consent(consent, self.dialect.name)
-            if key not in self.dialect.voice_names(self.transport):
-                self.dialect.add_voice(self.transport, key, voice.references[0], consent)
-            self._server_voices[key] = key
-        return self._server_voices[key]
-
-    def _library_voice(self, name: str) -> str:
-        if name not in self._server_voices:
-            known = self.dialect.voice_names(self.transport)
-            if name not in known:
-                raise ValueError(
-                    f"voice {name!r} holds codes only (a saved voice file), which the remote "
-                    f"model {self.spec.label} cannot take, so the server must have a voice of "
-                    f"that name, but {self.label} has "
-                    f"{self.transport.quote_names(known) or 'none'}: add it to the server's voice "
-                    "library, or make the voice with encode_voice / Voice Encode on this "
-                    "remote model")
-            self._server_voices[name] = name
-        return self._server_voices[name]
+        return self.voices.register(voice, name, consent)
 
     # ------------------------------------------------------------------ one request
-    def check_rate(self, rate: int, where: str) -> None:
-        """Audio from the engine must come at one rate: the one given, or else the first one
-        the engine sends (adopted then)."""
-        if not self._rate_known:
-            self.sample_rate, self._rate_known = int(rate), True
-        if rate != self.sample_rate:
-            raise AudioFormatError(f"{where}: audio at {rate} Hz; this remote model expects "
-                                   f"{self.sample_rate} Hz")
-
     def _request(self, text: str, voice: Voice | None, params: Params, cancel,
                  on_samples: Callable[[int], None]) -> Reply:
-        clips, voice_id = self._voice_request(voice)
-        body = self.dialect.body(text, clips, voice_id, params)
-        where = self.dialect.speech_path
-
-        def read(response) -> list[torch.Tensor]:
-            chunks = []
-
-            def on_chunk(samples: torch.Tensor, rate: int) -> None:
-                self.check_rate(rate, response.where)
-                chunks.append(samples)
-                on_samples(samples.shape[0])
-
-            self.dialect.read(response, on_chunk, params)
-            return chunks
-
-        t0 = time.perf_counter()
-        chunks = self.transport.request("POST", where, read, json_body=body, cancel=cancel,
-                                        limit=self.answer_limit(params.max_new_tokens))
-        wave = torch.cat(chunks) if chunks else torch.zeros(0)
-        check_audio(wave, self.sample_rate, f"{self.label}{where}")
-        return Reply(wave, time.perf_counter() - t0)
-
-    def params(self, seed: int, p: SamplingParams, max_bytes: int) -> Params:
-        """One request's settings, checked against what the engine takes (before sending)."""
-        params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes,
-                        self.model, self.sample_rate)
-        self.dialect.check(params)
-        return params
+        clips, voice_id = self.voices.for_request(voice)
+        return self.engine.request(text, clips, voice_id, params, cancel, on_samples)
 
     def _run(self, jobs: list[tuple[str, Voice | None, int]], p: SamplingParams, max_bytes: int,
              on_progress: Progress | None, cancel) -> list[Reply]:
@@ -304,7 +135,7 @@ class RemoteSynthesizer:
         frames (each request counted as ``max_new_tokens`` frames at most)."""
         total = len(jobs) * p.max_new_tokens
         if jobs:
-            self.params(jobs[0][2], p, max_bytes)  # a field the engine refuses: before any request
+            self.engine.params(jobs[0][2], p, max_bytes)  # a refused field: before any request
         replies = []
         for i, (text, voice, seed) in enumerate(jobs):
             received = [0]
@@ -315,7 +146,7 @@ class RemoteSynthesizer:
                     done = min(received[0] // FRAME_LENGTH, p.max_new_tokens - 1)
                     on_progress(i * p.max_new_tokens + done, total)
 
-            params = self.params(seed, p, max_bytes)
+            params = self.engine.params(seed, p, max_bytes)
             replies.append(self._request(text, voice, params, cancel, on_samples))
             if on_progress is not None:
                 on_progress((i + 1) * p.max_new_tokens, total)
@@ -373,7 +204,7 @@ class RemoteSynthesizer:
         seed = pick_seed(seed)
         whole = not (turn_by_turn or pause > 0) and self.spec.family == "drama-3"
         if whole:
-            script_voice = self._script_voice(voice_list)
+            script_voice = self.voices.script_voice(voice_list)
             text = "\n".join(t.tagged for t in turns)
             batches = finishing.batches(text, voice_list, None, field="script")
         else:
@@ -392,21 +223,6 @@ class RemoteSynthesizer:
                                          finishing))
         hand_out(speeches[0], on_chunk)
         return speeches if takes is not None else speeches[0]
-
-    def _script_voice(self, voices: list[Voice]) -> RemoteVoice | None:
-        """One voice holding every speaker's clips, each transcript tagged with its speaker
-        (reference i speaks as ``<|speaker:i|>``), for a whole-script request."""
-        clips = []
-        for i, v in enumerate(voices):
-            if not isinstance(v, RemoteVoice) or not v.references:
-                raise ValueError(f"voice {v.name!r} is named from the engine's voice library; a "
-                                 f"whole-script {self.spec.label} request sends each speaker's "
-                                 "reference audio: make it with encode_voice, or speak turn by "
-                                 "turn")
-            clips += [Clip(c.audio, c.sample_rate, textplan.Turn(c.text, i).tagged)
-                      for c in v.references]
-        return RemoteVoice("script", [], self.sample_rate, FRAME_LENGTH, clips,
-                           self.spec.label) if clips else None
 
     def check_speakers(self, text: str) -> None:
         """The speaker tags of ``text`` within the model's speakers (Drama 3: 0 … 15)."""
@@ -456,7 +272,7 @@ class RemoteSynthesizer:
         batches = finishing.batches(text, as_voices(voice), None)
         self.check_speakers(text)
         return RemoteStream(self, batches, single_voice(voice, "stream"),
-                            self.params(pick_seed(seed), params, max_bytes), finishing)
+                            self.engine.params(pick_seed(seed), params, max_bytes), finishing)
 
     # ------------------------------------------------------------------ results
     def _result(self, reply: Reply, batch: Batch) -> BatchResult:
@@ -483,17 +299,6 @@ def hand_out(speech: Speech, on_chunk: OnChunk | None) -> None:
     """``on_chunk`` of a remote call: the finished waveform in one piece (not yet live)."""
     if on_chunk is not None and speech.waveform.shape[0]:
         on_chunk(speech.waveform.clone(), speech.sample_rate)
-
-
-def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str | None = None,
-                  *, connect_timeout: float = 10.0, read_timeout: float = 30.0) -> list[str]:
-    """The model ids an engine serves, in its order (its ``/v1/models``; [] for fish-speech,
-    which keeps no list): what a model picker offers. The first is the default."""
-    transport = Transport(url if isinstance(url, str) else list(url), api_key,
-                          Timeouts(connect_timeout, read_timeout), 1, 0.5)
-    chosen = pick_dialect(dialect, transport)
-    transport.needs_identity = chosen.name == "sailfish"  # as RemoteSynthesizer
-    return chosen.models(transport)
 
 
 class RemoteStream:
@@ -549,26 +354,20 @@ class RemoteStream:
     def _read(self, text, voice, params, put) -> None:
         """One request, its chunks to ``put`` as they come."""
         synth = self.synth
-        clips, voice_id = synth._voice_request(voice)
-        body = synth.dialect.body(text, clips, voice_id, params)
-
+        clips, voice_id = synth.voices.for_request(voice)
         sent = [0]  # chunks handed to the consumer: a retry would repeat them
 
-        def read(response):
+        def on_answer(where: str) -> None:
             if sent[0]:
-                raise RemoteError(f"{response.where}: the stream broke after {sent[0]} "
-                                  "chunks; not repeated (the consumer has them)")
+                raise RemoteError(f"{where}: the stream broke after {sent[0]} chunks; not "
+                                  "repeated (the consumer has them)")
 
-            def on_chunk(samples, rate):
-                synth.check_rate(rate, response.where)
-                sent[0] += 1
-                put(samples)
+        def on_chunk(samples) -> None:
+            sent[0] += 1
+            put(samples)
 
-            synth.dialect.read(response, on_chunk, params)
-
-        synth.transport.request("POST", synth.dialect.speech_path, read, json_body=body,
-                                cancel=self._closed.is_set,
-                                limit=synth.answer_limit(params.max_new_tokens))
+        synth.engine.send(text, clips, voice_id, params, on_chunk, self._closed.is_set,
+                          on_answer)
 
     def __iter__(self):
         while True:

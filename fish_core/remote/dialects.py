@@ -101,8 +101,7 @@ class Dialect:
         """The engine's model ids, in its order ([] when it keeps no list)."""
         if not self.lists_models:
             return []
-        return model_ids(transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES),
-                         f"{transport.name}/v1/models")
+        return model_ids(models_answer(transport), f"{transport.name}/v1/models")
 
     def voice_names(self, transport: Transport) -> list[str]:
         raise ValueError(f"the {self.name} dialect has no voice library: send the voice's "
@@ -203,7 +202,7 @@ def stated_consent(consent, dialect: str) -> str:
 
 
 class Sailfish(Dialect):
-    """Our own ``serve`` (fish_core/serve/routes.py, requests.py): OpenAI
+    """Our own ``serve`` (fish_core/serve/routes.py, api/protocol.py): OpenAI
     ``/v1/audio/speech`` + S2 fields, ``stream_format: "audio"`` → one streamed WAV (unknown
     length); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``, ``text``)."""
 
@@ -213,7 +212,7 @@ class Sailfish(Dialect):
     def models(self, transport):
         """The model list, which also tells whether a Sailfish ``serve`` answers (until it
         has, none of its text is quoted in errors: ``Transport.needs_identity``)."""
-        answer = transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES)
+        answer = models_answer(transport)
         transport.identified = transport.identified or "sailfish" in owners(answer)
         return model_ids(answer, f"{transport.name}/v1/models")
 
@@ -374,6 +373,15 @@ class FishSpeech(Dialect):
 DIALECTS = {d.name: d for d in (Sailfish(), SGLangOmni(), VLLMOmni(), FishSpeech())}
 
 
+def models_answer(transport: Transport):
+    """The engine's ``GET /v1/models`` answer, asked once per transport: detecting the dialect,
+    identifying a Sailfish serve and listing the models share it. A failure is not kept."""
+    if transport.models_answer is None:
+        transport.models_answer = transport.request("GET", "/v1/models", read_json,
+                                                    limit=MODELS_BYTES)
+    return transport.models_answer
+
+
 def owners(models) -> set[str]:
     """Who owns the models of a ``/v1/models`` answer (lower case): how engines say who they
     are."""
@@ -388,7 +396,7 @@ def detect(transport: Transport) -> Dialect:
     from .http import RemoteError
 
     try:
-        found = owners(transport.request("GET", "/v1/models", read_json, limit=MODELS_BYTES))
+        found = owners(models_answer(transport))
         if "sailfish" in found:
             transport.identified = True
             return DIALECTS["sailfish"]

@@ -43,6 +43,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..access import file_stamp
 from .http import Endpoint
 
 ENV_VAR = "SAILFISH_ENDPOINTS"
@@ -67,26 +68,14 @@ class EndpointConfig:
     def api_key(self) -> str | None:
         """The key, read now from where the operator said. Errors name the endpoint and the
         variable, never the key or the key file's path (node errors reach the queue history)."""
-        from .keys import check_key
+        from ..access import read_key_env, read_key_file
 
         if self.api_key_file:
-            path = Path(self.api_key_file).expanduser()
-            try:
-                with open(path, "rb") as f:
-                    head = f.read(4096)
-            except OSError:
-                head = b""
-            lines = head.decode("utf-8", "replace").strip().splitlines()
-            if not lines or not lines[0].strip():
-                raise ValueError(f"endpoint {self.name!r}: its api_key_file is missing, "
-                                 "unreadable or empty (see the endpoints file)")
-            return check_key(lines[0].strip(), f"endpoint {self.name!r} api_key_file")
+            return read_key_file(self.api_key_file, f"endpoint {self.name!r}: its api_key_file "
+                                 "(see the endpoints file)", show_path=False)
         if self.api_key_env:
-            value = os.environ.get(self.api_key_env, "").strip()
-            if not value:
-                raise ValueError(f"endpoint {self.name!r}: the environment variable "
-                                 f"{self.api_key_env} named by its api_key_env is not set")
-            return check_key(value, f"endpoint {self.name!r} api_key_env")
+            return read_key_env(self.api_key_env, f"endpoint {self.name!r}: its api_key_env "
+                                f"{self.api_key_env}")
         return None
 
     def client(self, **options):
@@ -124,13 +113,26 @@ def comfy_user_directory() -> str | None:
 
 
 def load(files: list[Path] | None = None) -> dict[str, EndpointConfig]:
-    """The configured endpoints by name, every file's in order (``local`` only if enabled)."""
+    """The configured endpoints by name, every file's in order (``local`` only if enabled).
+    Each file is parsed once per change (``PARSED``; ``access.file_stamp``: one ``stat`` per
+    call tells whether it changed), so the several look-ups of one prompt read it once."""
     found: dict[str, EndpointConfig] = {}
     named = default_files() if files is None else [(Path(f), str(f)) for f in files]
     for path, label in named:
-        if path.is_file():
-            found.update(read_file(path, label))
+        if not path.is_file():
+            continue
+        seen = file_stamp(path)
+        kept = PARSED.get(str(path))
+        if seen is None or kept is None or kept[0] != (label, seen):
+            kept = PARSED[str(path)] = ((label, seen), read_file(path, label))
+            global parses
+            parses += 1
+        found.update(kept[1])
     return found
+
+
+PARSED: dict[str, tuple[tuple, dict[str, EndpointConfig]]] = {}  # path → (its stamp, endpoints)
+parses = 0  # files parsed (tests count the memo)
 
 
 def read_file(path: Path, label: str | None = None) -> dict[str, EndpointConfig]:

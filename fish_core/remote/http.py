@@ -29,7 +29,6 @@ What a server can make the client do is bounded:
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import itertools
 import json
 import socket
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 from urllib.parse import urlsplit
 
+from ..access import is_loopback
 from ..params import Cancelled
 
 T = TypeVar("T")
@@ -98,17 +98,6 @@ class Endpoint:
             raise ValueError(f"remote url {url!r}: the port is not a number in 1-65535") from None
         return cls(url.strip().rstrip("/"), parts.scheme, parts.hostname, port, parts.path,
                    label)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine by its literal name: ``localhost`` or a loopback IP
-    (no DNS lookup: a name that resolves to 127.0.0.1 today may not tomorrow)."""
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class Credential:
@@ -195,6 +184,7 @@ class Transport:
         self._lock = threading.Lock()
         self.needs_identity = False  # quote this engine only once it identified itself
         self.identified = False  # its /v1/models said Sailfish
+        self.models_answer = None  # its /v1/models, read once (dialects.models_answer)
 
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ import threading
 
 from aiohttp import web
 
-from .logs import ACCESS_LOG
+from .http.logs import ACCESS_LOG
 from .routes import create_app
 from .service import Service
 

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
+from ..access import check_key, is_loopback, read_key_env, read_key_file
 from ..loading import hub
-from .guard import Guard, is_loopback
-from .requests import Limits
+from .http.guard import Guard
+from .limits import Limits
 
 DEFAULT_VOICES = hub.DEFAULT_MODELS_DIR.parent / "voices"  # where the nodes save outside ComfyUI
 KEY_ENV = "SAILFISH_SERVE_API_KEY"
-MAX_KEY_FILE_BYTES = 4096
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -84,29 +83,13 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "(behind a proxy every client is the proxy: raise it there)")
 
 
-def read_key_file(path: str) -> str:
-    """The first line of a key file (at most a few KiB), stripped."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ValueError(f"--api-key-file: {path} is not a file")
-    with open(file, "rb") as f:
-        data = f.read(MAX_KEY_FILE_BYTES + 1)
-    if len(data) > MAX_KEY_FILE_BYTES:
-        raise ValueError(f"--api-key-file: {path} is larger than a key ({MAX_KEY_FILE_BYTES} "
-                         "bytes at most)")
-    lines = data.decode("utf-8", "replace").strip().splitlines()
-    if not lines or not lines[0].strip():
-        raise ValueError(f"--api-key-file: {path} is empty")
-    return lines[0].strip()
-
-
 def api_key(args) -> str | None:
     """The key: --api-key-file, else --api-key, else $SAILFISH_SERVE_API_KEY, else none."""
     if args.api_key_file:
-        return read_key_file(args.api_key_file)
+        return read_key_file(args.api_key_file, "--api-key-file")
     if args.api_key:
-        return args.api_key
-    return os.environ.get(KEY_ENV, "").strip() or None
+        return check_key(args.api_key.strip(), "--api-key")
+    return read_key_env(KEY_ENV, KEY_ENV, required=False)
 
 
 def check_bind(host: str, key: str | None, allow_no_key: bool) -> None:
@@ -126,7 +109,7 @@ def guard(args) -> Guard:
 
 
 def build_service(args, key: str | None = None):
-    from ..synthesis.synthesizer import Synthesizer
+    from ..local.synthesizer import Synthesizer
     from .service import Service
 
     def load():
@@ -158,7 +141,7 @@ def build_service(args, key: str | None = None):
 def serve(args) -> str:
     from aiohttp import web
 
-    from .logs import ACCESS_LOG
+    from .http.logs import ACCESS_LOG
     from .routes import create_app
 
     key = api_key(args)

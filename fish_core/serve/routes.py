@@ -1,21 +1,22 @@
 """The route table and what every route shares, one set for both hosts (the standalone server
-and ComfyUI's). Each dialect is a module of its own: its request shape and its handlers.
+and ComfyUI's, through ``fish_core.serve.mount``). Each dialect is a module of its own in
+``api/``: its request shape and its handlers.
 
-    openai.py      OpenAI speech and models        fish.py     fish-speech tts and references
-    voices_api.py  the OpenAI-style voice routes   speak.py    answering a speech request
+    api/openai.py  OpenAI speech and models        api/fish.py   fish-speech tts and references
+    api/voices.py  the OpenAI-style voice routes   api/speak.py  answering a speech request
 
     POST /v1/audio/speech     OpenAI speech (+ S2 extensions); stream_format audio | sse
     POST /v1/tts              fish-speech ServeTTSRequest (JSON; msgpack when installed)
-    WS   /v1/audio/speech/stream  text in pieces, PCM out per sentence (``speech_stream.py``)
+    WS   /v1/audio/speech/stream  text in pieces, PCM out per sentence (``api/speech_stream.py``)
     GET  /v1/models, /v1/health, /health (SGLang-Omni's path)
     GET|POST /v1/audio/voices, PATCH|DELETE /v1/audio/voices/{name}      voice library
     GET /v1/references/list, POST /v1/references/add, DELETE /v1/references/delete,
     POST /v1/references/update                                          (fish-speech paths)
 
-Before a handler runs: the Host and Origin checks (``guard.py``), the API key, and for the
+Before a handler runs: the Host and Origin checks (``http/guard.py``), the API key, and for the
 routes that change the voice library, a loopback peer when there is no key. Every error, unknown
 paths and methods included, is JSON in OpenAI's shape; nothing of a traceback reaches the
-client, and what is logged of a request is escaped (``logs.py``).
+client, and what is logged of a request is escaped (``http/logs.py``).
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import asyncio
 
 from aiohttp import web
 
-from .fish import fish_add, fish_delete, fish_list, fish_tts, fish_update
-from .logs import log, printable
-from .openai import models, openai_speech
-from .requests import ApiError, ClientGone, bad
+from .api.fish import fish_add, fish_delete, fish_list, fish_tts, fish_update
+from .api.openai import models, openai_speech
+from .api.speech_stream import speech_stream
+from .api.voices import add_voice, delete_voice, list_voices, rename_voice
+from .http.errors import ApiError, ClientGone, bad
+from .http.logs import log, printable
 from .service import Service
-from .voices_api import add_voice, delete_voice, list_voices, rename_voice
-from .speech_stream import speech_stream
 
 SERVICE = web.AppKey("sailfish_service", Service)
 

@@ -30,15 +30,14 @@ from collections import deque
 from contextlib import AbstractContextManager
 from typing import Callable
 
-from ..audio.loudness import as_loudness
-from ..params import GenerationError, SamplingParams
-from ..speech.finishing import Finishing
-from ..synthesis.driver import JobRows, SpeechJob, run_round
-from ..synthesis.live import TakeLayout, layout_needed
-from ..speech.voices import Voice
+from ..params import GenerationError
+from ..local.driver import JobRows, SpeechJob, run_round
 from ..text.lexicon import Lexicon
-from .logs import log
-from .requests import ApiError, Limits, SpeechRequest, detail
+from .api.protocol import SpeechRequest
+from .http.errors import ApiError, detail
+from .http.logs import log
+from .jobs import Jobs
+from .limits import Limits
 from .voicelib import VoiceLibrary
 
 Emit = Callable[[str, object], None]
@@ -71,16 +70,14 @@ class Scheduler:
         """``model()``: a context manager that yields the Synthesizer, loaded, while it works
         (the worker uses its ``runtime``); ``lexicon``: the operator's pronunciation lexicon,
         applied to every request."""
-        self.lexicon = lexicon
         if batching not in BATCHING:
             raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {batching!r}")
         self.batching = batching
         self.model = model
-        self.voices = voices
         self.limits = limits
+        self.jobs = Jobs(voices, limits, default_voice, lexicon)  # request -> job
         self.max_batch = max(1, int(max_batch))
         self.batch_wait = batch_wait
-        self.default_voice = default_voice
         self._queue: deque[Task] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -146,7 +143,7 @@ class Scheduler:
                 self.busy = False
 
     def _round(self, runtime, tasks: list[Task]) -> None:
-        live = []
+        running = []
         for task in tasks:
             if task.cancelled.is_set():
                 continue
@@ -159,17 +156,17 @@ class Scheduler:
                 except Exception as e:  # noqa: BLE001 - a bad voice or reference
                     fail(task, e)
                     continue
-            live.append(task)
-        if not live:
+            running.append(task)
+        if not running:
             return
-        self.batch_sizes.append(len(live))
+        self.batch_sizes.append(len(running))
         try:  # a task cancelled or timed out leaves its row: sorted out below
-            run_round(runtime, [task.job for task in live])
+            run_round(runtime, [task.job for task in running])
         except Exception as e:  # noqa: BLE001 - reported to every task of the round
-            for task in live:
+            for task in running:
                 fail(task, e)
             return
-        for task in live:
+        for task in running:
             self._settle(task)
 
     def _settle(self, task: Task) -> None:
@@ -263,36 +260,8 @@ class Scheduler:
         return len(joined)
 
     def _start(self, runtime, task: Task) -> None:
-        """Build the task's voice and job (on the worker: the codec encodes references)."""
-        request = task.request
-        c = runtime.config
-        clips, lexicon = [], None
-        voice = request.voice or self.default_voice
-        if voice:
-            param = request.voice_param if request.voice else "default_voice"
-            saved = self.voices.load(voice, param, c.num_codebooks, c.codebook_size)
-            clips, lexicon = list(saved.clips), saved.lexicon
-        for ref in request.references:  # encoded once per Reference (a WS session's sentences)
-            clips += ref.clips(runtime, self.limits)
-        voices = [Voice("speaker", clips, runtime.sample_rate, lexicon=lexicon)] if clips else []
-        params = SamplingParams(request.temperature, request.top_p, request.top_k,
-                                request.max_new_tokens)
-        # Finishing (speech.finishing): lexicon and pauses here, rate and loudness in a layout
-        # (a whole answer normalised at its end, a stream with a gain fixed from its start).
-        finishing = Finishing(as_loudness(request.loudness), request.speed, self.lexicon)
-        batches = finishing.batches(request.text, voices, request.max_bytes)
-        send = {"emit": lambda chunk: task.emit("chunk", chunk)}
-        if layout_needed(batches, 0.0, finishing):
-            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
-                                runtime.sample_rate, batches, 0.0, finishing,
-                                whole=request.stream is None)
-            send = {"emit": layout.chunk, "end_batch": layout.end_batch}
-        task.job = SpeechJob(runtime, batches, voices, params=params, seed=request.seed,
-                             max_bytes=request.max_bytes, deadline=task.deadline, **send)
-        if task.cancelled.is_set():
-            task.job.cancel()
-        task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,
-                            "frame_length": runtime.require_codec().frame_length})
+        """Build the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""
+        self.jobs.start(runtime, task)
 
 
 def fail(task: Task, error: Exception) -> None:

@@ -12,8 +12,9 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .guard import Guard, require_loopback_peer
-from .requests import ApiError, Limits
+from .http.errors import ApiError
+from .http.guard import Guard, require_loopback_peer
+from .limits import Limits
 from .scheduler import Scheduler
 from .voicelib import VoiceLibrary
 

@@ -8,17 +8,27 @@ folder, so no name can reach outside it. This module adds the service's side: HT
 listing: walking a folder of 20,000 voices takes seconds, so the names are kept and walked again
 only when one of the folders changed (its modification time, checked with one ``stat`` per
 folder) or the library itself changed a voice. The routes call ``names`` on an executor thread.
+
+Loaded voices are kept too (``load``: at most ``MEMO_VOICES``, least recently used out first): a
+voice file is read once, and again only when it changed (``access.file_stamp``: its size, times
+or inode, one ``stat``; a file written in the last seconds is read again), or when the library
+added, renamed or deleted a voice.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
+from ..access import file_stamp
 from ..speech.library import VoiceFolders, VoiceNameError
 from ..speech.voices import Voice, VoiceError
-from .requests import ApiError, detail, voice_name
+from .api.protocol import voice_name
+from .http.errors import ApiError, detail
+
+MEMO_VOICES = 64  # loaded voices kept (a voice is its codes: tens of KiB)
 
 
 class VoiceLibrary:
@@ -34,6 +44,8 @@ class VoiceLibrary:
         self._listed_folders: list[Path] = []
         self._listed_stamp: tuple = ()
         self.walks = 0  # full walks of the folders (tests check the cache)
+        self._loaded: OrderedDict[tuple, tuple[tuple, Voice]] = OrderedDict()
+        self.loads = 0  # voice files read (tests check the memo)
 
     def names(self) -> list[str]:
         """Every voice's name (``speech.library``'s listing), cached until a folder changes."""
@@ -50,6 +62,7 @@ class VoiceLibrary:
         """Forget the listing (a voice was added, renamed or deleted here)."""
         with self._listing:
             self._listed = None
+            self._loaded.clear()
 
     def _inside(self, root: Path, name: str, param: str = "name") -> Path:
         try:
@@ -69,13 +82,27 @@ class VoiceLibrary:
 
     def load(self, name: str, param: str = "voice", num_codebooks: int | None = None,
              codebook_size: int | None = None) -> Voice:
+        """The saved voice ``name``, from the memo while its file is unchanged. Callers must
+        not change the ``Voice`` they get (it is shared)."""
         path = self.find(name, param)
+        key, seen = (path, num_codebooks, codebook_size), file_stamp(path)
+        with self._listing:
+            kept = self._loaded.get(key)
+            if seen is not None and kept is not None and kept[0] == seen:
+                self._loaded.move_to_end(key)
+                return kept[1]
         try:
-            return Voice.load(path, num_codebooks, codebook_size)
+            voice = Voice.load(path, num_codebooks, codebook_size)
         except VoiceError as e:  # its text names the file: say the voice's name instead
             reason = detail(str(e).replace(str(path), "the file"))
             raise ApiError(422, f"{param}: voice {name!r} cannot be used: {reason}",
                            param) from None
+        with self._listing:
+            self.loads += 1
+            self._loaded[key] = (seen, voice)
+            while len(self._loaded) > MEMO_VOICES:
+                self._loaded.popitem(last=False)
+        return voice
 
     def check_free(self, name: str, param: str = "name") -> None:
         """A valid name that no voice has yet (409 otherwise)."""

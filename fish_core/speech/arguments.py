@@ -1,4 +1,4 @@
-"""Checks of the arguments every synthesizer takes, local (``synthesis.Synthesizer``) or remote
+"""Checks of the arguments every synthesizer takes, local (``local.Synthesizer``) or remote
 (``remote.RemoteSynthesizer``): voices, takes, dialogue scripts and pauses (seeds and sampling
 parameters are checked in ``fish_core.params``)."""
 

@@ -10,7 +10,7 @@ the silence between turns keep their exact length), the batches are laid out wit
 silences (``timeline``), then the whole is brought to a loudness (``loudness``): the mix, each
 speaker's track or each line, the tracks still summing to the mix sample for sample.
 
-Streams and live playback take the same steps chunk by chunk in ``synthesis.live.TakeLayout``
+Streams and live playback take the same steps chunk by chunk in ``local.layout.TakeLayout``
 (a batch is stretched when it ends; loudness with a gain fixed from the first batch,
 ``audio.loudness.StreamGain``).
 """

@@ -1,5 +1,5 @@
 """``SpeechSynthesizer``: the one interface of every synthesizer, local
-(``fish_core.synthesis.synthesizer.Synthesizer``) or remote (``fish_core.remote.RemoteSynthesizer``).
+(``fish_core.local.synthesizer.Synthesizer``) or remote (``fish_core.remote.RemoteSynthesizer``).
 
 Both have the same methods with the same keywords and defaults (``tests/test_interface.py``
 checks the signatures against this Protocol). Sampling parameters are the ``**sampling``
@@ -9,7 +9,7 @@ defaults ``DEFAULTS``, checked by ``SamplingParams.from_options``); any other ke
 
 ``on_chunk(samples, sample_rate)`` (tts, dialogue, subtitles): the returned waveform (take 1's)
 handed out in consecutive pieces, float32 ``[n]`` on the CPU, that concatenate to it exactly.
-The local synthesizer hands them out while it generates (``synthesis/live.py``); a remote one
+The local synthesizer hands them out while it generates (``local/layout.py``); a remote one
 hands out the whole result in one piece when it is done.
 
 Finishing keywords (tts, stream, dialogue, subtitles; ``speech.finishing``): ``loudness`` (a

@@ -2,8 +2,8 @@
 sender active: per-frame columns, live decode, 16-bit PCM + base64 per chunk, one JSON event
 per chunk) and without one (the plain path), runs interleaved, median of --repeats.
 
-    python bench/bench_live.py                          # tiny fixture checkpoint, CPU
-    python bench/bench_live.py --checkpoint models/s2-pro --device cuda --dtype bf16
+    python bench/bench_playback.py                          # tiny fixture checkpoint, CPU
+    python bench/bench_playback.py --checkpoint models/s2-pro --device cuda --dtype bf16
 
 The stop token is ignored (as in bench_takes.py), so every run makes exactly the clip's frames.
 The fake server's ``send_sync`` serializes each event to JSON on the generating thread, which
@@ -33,7 +33,7 @@ TEXT = "Live playback benchmark: speech heard while it is generated, chunk after
 
 
 def pack():
-    """The repository as a package (as ComfyUI imports it), for nodes.live."""
+    """The repository as a package (as ComfyUI imports it), for nodes.playback."""
     spec = importlib.util.spec_from_file_location(
         "sailfish_bench", ROOT / "__init__.py", submodule_search_locations=[str(ROOT)])
     module = importlib.util.module_from_spec(spec)
@@ -53,10 +53,10 @@ class JsonServer:
         self.events += 1
 
 
-def run(synth: Synthesizer, frames: int, live_module, listening: bool) -> dict:
+def run(synth: Synthesizer, frames: int, playback, listening: bool) -> dict:
     on_chunk, spent, server = None, [0.0], JsonServer()
     if listening:
-        sender = live_module.LiveSender(server, "bench", "7", "p")
+        sender = playback.PlaybackSender(server, "bench", "7", "p")
         sender.start()
 
         def on_chunk(samples, rate):
@@ -87,16 +87,16 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    live_module = pack().nodes.live
+    playback = pack().nodes.playback
     synth = Synthesizer.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                         download=False)
     object.__setattr__(synth.config, "eos_token_id", -1)  # never stop early
     frames = round(args.seconds * synth.sample_rate / synth.codec.frame_length)
-    run(synth, 8, live_module, True)  # warm-up (caches, first decode)
+    run(synth, 8, playback, True)  # warm-up (caches, first decode)
     runs = {"without": [], "with": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit both alike
         for name in ("without", "with"):
-            runs[name].append(run(synth, frames, live_module, name == "with"))
+            runs[name].append(run(synth, frames, playback, name == "with"))
             print(f"{name:>7}: {runs[name][-1]['seconds']:.2f} s", flush=True)
     results = {"checkpoint": Path(args.checkpoint).name, "device": args.device,
                "dtype": args.dtype, "frames": frames, "repeats": args.repeats,

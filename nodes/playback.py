@@ -2,7 +2,7 @@
 that queued the prompt, as a websocket event of ComfyUI's server.
 
 Who gets it: only the client id the running prompt was queued with (``PromptServer.client_id``),
-and only when that client asked for it: the web extension (``web/js/sailfish_live.js``) posts
+and only when that client asked for it: the web extension (``web/js/sailfish_playback.js``) posts
 ``{"client_id": …, "listen": true|false}`` to ``/sailfish/live`` when it connects and whenever
 its setting *Sailfish › Live playback* changes. A registration is taken only for a client id
 with an open ComfyUI websocket (from the same peer address, where aiohttp tells it), at most
@@ -21,20 +21,22 @@ events of one run from 0):
   PCM; a silent piece carries ``"silence": true`` instead of ``pcm``;
 * ``{"state": "done" | "cancelled" | "error", …, "samples"}`` closes the stream (``samples``:
   the total sent).
+
+The node runner (``runner.generation``) opens and closes a run's stream; this module holds who
+listens, the sender and the route. The wire names (event ``sailfish.live``, route
+``/sailfish/live``, the setting ``Sailfish.LivePlayback``) stay as shared workflows and open
+tabs know them.
 """
 
 from __future__ import annotations
 
 import base64
-import inspect
 import logging
 import re
 import threading
-from typing import Callable
 
 import torch
 
-from ..fish_core.params import Cancelled
 from . import host
 
 EVENT = "sailfish.live"
@@ -93,11 +95,6 @@ class Listeners:
             return client_id in self._ids
 
 
-def prompt_server():
-    """ComfyUI's ``PromptServer.instance``, or None outside ComfyUI."""
-    return getattr(getattr(host.module("server"), "PromptServer", None), "instance", None)
-
-
 def listeners(server) -> Listeners:
     """The server's one set of listening clients (kept on the server, so that every copy of
     the pack in the process, and the route, share it)."""
@@ -107,10 +104,10 @@ def listeners(server) -> Listeners:
     return found
 
 
-def sender() -> "LiveSender | None":
+def sender() -> "PlaybackSender | None":
     """A sender to the client that queued the running prompt, for the executing node; None
     when there is no server, no client id (API use), or that client does not listen."""
-    server = prompt_server()
+    server = host.prompt_server()
     sid = getattr(server, "client_id", None)
     if server is None or not sid or sid not in listeners(server) \
             or sid not in getattr(server, "sockets", {}):
@@ -120,11 +117,11 @@ def sender() -> "LiveSender | None":
     node = context.node_id if context is not None else getattr(server, "last_node_id", None)
     if node is None:
         return None
-    return LiveSender(server, sid, str(node), getattr(context, "prompt_id", None))
+    return PlaybackSender(server, sid, str(node), getattr(context, "prompt_id", None))
 
 
 # ---------------------------------------------------------------- sending
-class LiveSender:
+class PlaybackSender:
     """The events of one node run, sent to one client (``send_sync`` is thread-safe: it hands
     the message to the server's event loop)."""
 
@@ -174,42 +171,6 @@ def pcm16(samples: torch.Tensor) -> bytes:
     return ints.numpy().astype("<i2").tobytes()
 
 
-def streamed(run: Callable) -> Callable:
-    """A node's ``run(synth, **progress)`` (see ``runtime.generate``) with live playback: when
-    the queuing client listens and the model takes ``on_chunk`` (a local Synthesizer, live; a
-    remote one hands out the whole result when done), ``run`` also gets it, and the stream is
-    closed with done, cancelled or error."""
-
-    def run_live(synth, **progress):
-        live = sender() if accepts_chunks(synth) else None
-        if live is None:
-            return run(synth, **progress)
-        live.start()
-        try:
-            result = run(synth, on_chunk=live.chunk, **progress)
-        except BaseException as e:
-            live.close("cancelled" if interruption(e) else "error")
-            raise
-        live.close("done")
-        return result
-
-    return run_live
-
-
-def accepts_chunks(synth) -> bool:
-    try:
-        return "on_chunk" in inspect.signature(synth.tts).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def interruption(error: BaseException) -> bool:
-    """Cancel pressed: our ``Cancelled`` or ComfyUI's ``InterruptProcessingException``."""
-    mm = host.module("comfy.model_management")
-    kinds = (Cancelled, getattr(mm, "InterruptProcessingException", Cancelled))
-    return isinstance(error, kinds)
-
-
 # ---------------------------------------------------------------- the route
 async def set_listening(request):
     """POST /sailfish/live ``{"client_id": str, "listen": bool}`` → ``{"listen": bool}``. The
@@ -217,14 +178,14 @@ async def set_listening(request):
     name cannot switch a tab's playback)."""
     from aiohttp import web
 
-    from ..fish_core.serve.requests import ApiError
+    from ..fish_core.serve import ApiError
     from .routes import guard
 
     try:
         guard().check(request.headers)
     except ApiError as e:
         return web.json_response({"error": e.message}, status=e.status)
-    server = prompt_server()
+    server = host.prompt_server()
     if request.content_length is None or request.content_length > MAX_BODY:
         return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
                                  status=413)
@@ -263,7 +224,7 @@ def socket_peer(ws) -> str | None:
 def mount() -> bool:
     """Add ``POST /sailfish/live`` to ComfyUI's server (before its app starts); False outside
     ComfyUI."""
-    server = prompt_server()
+    server = host.prompt_server()
     if server is None:
         return False
     if not getattr(server, "sailfish_live_route", False):  # once, whichever copy comes first

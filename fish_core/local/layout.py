@@ -1,11 +1,11 @@
-"""Live chunks: the final waveform of a request, handed out in order while it is generated.
+"""Layout: the final waveform of a request, handed out in order while it is generated.
 
 ``Synthesizer.tts``, ``dialogue`` and ``subtitles`` take ``on_chunk(samples, sample_rate)``
 (``samples`` float32 ``[n]`` on the CPU, a fresh tensor). It is called on the generating thread
 with consecutive pieces of the waveform the call returns, so that ``torch.cat`` of every piece
 equals that waveform sample for sample; with several takes, of take 1.
 
-Nothing is decoded here: take 1's ``SpeechJob`` runs ``live`` (its frames are decoded as they
+Nothing is decoded here: take 1's ``SpeechJob`` is ``streaming`` (its frames are decoded as they
 are generated, by the same chunk rule, so its chunks are the ones a whole-clip job makes) and
 its ``emit`` / ``end_batch`` go to a layout below, which shapes the chunks as the timeline
 shapes the batches:
@@ -45,7 +45,7 @@ PLAIN = Finishing()
 
 class Layout:
     """Hands laid-out samples to ``on_chunk`` (none empty; through the loudness of
-    ``finishing``), counting them. ``chunk`` and ``end_batch`` are the live job's ``emit`` and
+    ``finishing``), counting them. ``chunk`` and ``end_batch`` are the streaming job's ``emit`` and
     ``end_batch``."""
 
     def __init__(self, on_chunk: OnChunk, sample_rate: int, finishing: Finishing = PLAIN,
@@ -172,10 +172,10 @@ class CueLayout(Layout):
 
 def job_options(layout: Layout | None) -> dict:
     """``SpeechJob`` keywords: without a layout a whole-clip job (nothing extra computed);
-    with one a live job whose chunks and batch ends go to it."""
+    with one a streaming job whose chunks and batch ends go to it."""
     if layout is None:
-        return {"live": False}
-    return {"live": True, "emit": layout.chunk, "end_batch": layout.end_batch}
+        return {"streaming": False}
+    return {"streaming": True, "emit": layout.chunk, "end_batch": layout.end_batch}
 
 
 def layout_needed(batches: Sequence[Batch], pause: float, finishing: Finishing) -> bool:

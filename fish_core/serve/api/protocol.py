@@ -1,75 +1,28 @@
-"""What both dialects' request bodies share: ``SpeechRequest`` (what every dialect's parser,
-``openai.parse_openai`` and ``fish.parse_fish``, makes), ``Limits``, and the field checks.
+"""The request shapes every dialect makes (``SpeechRequest``, ``Reference``: what
+``openai.parse_openai``, ``fish.parse_fish`` and the speech stream's sessions build) and the field
+checks they share.
 
-A bad field raises ``ApiError`` (status 4xx) whose message and ``param`` name the field as the
-client sent it; the handlers turn it into OpenAI's error shape ``{"error": {"message", "type",
-"param", "code"}}``. Text quoted from elsewhere (a decoder's or loader's message) goes through
-``detail``, so no server path or object repr reaches a client.
+A bad field raises ``ApiError`` (status 4xx, ``http.errors``) whose message and ``param`` name
+the field as the client sent it; the routes turn it into OpenAI's error shape. Text quoted from
+elsewhere goes through ``detail``, so no server path or object repr reaches a client.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import io
 import math
 import re
 import weakref
 from dataclasses import dataclass, field
 
-import soundfile as sf
+from ...params import DEFAULTS, MAX_SEED
+from ...speech.library import VoiceNameError, check_name
+from ..http import formats
+from ..http.errors import ApiError, bad, detail
+from ..limits import Limits
 
-from ..params import DEFAULTS, MAX_SEED
-from ..speech.library import VoiceNameError, check_name
-from . import formats
-
-REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
-PATH = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\'\"<>:]+[/\\])+[^\s/\\'\"<>:,;)]*")
 URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-
-
-class ClientGone(Exception):
-    """The client left (mid-body, or while its answer was being made): nobody to answer."""
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": self.message, "type": kind, "param": self.param,
-                          "code": self.code}}
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_body_bytes: int = 20 * 2**20
-    max_text_chars: int = 4096
-    max_references: int = 4
-    max_reference_seconds: float = 60.0
-    max_new_tokens: int = 4096
-    timeout_seconds: float = 600.0
-    body_timeout_seconds: float = 60.0  # to receive a whole request body
-    max_json_depth: int = 32  # nesting of a JSON body (ours need 3)
-    max_form_parts: int = 16  # parts of a multipart body
-    stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: no sentence before it closes
-    max_streams_per_client: int = 8  # WS sessions open at once from one peer address
-
-    def request_bytes(self) -> int:
-        """The most bytes of a request (or WebSocket message) that carries no reference audio:
-        its text at JSON's worst (12 bytes per character, a \\uXXXX surrogate pair) plus the
-        other fields. Only a request with references may be larger (up to ``max_body_bytes``)."""
-        return 12 * self.max_text_chars + 16 * 1024
-
-    def json_items(self) -> int:
-        """The most JSON structure bytes (``, : [ { " \\``) a request may hold: every text field
-        full of them, with room to spare (base64 audio has none). Counted before parsing, so a
-        body of a million tiny values is refused before it becomes a million Python objects."""
-        return 8 * (2 + self.max_references) * self.max_text_chars + 4096
 
 
 @dataclass
@@ -81,7 +34,7 @@ class Reference:
     # every sentence with the same Reference objects, so each is encoded once per session.
     _encoded: tuple = field(default=(), repr=False, compare=False)
 
-    def clips(self, synth, limits: "Limits") -> list:
+    def clips(self, synth, limits: Limits) -> list:
         """The reference encoded by ``synth``'s codec (on the scheduler's thread), once per
         model: a model loaded again (ComfyUI's Free memory) encodes it again."""
         if self._encoded and self._encoded[0]() is synth:
@@ -111,16 +64,6 @@ class SpeechRequest:
 
 
 # ---------------------------------------------------------------- field checks
-def bad(param: str, message: str, status: int = 400, code: str | None = None) -> ApiError:
-    return ApiError(status, f"{param}: {message}", param, code)
-
-
-def detail(error: Exception | str) -> str:
-    """An exception's text for a client: object reprs and absolute paths left out."""
-    text = REPR.sub("<data>", str(error))
-    return PATH.sub("<path>", text)
-
-
 def require_object(body) -> dict:
     if not isinstance(body, dict):
         raise bad("body", f"must be a JSON object, got {type(body).__name__}")
@@ -262,23 +205,13 @@ def references(body: dict, name: str, limits: Limits) -> list[Reference]:
 
 
 def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
-    """Encoded audio bytes → (mono float32 ``[T]``, its sample rate), length-checked before
-    decoding; ``encode_voice`` resamples it to the codec's rate."""
-    from ..audio.files import AudioError, prepare_audio
+    """Encoded audio bytes -> (mono float32 ``[T]``, its sample rate), parsed once and
+    length-checked before decoding (``audio.files.read_audio_bytes``); ``encode_voice``
+    resamples it to the codec's rate."""
+    from ...audio.files import AudioError, read_audio_bytes
 
     try:
-        info = sf.info(io.BytesIO(audio))
-        if info.samplerate > 0 and info.frames / info.samplerate > limits.max_reference_seconds:
-            raise bad(param, f"is {info.frames / info.samplerate:.1f} s long; the limit is "
-                             f"{limits.max_reference_seconds:g} s")
-        data, sr = sf.read(io.BytesIO(audio), dtype="float32", always_2d=True)
-        wave = prepare_audio(data.T, sr, target_sr=sr, max_seconds=limits.max_reference_seconds,
-                             name=param)
-        return wave, sr
-    except sf.LibsndfileError as e:  # its str() names the BytesIO object: keep the reason only
-        raise bad(param, f"is not readable audio ({detail(e.error_string)})") from None
-    except (RuntimeError, TypeError) as e:
-        raise bad(param, f"is not readable audio ({detail(e)})") from None
+        return read_audio_bytes(audio, max_seconds=limits.max_reference_seconds, name=param)
     except AudioError as e:
         raise bad(param, detail(str(e).removeprefix(f"{param}: "))) from None
 
@@ -287,9 +220,9 @@ def decode_reference(audio: bytes, param: str, limits: Limits) -> tuple:
 def finishing(body: dict, request: SpeechRequest, text_param: str) -> None:
     """``speed`` (0.5 … 2) and the extension ``loudness`` (LUFS); ``[pause:…]`` tags in the
     text checked now, so a bad one is a 400 naming the field."""
-    from ..audio.loudness import HIGHEST, LOWEST
-    from ..audio.stretch import MAX_SPEED, MIN_SPEED
-    from ..text.pauses import PauseError, split_pauses
+    from ...audio.loudness import HIGHEST, LOWEST
+    from ...audio.stretch import MAX_SPEED, MIN_SPEED
+    from ...text.pauses import PauseError, split_pauses
 
     speed = body.get("speed", 1.0)
     if speed is not None and speed != 1.0:

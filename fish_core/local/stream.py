@@ -3,7 +3,7 @@
     for chunk in synth.stream("Hello there!", voice=voice, seed=1):   # float32 [n] each
         player.write(chunk.numpy())
 
-``AudioStream`` runs one live ``SpeechJob`` (``driver``) on a worker thread, text batch after
+``AudioStream`` runs one streaming ``SpeechJob`` (``driver``) on a worker thread, text batch after
 text batch (``run_round``), and hands its chunks to the consumer. The job is planned, prompted,
 seeded and decoded exactly as ``Synthesizer.tts`` does it, so with the same settings the
 concatenated stream equals the non-streamed waveform exactly.
@@ -20,7 +20,7 @@ import torch
 from ..params import Cancelled
 from ..speech.finishing import Finishing
 from .driver import SpeechJob, run_round
-from .live import PLAIN, TakeLayout, layout_needed
+from .layout import PLAIN, TakeLayout, layout_needed
 
 
 class AudioStream:

@@ -19,7 +19,8 @@ from email.parser import HeaderParser
 
 from aiohttp import web
 
-from .requests import ApiError, ClientGone, Limits, bad
+from ..limits import Limits
+from .errors import ApiError, ClientGone, bad
 
 JSON_TYPES = ("application/json",)
 MSGPACK_TYPE = "application/msgpack"

@@ -1,4 +1,4 @@
-"""Headless-browser check of the live-playback extension (web/js/sailfish_live.js) in a real
+"""Headless-browser check of the live-playback extension (web/js/sailfish_playback.js) in a real
 ComfyUI: the page loads with the pack, a Sailfish TTS workflow is queued, the node's player
 goes waiting → live → done, the workflow's widget values are unchanged by the player, the
 setting turns the stream off, and the console shows no error from the extension.
@@ -6,7 +6,7 @@ setting turns the stream off, and the console shows no error from the extension.
 A helper script, not a pytest test (it needs chromium and a ComfyUI checkout):
 
     COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
-        python3 tests/browser_live_check.py [--front-end-root DIR] [--chromium PATH]
+        python3 tests/browser_playback_check.py [--front-end-root DIR] [--chromium PATH]
 
 ``--front-end-root`` runs ComfyUI with another frontend (e.g. a ``pip install --target``
 of ``comfyui-frontend-package``: ``…/comfyui_frontend_package/static``). It prints every
@@ -197,8 +197,12 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                 pump = asyncio.create_task(page.pump())
                 for domain in ("Runtime", "Log", "Page", "Network"):
                     await page.send(f"{domain}.enable")
+                # The whole 1400 x 900 as the page's viewport (new headless takes its own
+                # bars off the window size): the player's buttons stay on screen to click.
+                await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                                deviceScaleFactor=1, mobile=False)
                 if baseline:
-                    await page.send("Network.setBlockedURLs", urls=["*sailfish_live.js"])
+                    await page.send("Network.setBlockedURLs", urls=["*sailfish_playback.js"])
                 await page.send("Page.navigate", url=url)
                 await page.until("!!(window.comfyAPI?.app?.app?.graph && "
                                  "window.comfyAPI.app.app.extensions?.length)")

@@ -87,20 +87,22 @@ import binascii
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from aiohttp import WSMsgType, web
 
-from ..params import batch_seed, pick_seed
-from ..text.plan import SentenceCutter
-from . import formats
-from .bodies import check_size, off_loop, parse_json
-from .logs import log
+from ...params import batch_seed, pick_seed
+from ...text.plan import SentenceCutter
+from ..http import formats
+from ..http.bodies import check_size, off_loop, parse_json
+from ..http.errors import ApiError, bad, detail
+from ..http.logs import log
+from ..limits import Limits
+from ..service import Service
 from .openai import default_voice, instructions_prefix, parse_openai
-from .requests import (ApiError, Limits, SpeechRequest, bad, choice, detail, integer,
-                       reject_unknown)
-from .service import Service
+from .protocol import SpeechRequest, choice, integer, reject_unknown
+from .speak import reports
 
 PROTOCOL = "sailfish.speech.v1"  # the subprotocol the server selects
 KEY_PROTOCOL = "base64url.bearer."  # + the key in base64url: browsers' way to send the key
@@ -282,12 +284,11 @@ def peer_fields(message: dict) -> None:
 
 
 def sentence_request(config: StreamConfig, text: str, seed: int) -> SpeechRequest:
-    r = config.request
-    request = SpeechRequest(config.prefix + text, r.voice, r.voice_param, r.references, "pcm",
-                            "audio", seed, r.temperature, r.top_p, r.top_k, r.max_new_tokens,
-                            r.max_bytes)
-    request.speed = r.speed  # each sentence stretched on its own (docs/finished-audio.md)
-    return request
+    """One sentence of the session: its settings, voice and references (the same objects:
+    encoded once per session), PCM streamed, stretched on its own (docs/finished-audio.md);
+    no loudness (a session's sentences are not one mix)."""
+    return replace(config.request, text=config.prefix + text, format="pcm", stream="audio",
+                   seed=seed, loudness=None)
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:
@@ -508,15 +509,7 @@ class Session:
     async def say(self, sentence: str, index: int) -> None:
         """One sentence through the scheduler, its audio sent as it is decoded (or in one
         frame at its end, without ``stream_audio``)."""
-        loop = asyncio.get_running_loop()
-        items: asyncio.Queue = asyncio.Queue()
-
-        def emit(kind: str, value) -> None:  # on the scheduler's thread
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, (kind, value))
-            except RuntimeError:  # the loop is closed
-                pass
-
+        items, emit = reports()
         config = self.config
         seed = batch_seed(self.seed, index)
         self.task = self.service.scheduler.submit(sentence_request(config, sentence, seed), emit)

@@ -44,7 +44,7 @@ from ..speech.voices import Voice
 from ..text import plan as textplan
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_jobs
-from .live import PLAIN, CueLayout, TakeLayout, job_options
+from .layout import PLAIN, CueLayout, TakeLayout, job_options
 from .runtime import Runtime
 from .stream import AudioStream
 
@@ -132,7 +132,7 @@ class Synthesizer:
         several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks when no
         voice is given. With ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed
         ``seed + k``. ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece
-        by piece while it is generated (``synthesis/live.py``). ``loudness`` (LUFS or an
+        by piece while it is generated (``local/layout.py``). ``loudness`` (LUFS or an
         ``audio.loudness.Loudness``), ``speed`` (0.5 … 2) and ``lexicon`` (a ``Lexicon`` or
         its file) finish the audio (``speech.finishing``)."""
         voices = as_voices(voice)
@@ -228,8 +228,8 @@ class Synthesizer:
                ) -> list[Speech]:
         """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
         each take decoded in one causal pass (no clicks at the joins), and lay its batches out
-        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1 runs
-        live and its chunks are laid out as they come (``TakeLayout``)."""
+        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1
+        streams and its chunks are laid out as they come (``TakeLayout``)."""
         codec = self.require_codec()
         seed = pick_seed(seed)
         layout = TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing) \

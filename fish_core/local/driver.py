@@ -16,7 +16,7 @@ operations in the same order, by construction.
 
 Chunk boundaries follow one fixed rule (``ChunkDecoder``): the first chunk after
 ``first_frames`` frames, each next one twice as long up to ``chunk_frames``, and the rest of
-every text batch when it ends. A streaming job (``live``) receives its frames as they are
+every text batch when it ends. A streaming job (``streaming``) receives its frames as they are
 generated; a whole-clip job gets them when its batch is done (no host sync per frame). The
 rule depends on neither.
 """
@@ -103,11 +103,11 @@ class SpeechJob:
 
     ``text`` is planned into batches (``max_bytes``), or ready ``Batch``es are given.
     ``emit(chunk)`` receives each waveform chunk in order (on the generating thread); with
-    ``keep`` the job also keeps them per batch (``waveform``, ``batch_waves``). ``live``: frames
-    are decoded as they are generated (streaming) rather than when the batch is done.
+    ``keep`` the job also keeps them per batch (``waveform``, ``batch_waves``). ``streaming``:
+    frames are decoded as they are generated rather than when the batch is done.
     ``clip_per_batch``: each batch is decoded from a fresh codec state (subtitle cues are
     separate clips). ``end_batch()``, when given, is called once a batch's last chunk is
-    emitted (live playback lays the chunks out by batch). ``cancel()`` stops it within a
+    emitted (a ``TakeLayout`` lays the chunks out by batch). ``cancel()`` stops it within a
     frame; ``deadline`` (``time.monotonic()`` seconds) is a timeout."""
 
     def __init__(self, runtime, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
@@ -115,7 +115,7 @@ class SpeechJob:
                  max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
                  first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
                  emit: Callable[[torch.Tensor], None] | None = None,
-                 deadline: float | None = None, live: bool = True, keep: bool = False,
+                 deadline: float | None = None, streaming: bool = True, keep: bool = False,
                  clip_per_batch: bool = False, end_batch: Callable[[], None] | None = None):
         if isinstance(text, str):
             if not text.strip():
@@ -134,7 +134,7 @@ class SpeechJob:
         self.decoder = ChunkDecoder(runtime.require_codec(), first_frames, chunk_frames)
         self.emit = emit or (lambda chunk: None)
         self.deadline = deadline
-        self.live, self.keep, self.clip_per_batch = live, keep, clip_per_batch
+        self.streaming, self.keep, self.clip_per_batch = streaming, keep, clip_per_batch
         self.end_batch = end_batch
         self._cancelled = threading.Event()
         self.batch = 0  # index of the text batch generated next
@@ -189,10 +189,10 @@ class SpeechJob:
         return prompt
 
     def feed(self, column: torch.Tensor, eos: bool) -> None:
-        """One generated column ``[1 + K]`` (live jobs): its codes are decoded when a chunk is
+        """One generated column ``[1 + K]`` (streaming jobs): its codes are decoded when a chunk is
         due. ``eos``: the row has made its ``<|im_end|>`` (this column, or before). Columns
         from ``<|im_end|>`` on, or past the length limit, are ignored."""
-        if self.ended or self.stopped or not self.live:
+        if self.ended or self.stopped or not self.streaming:
             return
         self.columns += 1
         chunks = []
@@ -207,7 +207,7 @@ class SpeechJob:
 
     def finish_batch(self, gen: Generated, seconds: float = 0.0) -> None:
         """The text batch is generated: decode the frames left and keep it as history."""
-        chunks = [] if self.live else self.decoder.push(gen.codes)
+        chunks = [] if self.streaming else self.decoder.push(gen.codes)
         self._emit(chunks + self.decoder.flush())
         if self.end_batch is not None:
             self.end_batch()
@@ -273,11 +273,11 @@ class JobRows:
     @torch.inference_mode()
     def step(self) -> list[SpeechJob]:
         """One frame for every row (when any job is still decoding); returns the jobs that
-        left their rows. The frame reaches the host at once only when a live job reads it."""
+        left their rows. The frame reaches the host at once only when a streaming job reads it."""
         if any(not self.batch.ended(r) and not job.stopped for r, job in self.jobs.items()):
-            live = [(row, job) for row, job in self.jobs.items() if job.live]
-            columns = self.batch.step(read=bool(live))
-            for row, job in live:
+            streaming = [(row, job) for row, job in self.jobs.items() if job.streaming]
+            columns = self.batch.step(read=bool(streaming))
+            for row, job in streaming:
                 job.feed(columns[row], self.batch.stopped(row))
         return self.collect()
 

@@ -23,7 +23,8 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .requests import ApiError
+from ...access import is_loopback
+from .errors import ApiError
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
@@ -53,21 +54,6 @@ def is_ip(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def is_loopback(name: str | None) -> bool:
-    """A loopback name or address (``::ffff:127.0.0.1`` included)."""
-    if not name:
-        return False
-    name = name.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or bool(mapped and mapped.is_loopback)
 
 
 @dataclass(frozen=True)

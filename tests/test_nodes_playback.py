@@ -1,9 +1,10 @@
-"""Live playback: the engine's ``on_chunk`` (fish_core/synthesis/live.py) and the node side that
-sends the chunks to the browser that queued the prompt (nodes/live.py), with a fake PromptServer.
+"""Live playback from the nodes (``nodes/playback.py``, opened and closed by the node runner,
+``nodes/runner.py``): the chunks of a generating node go to the browser tab that queued the
+prompt, with a fake PromptServer; the route that switches it, its bounds, and the web
+extension's side of the protocol.
 
-The chunks must concatenate to the returned waveform exactly (before any 16-bit rounding), for
-tts, takes, a dialogue with pauses and subtitles with gaps; asking for them must not change
-any output."""
+The events' chunks must concatenate to the node's AUDIO (take 1) exactly before the 16-bit
+rounding; listening must not change any output."""
 
 from __future__ import annotations
 
@@ -20,133 +21,10 @@ import torch
 from aiohttp import web
 
 from conftest import read_sizes, tone
-from fish_core.params import Generated
-from fish_core.speech.results import Batch, BatchResult
-from fish_core.speech.timeline import join_batches
-from fish_core.synthesis.driver import ChunkDecoder, decode_batches
-from fish_core.synthesis.live import TakeLayout
-from fish_core.text.plan import parse_srt
 
-FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 SRT = ("1\n00:00:00,300 --> 00:00:00,900\nFirst cue.\n\n"
        "2\n00:00:01,500 --> 00:00:02,000\nSecond cue, a little longer.\n\n"
        "3\n00:00:02,050 --> 00:00:03,500\nThird.\n")
-
-
-@pytest.fixture(scope="module")
-def synth(tiny_synth):
-    return tiny_synth
-
-
-@pytest.fixture(scope="module")
-def voice(synth):
-    return synth.encode_voice(tone(synth.sample_rate), "A short reference.", name="Alice",
-                              sample_rate=synth.sample_rate)
-
-
-class Recorder:
-    """An ``on_chunk`` that keeps what it is given (and checks each call's contract)."""
-
-    def __init__(self, sample_rate: int):
-        self.sample_rate, self.chunks = sample_rate, []
-
-    def __call__(self, samples: torch.Tensor, sample_rate: int) -> None:
-        assert sample_rate == self.sample_rate
-        assert samples.dtype == torch.float32 and samples.dim() == 1 and samples.shape[0] > 0
-        assert samples.device.type == "cpu"
-        self.chunks.append(samples)
-
-    @property
-    def joined(self) -> torch.Tensor:
-        return torch.cat(self.chunks)
-
-
-def same_speech(a, b) -> None:
-    assert torch.equal(a.waveform, b.waveform) and torch.equal(a.codes, b.codes)
-    assert [dataclasses_tuple(s) for s in a.segments] == [dataclasses_tuple(s) for s in b.segments]
-
-
-def dataclasses_tuple(segment):
-    return (segment.text, segment.speaker, segment.start_sample, segment.end_sample,
-            segment.frames, segment.stopped_on_eos)
-
-
-# ---------------------------------------------------------------- fish_core: on_chunk
-@pytest.mark.parametrize("max_bytes", [300, 24])  # one text batch, then several
-def test_tts_chunks_are_the_waveform(synth, voice, max_bytes):
-    text = "Hearing the speech while it is made. It must be the same speech."
-    record = Recorder(synth.sample_rate)
-    speech = synth.tts(text, voice, seed=7, max_bytes=max_bytes, on_chunk=record, **FAST)
-    assert len(record.chunks) >= 2  # really piece by piece
-    assert torch.equal(record.joined, speech.waveform)
-    same_speech(speech, synth.tts(text, voice, seed=7, max_bytes=max_bytes, **FAST))
-
-
-def test_takes_stream_take_one(synth, voice):
-    text = "Three takes, and the first one is heard live."
-    record = Recorder(synth.sample_rate)
-    takes = synth.tts(text, voice, seed=11, takes=3, on_chunk=record, **FAST)
-    assert torch.equal(record.joined, takes[0].waveform)
-    for live, plain in zip(takes, synth.tts(text, voice, seed=11, takes=3, **FAST)):
-        same_speech(live, plain)
-
-
-@pytest.mark.parametrize("pause", [0.0, 0.2])
-def test_dialogue_chunks_are_the_mix(synth, voice, pause):
-    voices = {"Alice": voice, "Bob": voice}
-    script = "Alice: Hello there, Bob.\nBob: Hi Alice, how are you?\nAlice: Fine, thanks."
-    record = Recorder(synth.sample_rate)
-    speech = synth.dialogue(script, voices, pause=pause, turn_by_turn=True, seed=3,
-                            on_chunk=record, **FAST)
-    assert torch.equal(record.joined, speech.waveform)
-    if pause:  # the silences are handed out too, as chunks of their own
-        gap = round(pause * synth.sample_rate)
-        assert sum(1 for c in record.chunks if c.shape[0] == gap and not c.any()) == 2
-    same_speech(speech, synth.dialogue(script, voices, pause=pause, turn_by_turn=True,
-                                       seed=3, **FAST))
-
-
-def test_subtitle_chunks_are_the_timeline(synth, voice):
-    record = Recorder(synth.sample_rate)
-    result = synth.subtitles(SRT, voice, seed=5, on_chunk=record, **FAST)
-    assert torch.equal(record.joined, result.waveform)
-    plain = synth.subtitles(SRT, voice, seed=5, **FAST)
-    same_speech(result, plain)
-    assert result.cues == plain.cues and result.overruns == plain.overruns
-    first = round(parse_srt(SRT)[0].start * synth.sample_rate)
-    assert record.chunks[0].shape[0] == first and not record.chunks[0].any()  # leading gap
-
-
-def test_the_layout_of_any_batch_lengths(synth):
-    """``TakeLayout`` on made-up batches (0, 1, a few and many frames, with and without
-    pauses): the chunks are ``join_batches`` of ``decode_batches``, whether the frames come
-    column by column or only at the end of a batch; what it holds back stays bounded."""
-    K = synth.config.num_codebooks
-    g = torch.Generator().manual_seed(0)
-    lengths = [0, 1, 3, 40, 2, 17]
-    codes = [torch.randint(0, synth.config.codebook_size, (K, n), generator=g) for n in lengths]
-    results = [BatchResult(Batch(f"b{i}"), Generated(c, c, True, 1), 0.0)
-               for i, c in enumerate(codes)]
-    for pause in (0.0, 0.05):
-        for by_column in (True, False):
-            record = Recorder(synth.sample_rate)
-            layout = TakeLayout(record, synth.sample_rate, [r.batch for r in results], pause)
-            decoder = ChunkDecoder(synth.codec)
-            decoded = []
-            for c in codes:
-                pieces = c.split(1, dim=1) if by_column else [c]
-                chunks = [chunk for piece in pieces for chunk in decoder.push(piece)]
-                for chunk in chunks + decoder.flush():
-                    decoded.append(chunk)
-                    layout.chunk(chunk)
-                    # only what waits is held (a fade and this chunk), never the whole batch
-                    assert sum(u.shape[0] for u in layout.unsent) <= layout.fade + len(chunk)
-                layout.end_batch()
-            whole = decode_batches(synth.codec, codes)
-            assert torch.equal(torch.cat(decoded), whole)
-            want = join_batches(whole, results, synth.sample_rate, synth.codec.frame_length,
-                                pause).waveform
-            assert torch.equal(record.joined, want), (pause, by_column)
 
 
 # ---------------------------------------------------------------- nodes: events to the browser
@@ -185,16 +63,17 @@ def comfy(tmp_path_factory):
     sys.modules.update({"server": types.SimpleNamespace(PromptServer=types.SimpleNamespace(
         instance=server)), "comfy_execution": execution,
         "comfy_execution.utils": execution.utils})
-    pack = comfy_stubs.load_pack("sailfish_live")
+    pack = comfy_stubs.load_pack("sailfish_playback")
     nodes = {cls.GET_SCHEMA().node_id: cls
              for cls in asyncio.run(asyncio.run(pack.comfy_entrypoint()).get_node_list())}
     model = nodes["SailfishModelLoader"].execute(
         model="tiny-s2", precision="auto", quantization="none", device="auto", compile=False,
         context_length=0, unload_after_minutes=0).args[0]
-    yield types.SimpleNamespace(pack=pack, live=pack.nodes.live, server=server, nodes=nodes,
+    yield types.SimpleNamespace(pack=pack, playback=pack.nodes.playback,
+                                runner=pack.nodes.runner, server=server, nodes=nodes,
                                 model=model, stubs=stubs)
     pack.nodes.manager.MANAGER.unload()
-    comfy_stubs.unload_pack("sailfish_live")
+    comfy_stubs.unload_pack("sailfish_playback")
     comfy_stubs.uninstall()
     for k, v in saved.items():
         sys.modules.pop(k) if v is None else sys.modules.__setitem__(k, v)
@@ -204,24 +83,24 @@ def comfy(tmp_path_factory):
 def queued(comfy):
     """A prompt queued by CLIENT, which listens; afterwards nobody listens."""
     comfy.server.client_id, comfy.server.sent = CLIENT, []
-    comfy.live.listeners(comfy.server).set(CLIENT, True)
-    comfy.live.listeners(comfy.server).set(OTHER, True)
+    comfy.playback.listeners(comfy.server).set(CLIENT, True)
+    comfy.playback.listeners(comfy.server).set(OTHER, True)
     yield comfy
-    comfy.live.listeners(comfy.server).set(CLIENT, False)
-    comfy.live.listeners(comfy.server).set(OTHER, False)
+    comfy.playback.listeners(comfy.server).set(CLIENT, False)
+    comfy.playback.listeners(comfy.server).set(OTHER, False)
     comfy.stubs.mm.interrupt_current_processing(False)
 
 
 @pytest.fixture
 def floats(comfy, monkeypatch):
     """The float chunks handed to the sender, in order."""
-    seen, original = [], comfy.live.LiveSender.chunk
+    seen, original = [], comfy.playback.PlaybackSender.chunk
 
     def chunk(self, samples, sample_rate):
         seen.append(samples.clone())
         return original(self, samples, sample_rate)
 
-    monkeypatch.setattr(comfy.live.LiveSender, "chunk", chunk)
+    monkeypatch.setattr(comfy.playback.PlaybackSender, "chunk", chunk)
     return seen
 
 
@@ -314,21 +193,21 @@ def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
 @pytest.mark.parametrize("who", ["no client id", "not listening", "not connected", "elsewhere"])
 def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, who):
     made = []  # the pack's own copy of the layout: none is made, no job runs live
-    layout = sys.modules[queued.pack.__name__ + ".fish_core.synthesis.live"].TakeLayout
+    layout = sys.modules[queued.pack.__name__ + ".fish_core.local.layout"].TakeLayout
     monkeypatch.setattr(layout, "__init__", lambda self, *a: made.append(a) or None)
     if who == "no client id":
         queued.server.client_id = None  # API use without a websocket
     elif who == "not listening":
-        queued.live.listeners(queued.server).set(CLIENT, False)
+        queued.playback.listeners(queued.server).set(CLIENT, False)
     elif who == "not connected":
         queued.server.client_id = "tab-closed"
-        queued.live.listeners(queued.server).set("tab-closed", True)
+        queued.playback.listeners(queued.server).set("tab-closed", True)
     else:  # outside ComfyUI: no PromptServer at all
         monkeypatch.setitem(sys.modules, "server", None)
     audio, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert queued.server.sent == [] and made == []  # no live decode either
     monkeypatch.undo()
-    queued.live.listeners(queued.server).set(CLIENT, True)
+    queued.playback.listeners(queued.server).set(CLIENT, True)
     queued.server.client_id = CLIENT
     heard, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert torch.equal(heard["waveform"], audio["waveform"])  # listening changes nothing
@@ -363,19 +242,9 @@ def test_a_failing_sender_never_fails_the_node(queued, monkeypatch):
     monkeypatch.setattr(queued.server, "send_sync", broken)
     audio, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     monkeypatch.undo()
-    queued.live.listeners(queued.server).set(CLIENT, False)
+    queued.playback.listeners(queued.server).set(CLIENT, False)
     plain, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     assert torch.equal(audio["waveform"], plain["waveform"])
-
-
-def test_only_engines_that_report_chunks_get_on_chunk(comfy, synth):
-    class Remote:  # an engine whose tts takes no on_chunk
-        def tts(self, text, voice=None, *, on_progress=None, cancel=None):
-            pass
-
-    assert not comfy.live.accepts_chunks(Remote())
-    assert not comfy.live.accepts_chunks(object())
-    assert comfy.live.accepts_chunks(synth)
 
 
 # ---------------------------------------------------------------- the route
@@ -408,7 +277,7 @@ def test_the_route_switches_listening(comfy, monkeypatch):
     handler = live_route(comfy)
     monkeypatch.setitem(comfy.server.sockets, "abc-1", Socket("127.0.0.1"))
     monkeypatch.setitem(comfy.server.sockets, "abc", Socket("127.0.0.1"))
-    listeners = comfy.live.listeners(comfy.server)
+    listeners = comfy.playback.listeners(comfy.server)
     assert post(handler, {"client_id": "abc-1", "listen": True}) == (200, {"listen": True})
     assert "abc-1" in listeners
     assert post(handler, {"client_id": "abc-1", "listen": False}) == (200, {"listen": False})
@@ -426,14 +295,14 @@ def test_the_route_switches_listening(comfy, monkeypatch):
 
 
 def test_listeners_are_bounded_and_never_evicted(comfy):
-    listeners = comfy.live.Listeners(limit=4, per_peer=2)
+    listeners = comfy.playback.Listeners(limit=4, per_peer=2)
     listeners.set("tab", True, "10.0.0.1")
     for i in range(2):
         listeners.set(f"c{i}", True, "10.0.0.9")
-    with pytest.raises(comfy.live.Refused, match="this peer has 2"):
+    with pytest.raises(comfy.playback.Refused, match="this peer has 2"):
         listeners.set("c2", True, "10.0.0.9")
     listeners.set("d0", True, "10.0.0.8")
-    with pytest.raises(comfy.live.Refused, match="too many"):
+    with pytest.raises(comfy.playback.Refused, match="too many"):
         listeners.set("e0", True, "10.0.0.7")
     assert all(i in listeners for i in ("tab", "c0", "c1", "d0"))  # nobody was evicted
     listeners.set("e0", True, "10.0.0.7", open_ids={"tab", "e0"})  # closed sockets dropped
@@ -444,7 +313,7 @@ def test_registrations_need_an_open_socket_of_the_same_peer(comfy, monkeypatch):
     """A LAN peer (not a browser tab) can neither register ids without a ComfyUI socket, nor
     take over or withdraw a tab's id, nor fill the set (it is bounded per peer)."""
     handler = live_route(comfy)
-    listeners = comfy.live.listeners(comfy.server)
+    listeners = comfy.playback.listeners(comfy.server)
     tab, lan = "127.0.0.1", "192.168.1.50"
     monkeypatch.setitem(comfy.server.sockets, "tab-9", Socket(tab))
     assert post(handler, {"client_id": "tab-9", "listen": True}, remote=tab)[0] == 200
@@ -454,12 +323,12 @@ def test_registrations_need_an_open_socket_of_the_same_peer(comfy, monkeypatch):
     assert status == 403 and "tab-9" in listeners
     monkeypatch.setitem(comfy.server.sockets, "tab-8", Socket(tab))
     assert post(handler, {"client_id": "tab-8", "listen": True}, remote=lan)[0] == 403
-    for i in range(comfy.live.MAX_PER_PEER + 5):  # the LAN peer's own sockets
+    for i in range(comfy.playback.MAX_PER_PEER + 5):  # the LAN peer's own sockets
         monkeypatch.setitem(comfy.server.sockets, f"lan-{i}", Socket(lan))
         status, _ = post(handler, {"client_id": f"lan-{i}", "listen": True}, remote=lan)
-        assert status == (200 if i < comfy.live.MAX_PER_PEER else 429)
+        assert status == (200 if i < comfy.playback.MAX_PER_PEER else 429)
     assert "tab-9" in listeners  # the tab's registration stays
-    for i in range(comfy.live.MAX_PER_PEER):
+    for i in range(comfy.playback.MAX_PER_PEER):
         assert post(handler, {"client_id": f"lan-{i}", "listen": False}, remote=lan)[0] == 200
     assert post(handler, {"client_id": "tab-9", "listen": False}, remote=tab)[0] == 200
 
@@ -469,10 +338,10 @@ def test_the_extension_speaks_the_servers_protocol(comfy):
     """The JS uses the event type, route and setting id the server and locales use."""
     import comfy_stubs
 
-    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_live.js").read_text(encoding="utf-8")
+    js = (comfy_stubs.ROOT / "web" / "js" / "sailfish_playback.js").read_text(encoding="utf-8")
     constants = dict(re.findall(r'^const (\w+) = "([^"]*)";', js, flags=re.M))
-    assert constants["EVENT"] == comfy.live.EVENT
-    assert constants["ROUTE"] == comfy.live.ROUTE
+    assert constants["EVENT"] == comfy.playback.EVENT
+    assert constants["ROUTE"] == comfy.playback.ROUTE
     for state in ("start", "chunk", "done", "cancelled", "error"):
         assert f'"{state}"' in js
     for lang in ("en", "zh"):

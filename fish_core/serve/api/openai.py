@@ -1,17 +1,19 @@
 """The OpenAI dialect: ``POST /v1/audio/speech`` (its request shape, plus the S2 extensions of
 SGLang-Omni / vLLM-Omni) and ``GET /v1/models``. The shared field checks are in
-``requests.py``; the answer in ``speak.py``; the voice routes in ``voices_api.py``."""
+``protocol.py``; the answer in ``speak.py``; the voice routes in ``voices.py``."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from . import formats
-from .bodies import read_object
-from .requests import (Limits, Reference, SpeechRequest, audio_bytes, audio_format, bad, choice,
-                       finishing, number, references, reject_unknown, require_object, sampling,
-                       text_field, voice_name)
-from .service import Service
+from ..http import formats
+from ..http.bodies import read_object
+from ..http.errors import bad
+from ..limits import Limits
+from ..service import Service
+from .protocol import (Reference, SpeechRequest, audio_bytes, audio_format, choice, finishing,
+                       number, references, reject_unknown, require_object, sampling, text_field,
+                       voice_name)
 from .speak import speak
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",

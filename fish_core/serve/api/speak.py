@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from typing import Callable
 
 import torch
 from aiohttp import web
 
-from . import formats
-from .logs import log
-from .requests import ClientGone, SpeechRequest
-from .service import Service
+from ..http import formats
+from ..http.errors import ClientGone
+from ..http.logs import log
+from ..service import Service
+from .protocol import SpeechRequest
 
 POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
 
@@ -22,15 +24,7 @@ POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is s
 async def speak(service: Service, request: web.Request, speech: SpeechRequest
                 ) -> web.StreamResponse:
     """Queue the request and answer as its audio arrives: whole, streamed, or as SSE."""
-    loop = asyncio.get_running_loop()
-    items: asyncio.Queue = asyncio.Queue()
-
-    def emit(kind: str, value) -> None:  # on the scheduler's thread
-        try:
-            loop.call_soon_threadsafe(items.put_nowait, (kind, value))
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
-
+    items, emit = reports()
     with service.admitted():
         task = service.scheduler.submit(speech, emit)
         try:
@@ -44,6 +38,21 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
             return web.Response(status=499)
         finally:
             task.cancel()  # a no-op once it is done; stops it when the client left
+
+
+def reports() -> tuple[asyncio.Queue, Callable[[str, object], None]]:
+    """A queue on the running event loop and the ``emit(kind, value)`` a scheduler task reports
+    into it with, from the scheduler's thread (the one bridge from the worker to a handler)."""
+    loop = asyncio.get_running_loop()
+    items: asyncio.Queue = asyncio.Queue()
+
+    def emit(kind: str, value) -> None:  # on the scheduler's thread
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            pass
+
+    return items, emit
 
 
 async def next_item(items: asyncio.Queue, request: web.Request) -> tuple[str, object]:

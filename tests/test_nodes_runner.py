@@ -1,13 +1,12 @@
-"""What every generating node shares (``nodes/runtime.py``): the progress bar per frame and
-Cancel within a frame."""
+"""The node runner (``nodes/runner.py``): every generating node's progress bar per frame and
+Cancel within a frame, and which models get live playback's ``on_chunk``."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, manager, model, run_v1)
+    FAST, _clean_progress, check_audio, env, manager, model, reference, run_v1, voice)
 
 
 # ---------------------------------------------------------------- progress and Cancel
@@ -46,11 +45,32 @@ def test_cancel_stops_within_a_frame_and_the_model_stays(env, model, via):
     assert env.manager.get(model) is before  # not reloaded
 
 
-def test_audio_is_unpacked_here_naming_the_input(env):
-    runtime = env.pack.nodes.runtime
-    wave = torch.zeros(1, 1, 8)
-    assert runtime.from_audio({"waveform": wave, "sample_rate": 24000}, "audio") == \
-        {"audio": wave, "sample_rate": 24000}
-    for bad in ({"waveform": wave}, wave, None):
-        with pytest.raises(ValueError, match="reference_audio: expected ComfyUI AUDIO"):
-            runtime.from_audio(bad, "reference_audio")
+@pytest.mark.parametrize("node", ["SailfishVoiceClone", "SailfishMultiSpeaker",
+                                  "SailfishSubtitles"])
+def test_every_generating_node_moves_the_progress_bar(env, model, voice, reference, node):
+    """The other generating nodes get the runner's progress too (TTS above)."""
+    updates = []
+    env.stubs.utils.PROGRESS_BAR_HOOK = lambda value, total, preview, node_id=None: \
+        updates.append((value, total))
+    inputs = {"SailfishVoiceClone": dict(reference_audio=reference, reference_text="A test.",
+                                         text="Count my frames."),
+              "SailfishMultiSpeaker": dict(script="Alice: Count my frames.", pause=0.0,
+                                           speaker_1=voice),
+              "SailfishSubtitles": dict(srt="1\n00:00:00,000 --> 00:00:01,000\nCount.\n",
+                                        voice=voice)}[node]
+    run_v1(env, node, model=model, **inputs, **FAST)
+    values = [v for v, _ in updates]
+    assert values[:2] == [1, 2] and values == sorted(values)
+    assert updates[-1][0] == updates[-1][1]  # full at the end
+
+
+def test_only_engines_that_report_chunks_get_on_chunk(env, tiny_synth):
+    runner = env.pack.nodes.runner
+
+    class Remote:  # an engine whose tts takes no on_chunk
+        def tts(self, text, voice=None, *, on_progress=None, cancel=None):
+            pass
+
+    assert not runner.accepts_chunks(Remote())
+    assert not runner.accepts_chunks(object())
+    assert runner.accepts_chunks(tiny_synth)

@@ -1,7 +1,7 @@
 // Sailfish live playback: hear the speech while a Sailfish node generates it.
 //
 // The server sends the node's audio, piece by piece, to this tab only (the one that queued the
-// prompt) as "sailfish.live" websocket events (nodes/live.py). It does so only while this tab
+// prompt) as "sailfish.live" websocket events (nodes/playback.py). It does so only while this tab
 // says it listens: we post {client_id, listen} to /sailfish/live when the socket (re)connects
 // and when the setting "Sailfish.LivePlayback" changes, so with the setting off the server does
 // no live work at all.

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ..audio.formats import CONTENT_TYPES, OPUS_RATE, encode, writable
-from ..audio.wav import STREAMABLE, StreamEncoder, pcm16
+from ...audio.formats import CONTENT_TYPES, OPUS_RATE, encode, writable
+from ...audio.wav import STREAMABLE, StreamEncoder, pcm16
 
 __all__ = ["CONTENT_TYPES", "STREAMABLE", "OPUS_RATE", "StreamEncoder", "encode", "pcm16",
            "writable"]

@@ -1,19 +1,21 @@
 """The fish-speech dialect: ``POST /v1/tts`` (``ServeTTSRequest``, JSON or msgpack) and the
 reference library at ``/v1/references/list|add|delete|update``. The shared field checks are in
-``requests.py``; the answer in ``speak.py``; voices are stored by ``voicelib.py``."""
+``protocol.py``; the answer in ``speak.py``; voices are stored by ``..voicelib``."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from . import formats
-from .bodies import off_loop, read_object
-from .requests import (Limits, SpeechRequest, audio_format, bad, choice, finishing, integer,
-                       number, references, reject_unknown, require_object, sampling, text_field,
+from ..http import formats
+from ..http.bodies import off_loop, read_object
+from ..http.errors import bad
+from ..limits import Limits
+from ..service import Service
+from .protocol import (SpeechRequest, audio_format, choice, finishing, integer, number,
+                       references, reject_unknown, require_object, sampling, text_field,
                        voice_name)
-from .service import Service
 from .speak import speak
-from .voices_api import added_voice
+from .voices import added_voice
 
 FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
                "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
