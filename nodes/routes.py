@@ -27,10 +27,12 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..fish_core import access
 from . import host, paths
 from .manager import MANAGER, ModelHandle
 
 PREFIX = "/sailfish"
+KEY_ENV = "SAILFISH_SERVE_API_KEY"
 log = logging.getLogger("sailfish")
 
 
@@ -104,8 +106,9 @@ def build_service(manager=MANAGER):
             yield synth
 
     name = served_name(os.environ.get("SAILFISH_SERVE_MODEL", ""))
-    return Service(model, paths.roots(paths.VOICES), model_name=name,
-                   api_key=os.environ.get("SAILFISH_SERVE_API_KEY") or None,
+    # the one key reader serve and remote share: a key that cannot be a header value is refused
+    key = access.read_key_env(KEY_ENV, KEY_ENV, required=False)
+    return Service(model, paths.roots(paths.VOICES), model_name=name, api_key=key,
                    loaded=lambda: bool(manager.loaded()), guard=guard())
 
 
@@ -121,6 +124,9 @@ def mount() -> bool:
     try:
         serve.mount(instance.routes, build_service(), PREFIX)
     except ImportError as e:  # aiohttp comes with ComfyUI; say so rather than fail the pack
+        log.warning("Sailfish: HTTP API not mounted (%s)", e)
+        return False
+    except ValueError as e:  # a key that is set but unusable: never serve without it
         log.warning("Sailfish: HTTP API not mounted (%s)", e)
         return False
     log.info("Sailfish: HTTP API at %s/v1 (OpenAI speech, fish-speech tts, voices)", PREFIX)

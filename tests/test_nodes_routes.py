@@ -131,3 +131,23 @@ def test_models_route_reports_the_checkpoint_served(comfy, monkeypatch):
     assert routes_module.served_name(str(fixtures_dir() / "tiny-s2")) == "tiny-s2"
     assert routes_module.served_name("s2-pro (download)") == "s2-pro"
     assert routes_module.served_name("voices/alt") == "voices/alt"
+
+
+def test_the_key_is_read_by_the_shared_reader_and_a_bad_one_mounts_nothing(comfy, monkeypatch):
+    """SAILFISH_SERVE_API_KEY goes through ``fish_core.access`` as serve's and remote's keys do:
+    a usable key guards the routes; one that cannot be a header value (a space, a newline) is
+    refused, and the HTTP API is not mounted rather than served without a key."""
+    routes_module = comfy.pack.nodes.routes
+    monkeypatch.setenv("SAILFISH_SERVE_API_KEY", "  sk-good-key\n")
+    service = routes_module.build_service()
+    service.authorize("Bearer sk-good-key")  # the key, trimmed as the shared reader trims it
+    with pytest.raises(Exception, match="API key"):
+        service.authorize(None)
+    monkeypatch.setenv("SAILFISH_SERVE_API_KEY", "two words")
+    with pytest.raises(ValueError, match="SAILFISH_SERVE_API_KEY"):
+        routes_module.build_service()
+    table = web.RouteTableDef()
+    monkeypatch.setattr(sys.modules["server"].PromptServer.instance, "routes", table)
+    assert routes_module.mount() is False and len(table) == 0
+    monkeypatch.delenv("SAILFISH_SERVE_API_KEY")
+    assert not routes_module.build_service().has_key
