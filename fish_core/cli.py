@@ -554,6 +554,9 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
         [args.voice_text] * (args.voice_text is not None)
     clips, sources = [], []
     for path in voices:
+        if not str(path).strip():
+            raise ValueError("--voice: empty; expected a voice file (.safetensors) or a clip "
+                             "with its --voice-text")
         file = Path(path).expanduser()
         if not file.is_file():
             wrong = "a folder, not a file" if file.is_dir() else "file not found"

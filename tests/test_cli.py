@@ -212,6 +212,9 @@ def test_a_clip_as_voice_says_how_to_use_it(ckpt_dir, tmp_path, capsys):
     assert cli.main(["say", "hi", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
                      "--voice-text", "stray words"]) == 2
     assert "one --voice-text per audio clip" in capsys.readouterr().err
+    assert cli.main(["say", "hi", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
+                     "--voice", ""]) == 2  # an empty value is not the current folder
+    assert "--voice: empty; expected a voice file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, says", [
