@@ -237,8 +237,8 @@ def compile_of(precision: str) -> bool | str:
     (time both on the first frame, keep the faster), else eager."""
     suffix = precision.partition("+")[2]
     if suffix not in COMPILE_SUFFIXES:
-        raise ValueError(f"precision {precision!r}: the suffix after '+' must be one of "
-                         f"{', '.join(COMPILE_SUFFIXES)}")
+        raise ValueError(f"precision {precision!r}: expected no suffix or one of "
+                         f"{', '.join('+' + k for k in COMPILE_SUFFIXES if k)}")
     return COMPILE_SUFFIXES[suffix]
 
 
@@ -320,8 +320,8 @@ def decode(args) -> dict:
                       "effective_GB_per_s": round(nbytes * med / 1e9, 2),
                       "speedup_vs_bf16": round(med / bf16, 2) if bf16 else None,
                       "weight_GB": round(quant.weight_bytes(models[p]) / 1e9, 3),
-                      "warmup_s": warmup[p], "compiled": e.compiled, "compile_choice": e.compile_choice,
-                      "fallbacks": list(e.fallbacks)}
+                      "warmup_s": warmup[p], "compiled": e.compiled,
+                      "compile_choice": e.compile_choice, "fallbacks": list(e.fallbacks)}
             if args.bandwidth:
                 row[p]["fraction_of_bound"] = round(nbytes * med / 1e9 / args.bandwidth, 3)
         out["threads"][n] = row
@@ -331,9 +331,10 @@ def decode(args) -> dict:
 
 @torch.inference_mode()
 def profile(args) -> dict:
-    """Where one eager decode frame's time goes (``torch.profiler`` over ``--frames`` frames
-    of the first of ``--precisions``, after a warm-up): the ops by their own time, how many
-    calls a frame makes, and the part of the frame no op accounts for (Python, dispatch)."""
+    """Where a decode frame's time goes (``torch.profiler`` over frames 2 .. ``--frames`` of
+    the first of ``--precisions``, eager or ``+compile``, after a warm-up): the ops by their own
+    time, how many top-level calls a frame makes, and the part of the frame no op accounts for
+    (Python, dispatch)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
