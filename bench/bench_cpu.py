@@ -6,6 +6,7 @@ kernels behind them, their accuracy, and the thread settings.
     python bench/bench_cpu.py --decode --model /work/realsize/medium --text "Hello there."
     python bench/bench_cpu.py --errors                          # accuracy per precision
     python bench/bench_cpu.py --threads-study                   # default threads, compile threads
+    python bench/bench_cpu.py --profile --model /work/realsize/medium --precisions int8 --threads 1
 
 Decode speed is ``(n - 1) / (t(frame n) - t(frame 1))``: the prompt's prefill and the first
 frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precisions: ``bf16``
@@ -15,6 +16,9 @@ frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precision
 through the real loader (``load_model``) when ``--model`` is given, else the random ``--config``
 model quantized by the same ``quant.Converter``. Runs are alternated precision by precision,
 ``--rounds`` times, and reported as median / min / max with the machine's load average.
+A ``+compile`` suffix (``int8+compile``) decodes the same model with the step compiled
+(``Engine(compile=True)``), ``+auto`` with ``compile="auto"``; each row records whether it ran
+compiled and any fallback.
 
 Bytes per frame: what one frame reads at batch 1 (``frame_bytes``); the bound is the GEMV
 bandwidth of ``--kernels`` (bytes a large bf16 GEMV reads per second at the same thread count),
@@ -52,6 +56,10 @@ FAST_AR = ("fast_layers.*", "fast_output")
 PRECISIONS = {"bf16": ("none", None), "bf16-plain": ("none", None), "int8": ("int8", None),
               "int8-torch": ("int8", None),
               "int4": ("int4", None), "int4-all": ("int4", ()), "fp8": ("fp8", None)}
+
+
+# a decode-step suffix of a precision name (``--decode``): eager, compiled, or auto
+COMPILE_SUFFIXES = {"": False, "compile": True, "auto": "auto"}
 
 
 def machine() -> dict:
@@ -219,6 +227,21 @@ def load_precision(folder, precision: str):
         quant.convert.MIXED.update(saved)
 
 
+def base_precision(precision: str) -> str:
+    """``int8+compile`` → ``int8``: the precision without its decode-step suffix."""
+    return precision.split("+")[0]
+
+
+def compile_of(precision: str) -> bool | str:
+    """The ``Engine`` compile mode a precision name asks for: ``+compile`` (on), ``+auto``
+    (time both on the first frame, keep the faster), else eager."""
+    suffix = precision.partition("+")[2]
+    if suffix not in COMPILE_SUFFIXES:
+        raise ValueError(f"precision {precision!r}: expected no suffix or one of "
+                         f"{', '.join('+' + k for k in COMPILE_SUFFIXES if k)}")
+    return COMPILE_SUFFIXES[suffix]
+
+
 def frame_bytes(model, engine: Engine, cache_len: int) -> int:
     """Bytes one frame reads at batch 1: the slow layers and the sampled head rows once, the
     fast layers and head once per codebook after the first (K - 1 passes), the KV cache."""
@@ -256,16 +279,21 @@ def frame_rate(engine: Engine, prompt, frames: int) -> tuple[float, float]:
 def decode(args) -> dict:
     threads = [int(t) for t in args.threads.split(",")]
     precisions = args.precisions.split(",")
+    loaded = {base_precision(p) for p in precisions}  # one model per precision, compiled or not
     if args.model:
-        models = {p: load_precision(args.model, p) for p in precisions}
+        held = {p: load_precision(args.model, p) for p in loaded}
         prompt = text_prompt(args.model, args.text)
     else:
         base = random_model(make_config(args.config), "cpu", torch.bfloat16)
-        models = {p: quantized_copy(base, p) for p in precisions}
+        held = {p: quantized_copy(base, p) for p in loaded}
         prompt = prompt_for(base.config, args.prompt_len)
-    engines = {p: Engine(m) for p, m in models.items()}
-    for p, e in engines.items():  # warm-up, and the cache at its size
+    models = {p: held[base_precision(p)] for p in precisions}
+    engines = {p: Engine(m, compile=compile_of(p)) for p, m in models.items()}
+    warmup = {}
+    for p, e in engines.items():  # warm-up (and the compile), and the cache at its size
+        t0 = time.perf_counter()
         e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
+        warmup[p] = round(time.perf_counter() - t0, 1)
     out = {"machine": machine(), "model": args.model or args.config, "frames": args.frames,
            "prompt_tokens": prompt.shape[1], "rounds": args.rounds, "threads": {}}
     for n in threads:
@@ -291,11 +319,68 @@ def decode(args) -> dict:
                       "bytes_per_frame_GB": round(nbytes / 1e9, 4),
                       "effective_GB_per_s": round(nbytes * med / 1e9, 2),
                       "speedup_vs_bf16": round(med / bf16, 2) if bf16 else None,
-                      "weight_GB": round(quant.weight_bytes(models[p]) / 1e9, 3)}
+                      "weight_GB": round(quant.weight_bytes(models[p]) / 1e9, 3),
+                      "warmup_s": warmup[p], "compiled": e.compiled,
+                      "compile_choice": e.compile_choice, "fallbacks": list(e.fallbacks)}
             if args.bandwidth:
                 row[p]["fraction_of_bound"] = round(nbytes * med / 1e9 / args.bandwidth, 3)
         out["threads"][n] = row
         print(n, json.dumps(row), flush=True)
+    return out
+
+
+@torch.inference_mode()
+def profile(args) -> dict:
+    """Where a decode frame's time goes (``torch.profiler`` over frames 2 .. ``--frames`` of
+    the first of ``--precisions``, eager or ``+compile``, after a warm-up): the ops by their own
+    time, how many top-level calls a frame makes, and the part of the frame no op accounts for
+    (Python, dispatch)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    set_threads(int(args.threads.split(",")[0]))
+    precision = args.precisions.split(",")[0]
+    if args.model:
+        model = load_precision(args.model, base_precision(precision))
+        prompt = text_prompt(args.model, args.text)
+    else:
+        model = quantized_copy(random_model(make_config(args.config), "cpu", torch.bfloat16),
+                               base_precision(precision))
+        prompt = prompt_for(model.config, args.prompt_len)
+    engine = Engine(model, compile=compile_of(precision))
+    frames = args.frames
+    engine.generate(prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False)
+    plain_fps = frame_rate(engine, prompt, frames)[0]
+    prof = torch_profile(activities=[ProfilerActivity.CPU])
+    stamps = []
+
+    def on_frame(i, n):  # the profile spans frames 2 .. n: no prefill, no first frame
+        stamps.append(time.perf_counter())
+        if len(stamps) == 1:
+            prof.start()
+        elif len(stamps) == frames:
+            prof.stop()
+    engine.generate(prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False,
+                    on_frame=on_frame)
+    n = len(stamps) - 1  # frames profiled
+    events = prof.key_averages()
+    top_level = [e for e in prof.events() if e.cpu_parent is None and e.device_type.name == "CPU"]
+    wall_us = (stamps[-1] - stamps[0]) * 1e6 / n  # one frame, profiled
+    ops_us = sum(e.cpu_time_total for e in top_level) / n
+    calls = len(top_level) / n
+    rows = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:args.top]
+    out = {"machine": machine(), "precision": precision, "frames": frames,
+           "frames_per_s_unprofiled": round(plain_fps, 2),
+           "frame_ms_profiled": round(wall_us / 1e3, 2),
+           "top_level_ops_per_frame": round(calls, 1),
+           "top_level_op_ms_per_frame": round(ops_us / 1e3, 2),
+           "outside_ops_ms_per_frame": round((wall_us - ops_us) / 1e3, 2),
+           "ops": [{"name": e.key, "calls_per_frame": round(e.count / n, 1),
+                    "self_ms_per_frame": round(e.self_cpu_time_total / n / 1e3, 3)}
+                   for e in rows]}
+    print(json.dumps({k: v for k, v in out.items() if k != "ops"}), flush=True)
+    for op in out["ops"]:
+        print(f"{op['self_ms_per_frame']:8.3f} ms {op['calls_per_frame']:7.1f} calls  {op['name']}")
     return out
 
 
@@ -433,6 +518,8 @@ def main(argv=None):
     what.add_argument("--decode", action="store_true")
     what.add_argument("--errors", action="store_true")
     what.add_argument("--threads-study", action="store_true")
+    what.add_argument("--profile", action="store_true",
+                      help="where one decode frame's time goes (first of --precisions)")
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--model", help="a checkpoint folder (e.g. bench/make_standin.py's)")
     src.add_argument("--config", choices=["tiny", "medium", "real"], default="medium")
@@ -448,6 +535,7 @@ def main(argv=None):
     ap.add_argument("--error-frames", type=int, default=32)
     ap.add_argument("--compile-config", default="tiny,medium",
                     help="configs of the compile-threads study (comma list)")
+    ap.add_argument("--top", type=int, default=25, help="ops listed by --profile")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     if args.kernels:
@@ -458,6 +546,8 @@ def main(argv=None):
         result = decode(args)
     elif args.errors:
         result = errors(args)
+    elif args.profile:
+        result = profile(args)
     else:
         result = threads_study(args)
     if args.json:

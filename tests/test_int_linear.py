@@ -355,10 +355,12 @@ def test_end_of_speech_decision_is_kept(mode, quantized, fp32_model, fixtures, c
     assert float((ref - out).abs().max()) < EOS_MARGIN_ERR[mode]
 
 
-def test_compiled_decode_through_the_int_layers_matches_eager(ckpt_dir, clone_prompt):
-    """fullgraph compile of the frame step through both kernels (fp32 activations, as the FP8
-    compile test: bf16 fused kernels round differently and tiny random models tie)."""
-    model = load_model(ckpt_dir, "cpu", torch.float32, "int4")
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_compiled_decode_through_the_int_layers_matches_eager(ckpt_dir, clone_prompt, mode):
+    """fullgraph compile of the frame step through the int8 kernel (``int8``) and both kernels
+    (``int4``: its fast AR is int8), with no fallback (fp32 activations, as the FP8 compile
+    test: bf16 fused kernels round differently and tiny random models tie)."""
+    model = load_model(ckpt_dir, "cpu", torch.float32, mode)
     eager = Engine(model).generate(clone_prompt, greedy(16), seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
     compiled = engine.generate(clone_prompt, greedy(16), seed=0, stop_on_eos=False)[0]
