@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -168,20 +169,20 @@ DIAGNOSE = """(async () => {
 QUEUE = "window.comfyAPI.app.app.queuePrompt(0).then(() => true)"
 
 
-async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
-                ) -> tuple[list, list]:
-    """One browser session; returns (failed checks, console messages). ``baseline``: only
-    load the page, with the extension's file blocked (the console of ComfyUI without it)."""
+@asynccontextmanager
+async def headless_page(chromium: str, *flags: str):
+    """A headless chromium showing one page, driven over the DevTools protocol: yields
+    ``(page, session)`` (an aiohttp session the caller may use too); the browser and its
+    profile are gone afterwards."""
     port = free_port()
     profile = tempfile.mkdtemp(prefix="sailfish-chrome-")
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
-            "--window-size=1400,900", "about:blank"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    failed = []
+    proc = subprocess.Popen(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={profile}", f"--remote-debugging-port={port}", *flags, "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         async with aiohttp.ClientSession() as session:
+            targets = []
             for _ in range(100):
                 try:
                     async with session.get(f"http://127.0.0.1:{port}/json/list") as r:
@@ -195,83 +196,10 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
                                           max_msg_size=64 << 20) as ws:
                 page = Page(ws)
                 pump = asyncio.create_task(page.pump())
-                for domain in ("Runtime", "Log", "Page", "Network"):
-                    await page.send(f"{domain}.enable")
-                # The whole 1400 x 900 as the page's viewport (new headless takes its own
-                # bars off the window size): the player's buttons stay on screen to click.
-                await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
-                                deviceScaleFactor=1, mobile=False)
-                if baseline:
-                    await page.send("Network.setBlockedURLs", urls=["*sailfish_playback.js"])
-                await page.send("Page.navigate", url=url)
-                await page.until("!!(window.comfyAPI?.app?.app?.graph && "
-                                 "window.comfyAPI.app.app.extensions?.length)")
-                await asyncio.sleep(2)  # let the other extensions settle
-                if not await page.eval(SETUP % WORKFLOW.read_text()) and not baseline:
-                    failed.append("the extension did not register")
-                if baseline:  # the same workflow queued twice, without the extension
-                    for _ in range(2):
-                        await page.eval("(window.__reseed(), true)")
-                        await page.eval(QUEUE)
-                        await asyncio.sleep(1.0)
-                        await page.until(IDLE)
-                    await asyncio.sleep(2)
-                    pump.cancel()
-                    return [], page.console
-                before = await page.eval(WIDGET_VALUES)
-                if gesture:
-                    await page.click(*await page.eval(EMPTY_CANVAS))
-                await page.eval(QUEUE)
                 try:
-                    await page.until("window.__live.includes('done') || "
-                                     "window.__live.includes('error')")
-                except TimeoutError:
-                    print(f"    no live stream; page state: {await page.eval(DIAGNOSE)}")
-                    raise
-                live = await page.eval("window.__live")
-                if live[0] != "start" or live[-1] != "done" or "chunk" not in live:
-                    failed.append(f"events: {live}")
-                player = await page.until(PLAYER)
-                await asyncio.sleep(0.5)
-                player = await page.eval(PLAYER)
-                print(f"    player after the run: {player}")
-                if gesture and (player["state"] != "done" or player["listen"]):
-                    failed.append(f"with a gesture, the player should play: {player}")
-                if not gesture:  # autoplay blocked: a Listen button, and a click on it plays
-                    if not player["listen"]:
-                        print("    (this browser let audio start without a gesture)")
-                    else:
-                        x, y = await page.eval(LISTEN_AT)
-                        await page.click(x, y)
-                        await asyncio.sleep(1.0)
-                        player = await page.eval(PLAYER)
-                        print(f"    player after clicking Listen: {player}")
-                        if player["listen"] or player["state"] != "done":
-                            failed.append(f"Listen did not start the audio: {player}")
-                if await page.eval(WIDGET_VALUES) != before:
-                    failed.append("the player changed the workflow's widget values")
-                prompt = await page.eval("window.comfyAPI.app.app.graphToPrompt()"
-                                         ".then((p) => JSON.stringify(p.output))")
-                if "sailfish_live" in prompt:
-                    failed.append("the player leaked into the API prompt")
-                # The setting off: the server is told, and sends nothing.
-                await page.eval("window.comfyAPI.app.app.extensionManager.setting"
-                                ".set('Sailfish.LivePlayback', false).then(() => true)")
-                await asyncio.sleep(1.0)
-                player = await page.eval(PLAYER)  # playback stopped by the setting
-                await page.eval("(window.__live = [], window.__reseed())")
-                await page.eval(QUEUE)
-                await asyncio.sleep(1.0)
-                await page.until(IDLE)
-                if await page.eval("window.__live.length"):
-                    failed.append("events arrived with the setting off")
-                if await page.eval(PLAYER) != player:
-                    failed.append("the player changed with the setting off")
-                await page.eval("window.comfyAPI.app.app.extensionManager.setting"
-                                ".set('Sailfish.LivePlayback', true).then(() => true)")
-                await asyncio.sleep(1.0)
-                pump.cancel()
-                return failed, page.console
+                    yield page, session
+                finally:
+                    pump.cancel()
     finally:
         proc.terminate()
         try:
@@ -279,6 +207,91 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
+                ) -> tuple[list, list]:
+    """One browser session; returns (failed checks, console messages). ``baseline``: only
+    load the page, with the extension's file blocked (the console of ComfyUI without it)."""
+    failed = []
+    flags = ("--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--window-size=1400,900")
+    async with headless_page(chromium, *flags) as (page, _):
+        for domain in ("Runtime", "Log", "Page", "Network"):
+            await page.send(f"{domain}.enable")
+        # The whole 1400 x 900 as the page's viewport (new headless takes its own
+        # bars off the window size): the player's buttons stay on screen to click.
+        await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                        deviceScaleFactor=1, mobile=False)
+        if baseline:
+            await page.send("Network.setBlockedURLs", urls=["*sailfish_playback.js"])
+        await page.send("Page.navigate", url=url)
+        await page.until("!!(window.comfyAPI?.app?.app?.graph && "
+                         "window.comfyAPI.app.app.extensions?.length)")
+        await asyncio.sleep(2)  # let the other extensions settle
+        if not await page.eval(SETUP % WORKFLOW.read_text()) and not baseline:
+            failed.append("the extension did not register")
+        if baseline:  # the same workflow queued twice, without the extension
+            for _ in range(2):
+                await page.eval("(window.__reseed(), true)")
+                await page.eval(QUEUE)
+                await asyncio.sleep(1.0)
+                await page.until(IDLE)
+            await asyncio.sleep(2)
+            return [], page.console
+        before = await page.eval(WIDGET_VALUES)
+        if gesture:
+            await page.click(*await page.eval(EMPTY_CANVAS))
+        await page.eval(QUEUE)
+        try:
+            await page.until("window.__live.includes('done') || "
+                             "window.__live.includes('error')")
+        except TimeoutError:
+            print(f"    no live stream; page state: {await page.eval(DIAGNOSE)}")
+            raise
+        live = await page.eval("window.__live")
+        if live[0] != "start" or live[-1] != "done" or "chunk" not in live:
+            failed.append(f"events: {live}")
+        player = await page.until(PLAYER)
+        await asyncio.sleep(0.5)
+        player = await page.eval(PLAYER)
+        print(f"    player after the run: {player}")
+        if gesture and (player["state"] != "done" or player["listen"]):
+            failed.append(f"with a gesture, the player should play: {player}")
+        if not gesture:  # autoplay blocked: a Listen button, and a click on it plays
+            if not player["listen"]:
+                print("    (this browser let audio start without a gesture)")
+            else:
+                x, y = await page.eval(LISTEN_AT)
+                await page.click(x, y)
+                await asyncio.sleep(1.0)
+                player = await page.eval(PLAYER)
+                print(f"    player after clicking Listen: {player}")
+                if player["listen"] or player["state"] != "done":
+                    failed.append(f"Listen did not start the audio: {player}")
+        if await page.eval(WIDGET_VALUES) != before:
+            failed.append("the player changed the workflow's widget values")
+        prompt = await page.eval("window.comfyAPI.app.app.graphToPrompt()"
+                                 ".then((p) => JSON.stringify(p.output))")
+        if "sailfish_live" in prompt:
+            failed.append("the player leaked into the API prompt")
+        # The setting off: the server is told, and sends nothing.
+        await page.eval("window.comfyAPI.app.app.extensionManager.setting"
+                        ".set('Sailfish.LivePlayback', false).then(() => true)")
+        await asyncio.sleep(1.0)
+        player = await page.eval(PLAYER)  # playback stopped by the setting
+        await page.eval("(window.__live = [], window.__reseed())")
+        await page.eval(QUEUE)
+        await asyncio.sleep(1.0)
+        await page.until(IDLE)
+        if await page.eval("window.__live.length"):
+            failed.append("events arrived with the setting off")
+        if await page.eval(PLAYER) != player:
+            failed.append("the player changed with the setting off")
+        await page.eval("window.comfyAPI.app.app.extensionManager.setting"
+                        ".set('Sailfish.LivePlayback', true).then(() => true)")
+        await asyncio.sleep(1.0)
+        return failed, page.console
 
 
 def normal(text: str) -> str:

@@ -21,11 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import aiohttp
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-from browser_playback_check import Page, free_port  # noqa: E402
+from browser_playback_check import headless_page  # noqa: E402
 
 LOAD = """(async () => {
   const app = window.comfyAPI.app.app;
@@ -48,47 +47,22 @@ SETTINGS = {"Comfy.TutorialCompleted": True, "Comfy.Minimap.Visible": False}
 
 
 async def shoot(url: str, chromium: str, workflow: Path, size: tuple[int, int]) -> bytes:
-    port = free_port()
-    profile = tempfile.mkdtemp(prefix="sailfish-chrome-")
-    proc = subprocess.Popen(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--hide-scrollbars", f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
-         f"--window-size={size[0]},{size[1]}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(100):
-                try:
-                    async with session.get(f"http://127.0.0.1:{port}/json/list") as r:
-                        targets = [t for t in await r.json() if t["type"] == "page"]
-                    if targets:
-                        break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.2)
-            async with session.ws_connect(targets[0]["webSocketDebuggerUrl"],
-                                          max_msg_size=64 << 20) as ws:
-                page = Page(ws)
-                pump = asyncio.create_task(page.pump())
-                await page.send("Page.enable")
-                await page.send("Emulation.setDeviceMetricsOverride", width=size[0],
-                                height=size[1], deviceScaleFactor=1, mobile=False)
-                for key, value in SETTINGS.items():
-                    async with session.post(f"{url}/settings/{key}", json=value) as r:
-                        assert r.status == 200, await r.text()
-                await page.send("Page.navigate", url=url)
-                await page.until("!!(window.comfyAPI?.app?.app?.graph && "
-                                 "window.comfyAPI.app.app.extensions?.length)")
-                await asyncio.sleep(3)  # the other extensions, the sidebar
-                print("canvas (width, height, scale):", await page.eval(LOAD % workflow.read_text()))
-                await asyncio.sleep(2)
-                shot = await page.send("Page.captureScreenshot", format="png")
-                pump.cancel()
-                return base64.b64decode(shot["data"])
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(profile, ignore_errors=True)
+    async with headless_page(chromium, "--hide-scrollbars",
+                             f"--window-size={size[0]},{size[1]}") as (page, session):
+        await page.send("Page.enable")
+        await page.send("Emulation.setDeviceMetricsOverride", width=size[0],
+                        height=size[1], deviceScaleFactor=1, mobile=False)
+        for key, value in SETTINGS.items():
+            async with session.post(f"{url}/settings/{key}", json=value) as r:
+                assert r.status == 200, await r.text()
+        await page.send("Page.navigate", url=url)
+        await page.until("!!(window.comfyAPI?.app?.app?.graph && "
+                         "window.comfyAPI.app.app.extensions?.length)")
+        await asyncio.sleep(3)  # the other extensions, the sidebar
+        print("canvas (width, height, scale):", await page.eval(LOAD % workflow.read_text()))
+        await asyncio.sleep(2)
+        shot = await page.send("Page.captureScreenshot", format="png")
+        return base64.b64decode(shot["data"])
 
 
 def main() -> int:
