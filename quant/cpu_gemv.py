@@ -8,7 +8,10 @@ reading 14-15 GB/s, while bf16 packed for oneDNN decoded 2.1 reading 31 GB/s
 fp32: three vector instructions per 16 weights, so it is bound by its arithmetic, not by memory.
 A plain AVX-512 fp32 kernel of ours did no better (5.7 against 6.7 G weights/s, dropped). (The
 same approach for int4, nibbles unpacked in registers, measured only ~1.1x torch's int4 kernel,
-39.5 against 36.1 G weights/s: not worth a second weight layout, so int4 keeps torch's.)
+39.5 against 36.1 G weights/s: not worth a second weight layout, so int4 keeps torch's. A second
+try, 4-bit codes times int8 activations in ``vpdpbusd``, was 1.6-2.2x torch's kernel with the
+weights in the L3 cache but 0.95-1.33x reading them from memory, as a decode step does: same
+verdict.)
 
 What this one does: the activations are rounded once per call to int16 with one scale per 128
 columns (``x ≈ s_g · q``, |error| ≤ s_g / 2 = max|x_g| / 65534, far below bf16's own rounding
@@ -20,6 +23,10 @@ read one after another, one sequential stream (26-27 GB/s on one core here, agai
 reading 4 or 8 rows side by side, and 14-16 GB/s for torch's kernel), each against every
 activation row (up to ``MAX_ROWS``, kept in the cache), the output rows split over torch's
 threads (``at::parallel_for``). ``y[m, n] = scale[n] · Σ_g s_g · Σ_{k∈g} q_x[m, k] · w[n, k]``.
+It takes fp32 or bf16 activations and row scales and returns the activations' dtype (the bf16
+result is the fp32 one rounded, bit for bit), so a bf16 step makes no cast around a call, and an
+eager step calls the extension's function itself (``module()``), not the op: a decode frame
+makes hundreds of these calls, and the casts and the op's dispatch were ~15 µs of each.
 
 Built with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler and ninja, as torch.compile
 on a CPU also needs) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, by default
@@ -47,7 +54,7 @@ ENV = "SAILFISH_CPU_KERNELS"
 log = logging.getLogger("sailfish.quant")
 BLOCK = 128  # activation columns per int16 scale; K must be a multiple
 MAX_ROWS = 4  # activation rows per call (decode of a small batch)
-NAME = "sailfish_cpu_gemv_v4"
+NAME = "sailfish_cpu_gemv_v5"
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -64,30 +71,45 @@ bool supported() {
          __builtin_cpu_supports("avx512vnni");
 }
 
-// The activations x [M, K] fp32 as int16 codes q, one scale s per 128 columns (x ~ s * q).
+// The activations x [M, K] (fp32 or bf16) as int16 codes q, one scale s per 128 columns
+// (x ~ s * q).
 struct Activations {
-  torch::Tensor q, s;
+  torch::Tensor codes, scales;  // own q and s
+  const int16_t* q;
+  const float* s;
   int64_t M, K, G;
 };
 
-static Activations quantize_x(const torch::Tensor& x) {
-  Activations a;
-  a.M = x.size(0); a.K = x.size(1); a.G = a.K / BLOCK;
-  a.q = torch::empty({a.M, a.K}, x.options().dtype(torch::kInt16));
-  a.s = torch::empty({a.M, a.G}, x.options());
-  const float* xp = x.data_ptr<float>();
-  int16_t* qp = a.q.data_ptr<int16_t>();
-  float* sp = a.s.data_ptr<float>();
-  for (int64_t i = 0; i < a.M * a.G; ++i) {
-    const float* blk = xp + i * BLOCK;
+template <typename T>
+static void quantize_blocks(const T* xp, int16_t* qp, float* sp, int64_t blocks) {
+  for (int64_t i = 0; i < blocks; ++i) {
+    float blk[BLOCK];
     float amax = 0.f;
-    for (int64_t j = 0; j < BLOCK; ++j) amax = std::max(amax, std::fabs(blk[j]));
+    for (int64_t j = 0; j < BLOCK; ++j) {
+      blk[j] = static_cast<float>(xp[i * BLOCK + j]);
+      amax = std::max(amax, std::fabs(blk[j]));
+    }
     const float s = amax > 0.f ? amax / 32767.f : 1.f;
     sp[i] = s;
     const float inv = 1.f / s;
     for (int64_t j = 0; j < BLOCK; ++j)
       qp[i * BLOCK + j] = static_cast<int16_t>(std::nearbyint(blk[j] * inv));
   }
+}
+
+static Activations quantize_x(const torch::Tensor& x) {
+  Activations a;
+  a.M = x.size(0); a.K = x.size(1); a.G = a.K / BLOCK;
+  a.codes = torch::empty({a.M, a.K}, x.options().dtype(torch::kInt16));
+  a.scales = torch::empty({a.M, a.G}, x.options().dtype(torch::kFloat32));
+  int16_t* qp = a.codes.data_ptr<int16_t>();
+  float* sp = a.scales.data_ptr<float>();
+  if (x.scalar_type() == torch::kBFloat16)
+    quantize_blocks(x.data_ptr<at::BFloat16>(), qp, sp, a.M * a.G);
+  else
+    quantize_blocks(x.data_ptr<float>(), qp, sp, a.M * a.G);
+  a.q = qp;
+  a.s = sp;
   return a;
 }
 
@@ -109,8 +131,6 @@ TARGET static inline __m512i block_dot(const int16_t* xm, __m512i w0, __m512i w1
 // One int8 weight row [K] against the M activation rows; out[m] = sum_k w[k] * x[m, k].
 template <int M>
 TARGET static void row_int8(const Activations& a, const int8_t* wr, float* out) {
-  const int16_t* xq = a.q.data_ptr<int16_t>();
-  const float* xs = a.s.data_ptr<float>();
   __m512 accf[M];
   for (int m = 0; m < M; ++m) accf[m] = _mm512_setzero_ps();
   for (int64_t g = 0; g < a.G; ++g) {
@@ -119,52 +139,60 @@ TARGET static void row_int8(const Activations& a, const int8_t* wr, float* out) 
     for (int j = 0; j < 4; ++j)
       w[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32 * j)));
     for (int m = 0; m < M; ++m)
-      accf[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(xq + m * a.K + g * BLOCK, w[0], w[1], w[2], w[3])),
-                                _mm512_set1_ps(xs[m * a.G + g]), accf[m]);
+      accf[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(a.q + m * a.K + g * BLOCK, w[0], w[1], w[2], w[3])),
+                                _mm512_set1_ps(a.s[m * a.G + g]), accf[m]);
   }
   for (int m = 0; m < M; ++m) out[m] = _mm512_reduce_add_ps(accf[m]);
 }
 
-template <typename Row>
-static torch::Tensor rows_out(const Activations& a, int64_t N, const torch::Tensor& like, Row row) {
-  auto y = torch::empty({a.M, N}, like.options());
-  float* yp = y.data_ptr<float>();
-  // Weight rows one after another: a single sequential stream per thread.
+// y [M, N] in T: row(n, out) gives column n of every row, weight rows one after another (a
+// single sequential stream per thread).
+template <typename T, typename Row>
+static void rows_out(int64_t M, int64_t N, T* yp, Row row) {
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
     float out[4];
     for (int64_t n = n0; n < n1; ++n) {
       row(n, out);
-      for (int64_t m = 0; m < a.M; ++m) yp[m * N + n] = out[m];
+      for (int64_t m = 0; m < M; ++m) yp[m * N + n] = static_cast<T>(out[m]);
     }
   });
-  return y;
 }
 
 static void check_x(const torch::Tensor& x, int64_t K) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
-              "x must be a contiguous fp32 [M, K]");
+  TORCH_CHECK((x.dtype() == torch::kFloat32 || x.dtype() == torch::kBFloat16) && x.dim() == 2 &&
+              x.is_contiguous(), "x must be a contiguous fp32 or bf16 [M, K]");
   TORCH_CHECK(x.size(1) == K && K % BLOCK == 0, "K must be the weight's, a multiple of 128");
   TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 4, "1 to 4 activation rows");
 }
 
-// y [M, N] = (x @ w^T) * scale: w [N, K] int8, scale [N] fp32.
+// y [M, N] = (x @ w^T) * scale in x's dtype: w [N, K] int8, scale [N] fp32 or bf16.
 torch::Tensor int8_gemv(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
-  TORCH_CHECK(w.dtype() == torch::kInt8 && w.is_contiguous() && scale.dtype() == torch::kFloat32 &&
-              scale.numel() == w.size(0), "int8_gemv: w [N, K] int8, scale [N] fp32");
+  TORCH_CHECK(w.dtype() == torch::kInt8 && w.is_contiguous() && scale.is_contiguous() &&
+              (scale.dtype() == torch::kFloat32 || scale.dtype() == torch::kBFloat16) &&
+              scale.numel() == w.size(0), "int8_gemv: w [N, K] int8, scale [N] fp32 or bf16");
   check_x(x, w.size(1));
   const Activations a = quantize_x(x);
   const int8_t* wp = w.data_ptr<int8_t>();
-  const float* sp = scale.data_ptr<float>();
-  const int64_t K = a.K;
-  return rows_out(a, w.size(0), x, [&](int64_t n, float* out) {
+  const bool bf16_scale = scale.scalar_type() == torch::kBFloat16;
+  const float* sf = bf16_scale ? nullptr : scale.data_ptr<float>();
+  const at::BFloat16* sb = bf16_scale ? scale.data_ptr<at::BFloat16>() : nullptr;
+  const int64_t K = a.K, N = w.size(0);
+  auto row = [&](int64_t n, float* out) {
     switch (a.M) {
       case 1: row_int8<1>(a, wp + n * K, out); break;
       case 2: row_int8<2>(a, wp + n * K, out); break;
       case 3: row_int8<3>(a, wp + n * K, out); break;
       default: row_int8<4>(a, wp + n * K, out); break;
     }
-    for (int64_t m = 0; m < a.M; ++m) out[m] *= sp[n];
-  });
+    const float s = bf16_scale ? static_cast<float>(sb[n]) : sf[n];
+    for (int64_t m = 0; m < a.M; ++m) out[m] *= s;
+  };
+  auto y = torch::empty({a.M, N}, x.options());
+  if (y.scalar_type() == torch::kBFloat16)
+    rows_out(a.M, N, y.data_ptr<at::BFloat16>(), row);
+  else
+    rows_out(a.M, N, y.data_ptr<float>(), row);
+  return y;
 }
 
 """
@@ -258,6 +286,12 @@ def available() -> bool:
     return _build() is not None
 
 
+def module():
+    """The built extension (None where it does not run): its functions called directly, as
+    an eager decode step does, skip the custom op's dispatch (~10 µs a call)."""
+    return _build()
+
+
 def fits(x_rows: int, in_features: int) -> bool:
     """Whether the kernel takes ``x_rows`` activation rows of ``in_features`` columns."""
     return 0 < x_rows <= MAX_ROWS and in_features % BLOCK == 0
@@ -265,8 +299,10 @@ def fits(x_rows: int, in_features: int) -> bool:
 
 @torch.library.custom_op("sailfish::int8_gemv", mutates_args=())
 def int8_gemv(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
-    """``x [M, K]`` (fp32) times the int8 ``weight [N, K]``, row ``scale [N]`` (fp32) →
-    ``[M, N]`` fp32 (module doc). Call only where ``available()`` and ``fits``."""
+    """``x [M, K]`` (fp32 or bf16, contiguous) times the int8 ``weight [N, K]``, row ``scale
+    [N]`` (fp32 or bf16) → ``[M, N]`` in x's dtype (module doc). Call only where
+    ``available()`` and ``fits``; outside a compiled graph ``module().int8_gemv`` is the same
+    function without the op's dispatch."""
     return _build().int8_gemv(x, weight, scale)
 
 

@@ -8,7 +8,7 @@ frame: bf16 reads 2 bytes a weight, these 1 and ~0.53. They multiply activations
 directly, never building a bf16 copy of the weight:
 
 - ``Int8Linear``: our VNNI GEMV (``cpu_gemv.py``, where it builds and runs: torch's kernel is
-  bound by its arithmetic, not by memory) or ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV:
+  bound by its arithmetic, not by memory; bf16 in and out, called directly when eager) or ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV:
   codes × activation, then the row scale). torchao's ``Int8WeightOnlyConfig`` casts the whole
   weight to bf16 on every call on the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads
   1 byte and writes and reads 2 more per weight: slower than bf16 (bench/bench_quant.py).
@@ -163,9 +163,15 @@ class Int8Linear(IntLinear):
             codes = _scratch(self.weight.shape, x.dtype).copy_(self.weight)
             return F.linear(x, codes) * scale
         if self.own_kernel:
-            scale32 = self.scale.float()
-            return _rows_through(lambda x2: cpu_gemv.int8_gemv(x2.float(), self.weight, scale32)
-                                 .to(x.dtype), x, self.out_features)
+            # eager: the extension's function itself (no op dispatch); compiled: the op
+            gemv = cpu_gemv.int8_gemv if torch.compiler.is_compiling() else cpu_gemv.module().int8_gemv
+            kinds = (torch.float32, torch.bfloat16)  # what the kernel takes and gives
+            scale = self.scale if self.scale.dtype in kinds else self.scale.float()
+            if x.dtype in kinds:
+                return _rows_through(lambda x2: gemv(x2.contiguous(), self.weight, scale),
+                                     x, self.out_features)
+            return _rows_through(lambda x2: gemv(x2.float(), self.weight, scale).to(x.dtype),
+                                 x, self.out_features)
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
 

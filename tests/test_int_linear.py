@@ -157,6 +157,21 @@ def test_own_int8_kernel_is_within_its_activation_rounding(own_kernel):
         assert float(((y - exact).abs() / (bound + slack)).max()) > 0.01  # not vacuous
 
 
+def test_own_int8_kernel_takes_and_gives_bf16_as_the_fp32_path_rounds_it(own_kernel):
+    """bf16 activations and scales in, bf16 out: bit for bit the fp32 call's result rounded to
+    bf16 (the casts an eager step no longer makes around every call)."""
+    g = torch.Generator().manual_seed(7)
+    K = 2 * cpu_gemv.BLOCK
+    codes, scale = quantize_int8(torch.randn(72, K, generator=g), torch.bfloat16)
+    for rows in range(1, cpu_gemv.MAX_ROWS + 1):
+        x = torch.randn(rows, K, generator=g).to(torch.bfloat16)
+        y = cpu_gemv.int8_gemv(x, codes, scale)
+        assert y.dtype == torch.bfloat16 and y.shape == (rows, 72)
+        expected = cpu_gemv.int8_gemv(x.float(), codes, scale.float()).to(torch.bfloat16)
+        assert torch.equal(y, expected), rows
+        assert torch.equal(cpu_gemv.module().int8_gemv(x, codes, scale), y)  # the op's own function
+
+
 def test_int8_layer_uses_the_kernel_and_falls_back_without_it(own_kernel, monkeypatch):
     g = torch.Generator().manual_seed(5)
     w = (torch.randn(64, 2 * GROUP, generator=g) * 0.02).to(torch.bfloat16)
