@@ -71,7 +71,7 @@ def _rows_through(kernel, x: Tensor, out_features: int) -> Tensor:
     chunks of ``CHUNK_ROWS`` (the kernels' per-row cost grows beyond a few rows)."""
     shape = x.shape
     x2 = x.reshape(-1, shape[-1])
-    if x2.shape[0] <= CHUNK_ROWS or torch.compiler.is_compiling():
+    if x2.shape[0] <= CHUNK_ROWS:  # (compiled too: our kernel takes at most 4 rows a call)
         y = kernel(x2)
     else:
         y = torch.cat([kernel(part) for part in x2.split(CHUNK_ROWS)])

@@ -374,10 +374,13 @@ def test_end_of_speech_decision_is_kept(mode, quantized, fp32_model, fixtures, c
 def test_compiled_decode_through_the_int_layers_matches_eager(ckpt_dir, clone_prompt, mode):
     """fullgraph compile of the frame step through the int8 kernel (``int8``) and both kernels
     (``int4``: its fast AR is int8), with no fallback (fp32 activations, as the FP8 compile
-    test: bf16 fused kernels round differently and tiny random models tie)."""
+    test: bf16 fused kernels round differently and tiny random models tie), for more rows than
+    our kernel takes in one call (a served batch: they go in chunks, compiled too)."""
     model = load_model(ckpt_dir, "cpu", torch.float32, mode)
-    eager = Engine(model).generate(clone_prompt, greedy(16), seed=0, stop_on_eos=False)[0]
+    prompts = [clone_prompt] * (cpu_gemv.MAX_ROWS + 2)
+    eager = Engine(model).generate(prompts, greedy(16), seed=0, stop_on_eos=False)
     engine = Engine(model, compile=True)
-    compiled = engine.generate(clone_prompt, greedy(16), seed=0, stop_on_eos=False)[0]
+    compiled = engine.generate(prompts, greedy(16), seed=0, stop_on_eos=False)
     assert engine.compiled, engine.fallbacks
-    assert torch.equal(compiled.columns, eager.columns)
+    for a, b in zip(compiled, eager):
+        assert torch.equal(a.columns, b.columns)
