@@ -334,7 +334,8 @@ def profile(args) -> dict:
     """Where a decode frame's time goes (``torch.profiler`` over frames 2 .. ``--frames`` of
     the first of ``--precisions``, eager or ``+compile``, after a warm-up): the ops by their own
     time, how many top-level calls a frame makes, and the part of the frame no op accounts for
-    (Python, dispatch)."""
+    (Python, dispatch; and, eager, our int8 kernel, which an eager step calls directly, not as
+    the op ``sailfish::int8_gemv`` a compiled step calls)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
