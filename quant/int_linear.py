@@ -8,10 +8,11 @@ frame: bf16 reads 2 bytes a weight, these 1 and ~0.53. They multiply activations
 directly, never building a bf16 copy of the weight:
 
 - ``Int8Linear``: our VNNI GEMV (``cpu_gemv.py``, where it builds and runs: torch's kernel is
-  bound by its arithmetic, not by memory; bf16 in and out, called directly when eager) or ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV:
-  codes × activation, then the row scale). torchao's ``Int8WeightOnlyConfig`` casts the whole
-  weight to bf16 on every call on the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads
-  1 byte and writes and reads 2 more per weight: slower than bf16 (bench/bench_quant.py).
+  bound by its arithmetic, not by memory; bf16 in and out, called directly when eager) or
+  ``torch._weight_int8pack_mm`` (ATen's CPU int8 GEMV: codes × activation, then the row
+  scale). torchao's ``Int8WeightOnlyConfig`` casts the whole weight to bf16 on every call on
+  the CPU (``int8_tensor.py``: ``w.t().to(dtype)``), which reads 1 byte and writes and reads 2
+  more per weight: slower than bf16 (bench/bench_quant.py).
 - ``Int4Linear``: ``torch._weight_int4pack_mm_for_cpu``, the kernel torchao's CPU int4 tensor
   (``Int4OpaqueTensor``, a prototype) calls; asymmetric, ``w = (q - 8) · scale + zero`` per group
   of ``GROUP`` columns, scales and zeros in the activation dtype.
@@ -164,7 +165,8 @@ class Int8Linear(IntLinear):
             return F.linear(x, codes) * scale
         if self.own_kernel:
             # eager: the extension's function itself (no op dispatch); compiled: the op
-            gemv = cpu_gemv.int8_gemv if torch.compiler.is_compiling() else cpu_gemv.module().int8_gemv
+            compiling = torch.compiler.is_compiling()
+            gemv = cpu_gemv.int8_gemv if compiling else cpu_gemv.module().int8_gemv
             kinds = (torch.float32, torch.bfloat16)  # what the kernel takes and gives
             scale = self.scale if self.scale.dtype in kinds else self.scale.float()
             if x.dtype in kinds:
