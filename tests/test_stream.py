@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fish_core.local.driver import ChunkDecoder, SpeechJob, decode_batches
+from fish_core.params import GenerationError
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 
@@ -70,9 +71,31 @@ def test_stream_equals_tts(synth, voice, max_bytes):
 def test_first_chunk_after_first_frames(synth):
     hop = synth.codec.frame_length
     speech = synth.tts("How soon does audio start?", seed=3, **FAST)
-    first = next(iter(synth.stream("How soon does audio start?", seed=3, first_frames=2,
-                                   chunk_frames=8, **FAST)))
+    with synth.stream("How soon does audio start?", seed=3, first_frames=2, chunk_frames=8,
+                      **FAST) as stream:
+        first = next(iter(stream))
     assert first.shape[0] == min(2, speech.codes.shape[1]) * hop
+
+
+def test_a_stream_left_open_yields_to_a_new_one(synth):
+    """A stream read in part and never closed, then a second stream on the same model: the
+    second runs whole and sounds as ``tts`` does; the first stops with an error saying why
+    (they never decode into the same caches at once)."""
+    text = "Two streams on one model. The second one wins."
+    long = {**FAST, "max_new_tokens": 1000}  # still decoding when the others start
+    left_open = synth.stream(text, seed=5, first_frames=1, chunk_frames=1, **long)
+    next(iter(left_open))
+    speech = synth.tts(text, seed=6, **FAST)
+    second = torch.cat(list(synth.stream(text, seed=6, **FAST)))
+    assert second.shape == speech.waveform.shape
+    assert (second - speech.waveform).abs().max().item() <= 1e-6  # as test_stream_equals_tts
+    try:
+        rest = list(left_open)  # it may have ended before the second began
+    except GenerationError as e:
+        assert "another decode started" in str(e)
+    else:
+        assert all(c.dtype == torch.float32 for c in rest)
+    left_open.close()
 
 
 def test_closing_a_stream_cancels_generation(synth, monkeypatch):

@@ -40,6 +40,7 @@ are dropped.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -124,6 +125,17 @@ def make_draws(device, rows: list[int], seed, seeds, generator) -> tuple[list[Dr
         [seed] * len(rows)
 
 
+def owning(method):
+    """A ``RowBatch`` method that runs holding its engine's lock: a decode on another thread
+    (a stream left open, a second stream on the same model) waits for the frame or prefill in
+    progress, then finds the caches taken and stops (``check``) instead of running into them."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.engine.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class RowBatch:
     """``rows`` decode rows on ``engine``. The engine serves one decode at a time: a newer
     ``RowBatch`` on it (or ``Engine.release``) takes the cache over, and this one then refuses
@@ -135,7 +147,8 @@ class RowBatch:
             raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
         engine.follow_model()
         self.engine, self.rows = engine, rows
-        self.ticket = engine.claim()
+        with engine.lock:
+            self.ticket = engine.claim()
         self.eos = engine.config.eos_token_id
         self.slots: list[Row | None] = [None] * rows
         self.draws: list[Draws] = []
@@ -179,6 +192,7 @@ class RowBatch:
         rows, columns = self.join_many([prompt], [params], [seed], [prefix])
         return rows[0], columns[0]
 
+    @owning
     @torch.inference_mode()
     def join_many(self, prompts: Sequence[Tensor],
                   params: SamplingParams | Sequence[SamplingParams],
@@ -244,6 +258,7 @@ class RowBatch:
                     row.stop_on_eos, self.eos)
 
     # ---------------------------------------------------------------- one frame
+    @owning
     @torch.inference_mode()
     def step(self, read: bool = True) -> Tensor | None:
         """One frame for every busy row. Each row that has not ended gets the new column (once

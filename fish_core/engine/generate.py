@@ -17,6 +17,7 @@ fish-speech exactly in eager mode.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from contextlib import contextmanager
 from typing import Sequence
@@ -62,6 +63,9 @@ class Engine:
         self._graph: FrameGraph | None = None  # for the current caches and weights
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
+        # Held through a decode's frame or prefill (``continuous.owning``) and a release: one
+        # thread at a time touches the caches, and a decode that lost them finds out.
+        self.lock = threading.RLock()
         self.graph_captures = 0
         self.fallbacks: list[str] = []
         # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
@@ -163,10 +167,11 @@ class Engine:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
         to the request, on the next call. Kept reference prefixes are freed too. A decode still
         holding rows (``claim``) refuses to go on."""
-        self.release_graph()
-        self.drop_caches()
-        self.prefixes.clear()
-        self._claims += 1
+        with self.lock:
+            self.release_graph()
+            self.drop_caches()
+            self.prefixes.clear()
+            self._claims += 1
 
     # ------------------------------------------------------------------ the cache
     def claim(self) -> int:
