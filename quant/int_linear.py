@@ -169,11 +169,9 @@ class Int8Linear(IntLinear):
             gemv = cpu_gemv.int8_gemv if compiling else cpu_gemv.module().int8_gemv
             kinds = (torch.float32, torch.bfloat16)  # what the kernel takes and gives
             scale = self.scale if self.scale.dtype in kinds else self.scale.float()
-            if x.dtype in kinds:
-                return _rows_through(lambda x2: gemv(x2.contiguous(), self.weight, scale),
-                                     x, self.out_features)
-            return _rows_through(lambda x2: gemv(x2.float(), self.weight, scale).to(x.dtype),
-                                 x, self.out_features)
+            y = _rows_through(lambda x2: gemv(x2.contiguous(), self.weight, scale),
+                              x if x.dtype in kinds else x.float(), self.out_features)
+            return y if y.dtype == x.dtype else y.to(x.dtype)
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
 
