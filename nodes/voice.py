@@ -48,7 +48,7 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     a voice (``speech.casting``: the padding silence trimmed, tags out of the transcript)."""
     import torch
 
-    from ..fish_core.speech.casting import take_clip
+    from ..fish_core.speech.casting import check_rate, take_clip
     from ..fish_core.text.lexicon import Lexicon
 
     require_text("text", text, "type the text the take says (what the TTS node was given)")
@@ -61,14 +61,14 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     if not 1 <= take <= waves.shape[0]:
         raise ValueError(f"take: the audio holds {waves.shape[0]} take(s); pick 1 … "
                          f"{waves.shape[0]}, got {take}")
+    rate = check_rate(given["sample_rate"], "audio")  # names the input, never a ZeroDivision
     lexicon = Lexicon.parse(lexicon, "lexicon") if lexicon and lexicon.strip() else None
     wave = waves[take - 1].float().mean(dim=0)  # [samples], mono
-    clip, said, notes = take_clip(wave, int(given["sample_rate"]), text, lexicon)
+    clip, said, notes = take_clip(wave, rate, text, lexicon)
     with loaded(model) as synth:
-        voice = synth.encode_voice(clip, said, name=name.strip(),
-                                   sample_rate=int(given["sample_rate"]))
+        voice = synth.encode_voice(clip, said, name=name.strip(), sample_rate=rate)
     voice.lexicon = lexicon
-    report = f"{voice.name}: {clip.shape[0] / int(given['sample_rate']):.2f} s, “{said}”"
+    report = f"{voice.name}: {clip.shape[0] / rate:.2f} s, “{said}”"
     return voice, "\n".join([report, *notes])
 
 

@@ -47,6 +47,18 @@ def test_voice_from_take_is_accepted_by_say(ckpt_dir, tmp_path, capsys):
     assert out.is_file() and "wrote" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("rate", [0, -44100, 0.5, 1e9, "44100", None, True])
+def test_voice_from_take_refuses_a_sample_rate_of_zero_naming_the_audio(env, model, rate):
+    """An AUDIO whose sample rate is 0 (or no rate at all) is a clear error naming the input,
+    never a ZeroDivisionError."""
+    audio = {"waveform": 0.5 * torch.ones(1, 1, 4000), "sample_rate": rate}
+    with pytest.raises(ValueError, match="audio: the sample rate must be a whole number of Hz"):
+        run_v1(env, "SailfishVoiceFromTake", model=model, audio=audio, text="Hi there.",
+               name="Cast")
+    with pytest.raises(ValueError, match="audio: the sample rate must be a whole number of Hz"):
+        take_clip(0.5 * torch.ones(4000), rate, "Hi there.")
+
+
 def test_voice_from_take_node_casts_a_take_of_a_batch(env, model):
     # Pieces between pauses are batches of their own: enough speech from the tiny model.
     text = " [pause:20ms] ".join(f"Line {n} of the take." for n in range(12))

@@ -19,6 +19,7 @@ from ..text.pauses import strip_pauses
 SILENCE_DB = -60.0  # what counts as silence at the ends of a take
 MARGIN_SECONDS = 0.1  # kept around the speech
 MIN_SECONDS = 0.5
+RATES = (1000, 768000)  # sample rates (Hz) a take may have
 ADVICE_SECONDS = 30.0  # longer references work but cost prompt length
 
 
@@ -31,6 +32,17 @@ def transcript(text: str, lexicon: Lexicon | None = None) -> str:
     if not said.strip():
         raise ValueError("text: give the words the take says (its transcript)")
     return " ".join(said.split())
+
+
+def check_rate(sample_rate, field: str = "audio") -> int:
+    """A take's sample rate: a whole number of Hz in ``RATES`` (0 or a fraction would divide
+    by zero or cut at the wrong place)."""
+    ok = (not isinstance(sample_rate, bool) and isinstance(sample_rate, (int, float))
+          and sample_rate == int(sample_rate) and RATES[0] <= sample_rate <= RATES[1])
+    if not ok:
+        raise ValueError(f"{field}: the sample rate must be a whole number of Hz from "
+                         f"{RATES[0]} to {RATES[1]}, got {sample_rate!r}")
+    return int(sample_rate)
 
 
 def trim(wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
@@ -50,6 +62,7 @@ def take_clip(wave: torch.Tensor, sample_rate: int, text: str,
     notes for the user (a take that is long for a reference)."""
     if not isinstance(wave, torch.Tensor) or wave.dim() != 1:
         raise ValueError("audio: expected one mono take")
+    sample_rate = check_rate(sample_rate)
     said = transcript(text, lexicon)
     clip = trim(wave.float(), sample_rate)
     seconds = clip.shape[0] / sample_rate
