@@ -10,7 +10,8 @@ are generated, by the same chunk rule, so its chunks are the ones a whole-clip j
 its ``emit`` / ``end_batch`` go to a layout below, which shapes the chunks as the timeline
 shapes the batches:
 
-* ``TakeLayout`` (tts, dialogue, ``stream`` and the HTTP service when finishing asks for it)
+* ``TakeLayout`` (tts, dialogue, ``stream`` and the HTTP service when pauses or finishing ask
+  for it)
   as ``timeline.join_pieces``: the pause between turns (or the one a ``[pause:…]`` tag wrote)
   follows a batch's end, and a fade-in or fade-out around a pause is applied as soon as it is
   known (``timeline.faded``: only the last ``FADE_SECONDS`` of a batch before a pause wait for
@@ -22,8 +23,8 @@ shapes the batches:
 
 Finishing (``speech.finishing``): at a speaking rate other than 1 a batch's chunks are held
 and stretched when it ends (a stretch needs the whole batch); with a loudness the samples go
-through ``audio.loudness.output`` (a gain fixed from the first batch, or, for a whole HTTP
-answer, the whole normalised at the end). Live pieces with a loudness therefore differ in level
+through ``audio.loudness.output`` (a gain fixed from the first batch; a whole HTTP answer is
+normalised by its handler, off the model's worker). Live pieces with a loudness therefore differ in level
 from the returned waveform, which is normalised as a whole.
 """
 
@@ -48,11 +49,10 @@ class Layout:
     ``finishing``), counting them. ``chunk`` and ``end_batch`` are the streaming job's ``emit`` and
     ``end_batch``."""
 
-    def __init__(self, on_chunk: OnChunk, sample_rate: int, finishing: Finishing = PLAIN,
-                 whole: bool = False):
+    def __init__(self, on_chunk: OnChunk, sample_rate: int, finishing: Finishing = PLAIN):
         self.on_chunk, self.sample_rate = on_chunk, sample_rate
         self.finishing = finishing
-        self.out = lufs.output(on_chunk, sample_rate, finishing.loudness, whole)
+        self.out = lufs.output(on_chunk, sample_rate, finishing.loudness)
         self.cursor = 0  # samples laid out
 
     def _send(self, samples: torch.Tensor) -> None:
@@ -66,8 +66,8 @@ class TakeLayout(Layout):
     the silences ``timeline.gaps`` gives (``pause`` seconds between them, or a tag's)."""
 
     def __init__(self, on_chunk: OnChunk, sample_rate: int, batches: Sequence[Batch],
-                 pause: float, finishing: Finishing = PLAIN, whole: bool = False):
-        super().__init__(on_chunk, sample_rate, finishing, whole)
+                 pause: float, finishing: Finishing = PLAIN):
+        super().__init__(on_chunk, sample_rate, finishing)
         self.batches = len(batches)
         self.gaps = gaps(batches, sample_rate, pause)
         self.fade = round(sample_rate * FADE_SECONDS)

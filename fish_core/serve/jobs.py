@@ -2,8 +2,8 @@
 voice by name, through the library's loaded-voice memo, its name kept), adds its references
 (each encoded once per request or WebSocket session, ``protocol.Reference``), plans its text
 (``speech.finishing.Finishing``: the operator's lexicon, the voice's own, pauses) and builds the
-``SpeechJob`` whose chunks go to the task's ``emit`` (through a ``TakeLayout`` when speed or
-loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
+``SpeechJob`` whose chunks go to the task's ``emit`` (through a ``TakeLayout`` when pauses, speed
+or a stream's loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
 """
 
 from __future__ import annotations
@@ -51,20 +51,25 @@ class Jobs:
         voices = self.voice(runtime, request)
         params = SamplingParams(request.temperature, request.top_p, request.top_k,
                                 request.max_new_tokens)
-        # Finishing: lexicon and pauses here, rate and loudness in a layout (a whole answer
-        # normalised at its end, a stream with a gain fixed from its start).
-        finishing = Finishing(as_loudness(request.loudness), request.speed, self.lexicon)
+        # Finishing: lexicon and pauses here, rate in a layout; loudness in the layout for a
+        # stream (a gain fixed from its start), off this worker for a whole answer (normalised
+        # at its end by the handler, ``api.speak.whole``: the model serves others meanwhile).
+        loudness = as_loudness(request.loudness) if request.stream is not None else None
+        finishing = Finishing(loudness, request.speed, self.lexicon)
         batches = finishing.batches(request.text, voices, request.max_bytes)
         send = {"emit": lambda chunk: task.emit("chunk", chunk)}
-        if layout_needed(batches, 0.0, finishing):
-            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
-                                runtime.sample_rate, batches, 0.0, finishing,
-                                whole=request.stream is None)
-            send = {"emit": layout.chunk, "end_batch": layout.end_batch}
+        laid_out = layout_needed(batches, 0.0, finishing)
+        layout = None  # made after "start": a lead pause's silence is the first chunk
+        if laid_out:
+            send = {"emit": lambda chunk: layout.chunk(chunk),
+                    "end_batch": lambda: layout.end_batch()}
         task.job = SpeechJob(runtime, batches, voices, params=params, seed=request.seed,
                              max_bytes=request.max_bytes, deadline=task.deadline, **send)
         if task.cancelled.is_set():
             task.job.cancel()
         task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,
                             "frame_length": runtime.require_codec().frame_length})
+        if laid_out:
+            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
+                                runtime.sample_rate, batches, 0.0, finishing)
         return task.job

@@ -13,7 +13,7 @@ import torch
 from aiohttp import web
 
 from ..http import formats
-from ..http.errors import ClientGone
+from ..http.errors import ApiError, ClientGone
 from ..http.logs import log
 from ..service import Service
 from .protocol import SpeechRequest
@@ -31,6 +31,9 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
             kind, info = await next_item(items, request)
             if kind == "error":
                 raise info
+            info = {**info, "text_param": speech.text_param,
+                    "max_samples": round(service.limits.max_answer_seconds
+                                         * info["sample_rate"])}
             if speech.stream is None:
                 return await whole(items, request, speech, info)
             return await streamed(items, request, speech, info)
@@ -72,19 +75,35 @@ def audio_headers(info: dict) -> dict:
 
 
 async def whole(items, request, speech: SpeechRequest, info: dict) -> web.Response:
-    chunks = []
+    chunks, samples = [], 0
     while True:
         kind, value = await next_item(items, request)
         if kind == "error":
             raise value
         if kind == "done":
             break
+        samples += value.shape[0]
+        if samples > info["max_samples"]:
+            raise too_long(info)  # the task is cancelled on the way out
         chunks.append(value)
     wave = torch.cat(chunks)
+    chunks.clear()
     data = await asyncio.get_running_loop().run_in_executor(
-        None, formats.encode, wave, info["sample_rate"], speech.format)
+        None, finish, wave, info["sample_rate"], speech)
     return web.Response(body=data, content_type=formats.CONTENT_TYPES[speech.format],
                         headers=audio_headers(info))
+
+
+def finish(wave: torch.Tensor, sample_rate: int, speech: SpeechRequest) -> bytes:
+    """A whole answer at its loudness (measured on its speech, ``audio.loudness.gain_for``),
+    encoded: in the handler's executor, never on the model's worker. ``wave`` is the answer's
+    own tensor (scaled in place)."""
+    if speech.loudness is not None:
+        from ...audio import loudness as lufs
+
+        gain = lufs.gain_for(wave, sample_rate, lufs.as_loudness(speech.loudness))
+        wave.mul_(gain.factor)
+    return formats.encode(wave, sample_rate, speech.format)
 
 
 async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.StreamResponse:
@@ -123,12 +142,23 @@ async def stream_body(items, request, response, encode, sse: bool, kind: str, va
                                                 "usage": {"output_tokens": frames}}))
             break
         samples += value.shape[0]
+        if samples > info["max_samples"]:  # said in the stream (SSE) or the stream just ends
+            kind, value = "error", too_long(info)
+            continue
         data = encode(value)
         if sse:
             data = sse_event({"type": "speech.audio.delta",
                               "audio": base64.b64encode(data).decode("ascii")})
         await response.write(data)
         kind, value = await next_item(items, request)
+
+
+def too_long(info: dict) -> ApiError:
+    """The answer budget of one request (``Limits.max_answer_seconds``, speech and silence)."""
+    seconds, param = info["max_samples"] / info["sample_rate"], info["text_param"]
+    return ApiError(422, f"{param}: the answer grew past {seconds:g} s of audio, this server's "
+                         "budget for one request (speech and pauses together); send less text "
+                         "or shorter pauses", param)
 
 
 def sse_event(payload: dict) -> bytes:
