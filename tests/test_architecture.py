@@ -22,20 +22,21 @@ ROOT = Path(__file__).resolve().parents[1]
 ALLOWED: dict[str, set[str]] = {
     "params": set(),  # fish_core/params.py: options, seeds, errors, the engine's result type
     "access": set(),  # fish_core/access.py: loopback names and API keys, for serve and remote
-    "text": {"params"},
-    "audio": {"params"},
+    "budgets": set(),  # fish_core/budgets.py: the budgets per request, named constants
+    "text": {"params", "budgets"},
+    "audio": {"params", "budgets"},
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
-    "speech": {"params", "text", "audio"},  # results, timeline, voices: shared, no engine
-    "remote": {"params", "access", "text", "audio", "speech"},  # never the engine or the loader
-    "local": {"params", "text", "audio", "engine", "codec", "loading", "speech",
+    "speech": {"params", "budgets", "text", "audio"},  # results, timeline, voices: shared, no engine
+    "remote": {"params", "budgets", "access", "text", "audio", "speech"},  # never the engine or the loader
+    "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
               "remote"},  # remote: only ``Synthesizer.remote``, lazily
-    "serve": {"params", "access", "text", "audio", "speech", "local", "loading"},
-    "cli": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
+    "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading"},
+    "cli": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
             "remote", "serve", "quant"},
     "api": {"params", "speech", "local"},  # fish_core/__init__.py: ``from fish_core import …``
-    "nodes": {"params", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
+    "nodes": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
               "remote", "serve", "quant", "api"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it

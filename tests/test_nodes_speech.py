@@ -66,6 +66,16 @@ def test_multi_speaker_errors_name_the_field(env, model, voice):
                pause=0.0, speaker_1=voice, speaker_2=voice, **FAST)
     with pytest.raises(ValueError, match="script is empty"):
         run_v1(env, "SailfishMultiSpeaker", model=model, script="  ", pause=0.0, **FAST)
+    # The pause budget is the script's (every turn together), not each turn's: 383 characters
+    # once asked for 30 minutes of silence.
+    many = "\n".join(f"Alice: Hi. {'[pause:60s]' * 5}" for _ in range(3))
+    with pytest.raises(ValueError, match=r"script: its \[pause:…\] tags add up to more than 600"):
+        run_v1(env, "SailfishMultiSpeaker", model=model, script=many, pause=0.5,
+               speaker_1=voice, **FAST)
+    cues = "".join(f"{i}\n00:00:0{i},000 --> 00:00:0{i},500\nHi. {'[pause:60s]' * 5}\n\n"
+                   for i in range(1, 4))
+    with pytest.raises(ValueError, match=r"subtitles: its \[pause:…\] tags add up to more "):
+        run_v1(env, "SailfishSubtitles", model=model, srt=cues, **FAST)
 
 
 def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, voice,

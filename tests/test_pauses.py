@@ -126,3 +126,79 @@ def test_subtitle_cues_hold_exact_pauses(tiny_synth):
     with pytest.raises(ValueError, match="cue 1 holds only pauses"):
         tiny_synth.subtitles("1\n00:00:00,000 --> 00:00:01,000\n[pause:1s]\n", **FAST)
     assert parse_srt(srt)[0].text == "Hello. [pause:400ms] Again."
+
+
+# ---------------------------------------------------------------- the budget of one request
+def many_turns_of_pauses(turns=3, seconds=300):
+    """A script whose every turn stays within the pause budget, together far over it."""
+    tags = "[pause:60s]" * (seconds // 60)
+    return "\n".join(f"{'AB'[i % 2]}: Hi. {tags}" for i in range(turns))
+
+
+def test_the_pause_budget_is_the_whole_scripts_and_the_whole_subtitle_files():
+    """600 s of pause tags per request: a text, a whole script (every turn), a whole subtitle
+    file (every cue), whichever way the turns are planned."""
+    from fish_core.budgets import MAX_PAUSE_TOTAL_SECONDS
+    from fish_core.speech.arguments import script_turns
+
+    finishing = Finishing()
+    turns, _ = script_turns(many_turns_of_pauses(), [], False, 0.0)
+    for turn_by_turn in (True, False):
+        with pytest.raises(PauseError, match=r"script: .* more than 600 s"):
+            finishing.turn_batches(turns, [], 300, turn_by_turn)
+    fine, _ = script_turns(many_turns_of_pauses(turns=2), [], False, 0.0)
+    assert len(finishing.turn_batches(fine, [], 300, True)) == 2
+    cues = parse_srt("".join(f"{i}\n00:00:0{i},000 --> 00:00:0{i},500\nHi. "
+                             f"{'[pause:60s]' * 5}\n\n" for i in range(1, 4)))
+    with pytest.raises(PauseError, match=r"subtitles: .* more than 600 s"):
+        finishing.cue_batches(cues)
+    assert len(finishing.cue_batches(cues[:2])[0]) == 2
+    assert MAX_PAUSE_TOTAL_SECONDS == 600.0
+
+
+def test_the_pause_budget_is_the_same_in_python_cli_and_nodes(tiny_synth, tmp_path, capsys):
+    """Refused before anything is generated, naming the field and the limit."""
+    from fish_core.cli import main
+
+    script = many_turns_of_pauses()
+    with pytest.raises(PauseError, match=r"script: .* more than 600 s"):
+        tiny_synth.dialogue(script, pause=0.2, **FAST)
+    with pytest.raises(PauseError, match=r"script: .* more than 600 s"):
+        tiny_synth.dialogue(script, turn_by_turn=False, **FAST)
+    path = tmp_path / "script.txt"
+    path.write_text(script, encoding="utf-8")
+    assert main(["plan", "--script", str(path), "--turn-by-turn"]) != 0
+    assert "script: its [pause:…] tags add up to more than 600 s" in capsys.readouterr().err
+
+
+def test_a_served_answer_stays_within_its_budget(tiny_synth, voices_dir):
+    """``Limits.max_answer_seconds``: a whole answer past it is a 422 naming the text field; a
+    stream ends there (SSE says why); within it the answer is whole."""
+    pytest.importorskip("aiohttp")
+    try:  # the HTTP client the openai SDK depends on (httpx2 in newer releases)
+        import httpx2 as httpx
+    except ImportError:
+        httpx = pytest.importorskip("httpx")
+    from conftest import served
+    from fish_core.budgets import MAX_ANSWER_SECONDS
+    from fish_core.serve.limits import Limits
+
+    assert Limits().max_answer_seconds == MAX_ANSWER_SECONDS
+    sr = tiny_synth.sample_rate
+    long = {"text": "[pause:6s] Hi.", "seed": 1, "max_new_tokens": 8, "format": "pcm"}
+    with served(tiny_synth, voices_dir, limits=Limits(max_answer_seconds=5.0)) as server:
+        post = lambda path, body, **kw: httpx.post(server.url + path, json=body, timeout=120, **kw)
+        whole = post("/v1/tts", long)
+        assert whole.status_code == 422
+        error = whole.json()["error"]
+        assert error["param"] == "text" and "past 5 s of audio" in error["message"]
+        openai = post("/v1/audio/speech", {"input": long["text"], "response_format": "pcm",
+                                           "seed": 1, "max_new_tokens": 8})
+        assert openai.status_code == 422 and openai.json()["error"]["param"] == "input"
+        streamed = post("/v1/tts", {**long, "streaming": True})
+        assert streamed.status_code == 200 and len(streamed.content) < 2 * 5 * sr
+        sse = post("/v1/audio/speech", {"input": long["text"], "response_format": "pcm",
+                                        "stream_format": "sse", "seed": 1, "max_new_tokens": 8})
+        assert '"type": "error"' in sse.text and "past 5 s of audio" in sse.text
+        short = post("/v1/tts", {**long, "text": "[pause:2s] Hi."})
+        assert short.status_code == 200 and len(short.content) > 2 * 2 * sr

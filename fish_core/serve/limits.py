@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..budgets import MAX_ANSWER_SECONDS
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -19,6 +21,7 @@ class Limits:
     max_form_parts: int = 16  # parts of a multipart body
     stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: no sentence before it closes
     max_streams_per_client: int = 8  # WS sessions open at once from one peer address
+    max_answer_seconds: float = MAX_ANSWER_SECONDS  # audio of one answer (``budgets``)
 
     def request_bytes(self) -> int:
         """The most bytes of a request (or WebSocket message) that carries no reference audio:

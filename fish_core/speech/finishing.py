@@ -27,7 +27,7 @@ from ..audio import loudness as lufs
 from ..audio.stretch import check_speed, stretch
 from ..text import plan as textplan
 from ..text.lexicon import Lexicon
-from ..text.pauses import PauseError, split_pauses
+from ..text.pauses import PauseError, check_total, split_pauses
 from .results import Batch, BatchResult, Speech
 from .timeline import Timeline, join_pieces
 from .voices import Voice
@@ -118,9 +118,11 @@ class Finishing:
                      max_bytes: int, turn_by_turn: bool) -> list[Batch]:
         """A dialogue's batches: each turn on its own (``turn_by_turn``), or the turns joined
         as one conversation and planned together."""
-        if turn_by_turn:
-            return [b for t in turns
-                    for b in self.batches(t.tagged, voices, max_bytes, t.speaker, "script")]
+        if turn_by_turn:  # the pause budget is the script's, over every turn
+            batches = [b for t in turns
+                       for b in self.batches(t.tagged, voices, max_bytes, t.speaker, "script")]
+            check_total(pause_seconds(batches), "script")
+            return batches
         tagged = "".join(t.tagged for t in turns)
         return self.batches(tagged, voices, max_bytes, field="script")
 
@@ -140,6 +142,7 @@ class Finishing:
                 raise ValueError(f"{field} holds only pauses: give it words to say") from None
             batches += mine
             owners += [i] * len(mine)
+        check_total(pause_seconds(batches), "subtitles")  # the file's budget, over every cue
         return batches, owners
 
     # ---------------------------------------------------------------- audio
@@ -165,9 +168,15 @@ class Finishing:
         if self.loudness is None:
             return speech
         speech.waveform, gains = normalize(speech, self.loudness)
-        speech.finishing["loudness"] = lufs.report(speech.waveform, speech.sample_rate,
-                                                   self.loudness, gains)
+        mix = self.loudness.per == "mix" or not speech.segments  # one gain: nothing to measure
+        speech.finishing["loudness"] = lufs.report(
+            self.loudness, gains, None if mix else speech.waveform, speech.sample_rate)
         return speech
+
+
+def pause_seconds(batches: Sequence[Batch]) -> float:
+    """The seconds of ``[pause:…]`` silence written around ``batches``."""
+    return sum((b.before or 0.0) + (b.after or 0.0) for b in batches)
 
 
 def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, list]:
@@ -187,21 +196,19 @@ def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, li
         windows = list(groups.values())
     else:
         windows = [[s] for s in speech.segments]
-    fallback = lufs.gain_for(wave, sr, loudness)
+    fallback: list = []  # the mix's gain, measured only when a line needs it
     out, gains = wave.clone(), []
     for segments in windows:
         spans = [slice(s.start_sample, s.end_sample) for s in segments]
-        if loudness.per == "track":
-            measured = torch.zeros_like(wave)
-            for span in spans:
-                measured[span] = wave[span]
+        if loudness.per == "track":  # the mix's length, silent where others speak: no copy
+            measured = lufs.Sparse(wave.shape[0], [(span.start, wave[span]) for span in spans])
         else:
             measured = torch.cat([wave[span] for span in spans])
         gain = lufs.gain_for(measured, sr, loudness)
         if gain.measured is None:
-            gain = fallback
+            fallback = fallback or [lufs.gain_for(wave, sr, loudness)]
+            gain = fallback[0]
         for span in spans:
             out[span] = wave[span] * gain.factor
         gains.append(gain)
     return out, gains
-

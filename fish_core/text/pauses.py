@@ -3,8 +3,9 @@
 A tag is taken out of the text before anything is planned (the model never sees it) and stands
 for exactly that much digital silence between the speech on either side. Tags are case-
 insensitive; the duration is a number with the unit ``ms`` or ``s``, from 0 up to
-``MAX_PAUSE`` seconds; several tags in a row add up; one text holds at most ``MAX_TOTAL`` seconds
-of them. Anything else written as ``[pause:…]`` (no unit, a negative or absurd length, a tag
+``MAX_PAUSE`` seconds; several tags in a row add up; one request holds at most ``MAX_TOTAL``
+seconds of them (``budgets``: a text, and a whole script or subtitle file over all its turns or
+cues, ``check_total``). Anything else written as ``[pause:…]`` (no unit, a negative or absurd length, a tag
 left open) is a ``PauseError`` quoting the tag. S2's own ``[pause]`` (no duration) is a
 delivery cue of the model and is left in the text.
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..budgets import MAX_PAUSE_SECONDS, MAX_PAUSE_TOTAL_SECONDS
 from .plan import SPEAKER_TAG
 
-MAX_PAUSE = 60.0  # seconds, one tag
-MAX_TOTAL = 600.0  # seconds, all tags of one text (the silence is held in memory)
+MAX_PAUSE = MAX_PAUSE_SECONDS  # seconds, one tag
+MAX_TOTAL = MAX_PAUSE_TOTAL_SECONDS  # seconds, all tags of one request (held in memory)
 TAG = re.compile(r"\[\s*pause\s*:([^\[\]\n]*)\]", re.IGNORECASE)
 OPEN_TAG = re.compile(r"\[\s*pause\s*:", re.IGNORECASE)
 DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)", re.IGNORECASE)
@@ -61,6 +63,14 @@ def duration(tag: str, value: str, field: str = "text") -> float:
     return seconds
 
 
+def check_total(seconds: float, field: str = "text") -> None:
+    """The pause budget of one request (``budgets.MAX_PAUSE_TOTAL_SECONDS``): ``seconds`` of
+    pause tags in ``field`` (a text, a whole script, a whole subtitle file)."""
+    if seconds > MAX_TOTAL:
+        raise PauseError(f"{field}: its [pause:…] tags add up to more than {MAX_TOTAL:g} s, the "
+                         f"most silence one request may ask for; shorten them")
+
+
 def has_pauses(text: str) -> bool:
     return OPEN_TAG.search(text) is not None
 
@@ -73,8 +83,7 @@ def split_pauses(text: str, field: str = "text") -> Spoken:
     for m in TAG.finditer(text):
         seconds = duration(m.group(0), m.group(1), field)
         total += seconds
-        if total > MAX_TOTAL:
-            raise PauseError(f"{field}: its pauses add up to more than {MAX_TOTAL:g} s")
+        check_total(total, field)
         speaker = _add(pieces, text[position:m.start()], speaker, field)
         if pieces:
             last = pieces[-1]

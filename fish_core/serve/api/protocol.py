@@ -61,6 +61,7 @@ class SpeechRequest:
     max_bytes: int = 300  # text batch size
     speed: float = 1.0  # speaking rate (OpenAI's field; fish-speech: our extension)
     loudness: float | None = None  # extension: target in LUFS (docs/finished-audio.md)
+    text_param: str = "text"  # the field that held the text ("input" in OpenAI's dialect)
 
 
 # ---------------------------------------------------------------- field checks
@@ -229,6 +230,7 @@ def finishing(body: dict, request: SpeechRequest, text_param: str) -> None:
         request.speed = number(body, "speed", 1.0, MIN_SPEED, MAX_SPEED)
     if body.get("loudness") is not None:
         request.loudness = number(body, "loudness", None, LOWEST, HIGHEST)
+    request.text_param = text_param
     try:
         split_pauses(request.text, text_param)
     except PauseError as e:
