@@ -96,9 +96,9 @@ def import_pyloudnorm():
 
 
 class Sparse:
-    """Audio of ``length`` samples that is zero except ``parts`` (``(offset, samples)``, in order,
-    not overlapping): a speaker's track measured as its own file would be, without a copy of
-    the mix's length."""
+    """Audio of ``length`` samples that is zero except ``parts`` (``(offset, samples)``, not
+    overlapping): a speaker's track measured as its own file would be, without a copy of the
+    mix's length."""
 
     def __init__(self, length: int, parts):
         self.length = int(length)
