@@ -202,3 +202,17 @@ def test_a_lexicon_checks_cancel_while_read_and_applied():
         lexicon.merged(Lexicon.parse("nginx\tengine x\n")).apply(text)
     with pytest.raises(LexiconError, match=r"lexicon is 50 characters; the limit is 10"):
         Lexicon.parse("x" * 49 + "\n", max_chars=10)
+
+
+def test_a_merge_is_made_once_per_voice_not_per_turn_or_cue():
+    """Every turn, batch and subtitle cue asks for the voice's lexicon over the global one:
+    the same merged lexicon each time, so its matcher is built once."""
+    codes = torch.zeros(2, 3, dtype=torch.long)
+    alice = Voice("Alice", [Reference("hi", codes)], lexicon=Lexicon.parse("SQL\tess queue\n"))
+    finish = Finishing.of(lexicon=Lexicon.parse(LEXICON))
+    merged = finish.lexicon_of(alice)
+    assert finish.lexicon_of(alice) is merged
+    assert merged.apply("SQL in New York") == "ess queue in Noo Yawk"
+    other = Lexicon.parse("SQL\tsquirrel\n")
+    assert finish.lexicon.merged(other).apply("SQL") == "squirrel"  # another voice's own
+    assert finish.lexicon_of(alice) is merged

@@ -34,6 +34,7 @@ from .plan import check_text, read_text_file
 MAX_ENTRIES = 20000
 MAX_WORD = 200  # characters of one entry's word or respelling
 CANCEL_EVERY = 4096  # lines parsed, or tokens respelled, between two looks at ``cancel``
+MERGES_KEPT = 16  # merged lexicons a lexicon keeps (one per voice with its own lexicon)
 PROTECTED = re.compile(r"\[[^\[\]\n]*\]|<\|[^|]*\|>")
 MARKUP = re.compile(r"<\|[^|]*\|>")
 SPACES = re.compile(r"\s+")
@@ -97,10 +98,20 @@ class Lexicon:
         hold (a voice's own lexicon over the global one)."""
         if other is None or not other.entries:
             return self
+        # Kept (for the last few ``other``s): every turn, batch or subtitle cue asks for the
+        # same merge, and each merged lexicon builds its matcher once.
+        memo = self.__dict__.setdefault("_merged_cache", {})
+        kept = memo.get(id(other))
+        if kept is not None and kept[0] is other:
+            return kept[1]
         mine = {w.casefold(): (w, r) for w, r in self.entries}
         mine.update({w.casefold(): (w, r) for w, r in other.entries})
-        return Lexicon(tuple(mine.values()), f"{self.source} + {other.source}",
-                       self.cancel or other.cancel)
+        merged = Lexicon(tuple(mine.values()), f"{self.source} + {other.source}",
+                         self.cancel or other.cancel)
+        if len(memo) >= MERGES_KEPT:
+            memo.pop(next(iter(memo)), None)
+        memo[id(other)] = (other, merged)
+        return merged
 
     def text(self) -> str:
         """The lexicon as a file's text (``parse`` reads it back)."""
