@@ -216,3 +216,13 @@ def test_a_merge_is_made_once_per_voice_not_per_turn_or_cue():
     other = Lexicon.parse("SQL\tsquirrel\n")
     assert finish.lexicon.merged(other).apply("SQL") == "squirrel"  # another voice's own
     assert finish.lexicon_of(alice) is merged
+
+
+def test_any_case_is_unicode_case_folding_and_never_a_key_error():
+    """Words match by case folding (what entries are keyed by): ``Straße`` is ``STRASSE``; the
+    alternation matched by simple case mapping, so ``İstanbul`` matched ``istanbul`` and then
+    found no entry for it (a KeyError, a traceback in the CLI and a 500 in serve)."""
+    assert Lexicon.parse("Straße\tShtrahsseh\n").apply("STRASSE, straße.") == \
+        "Shtrahsseh, Shtrahsseh."
+    assert Lexicon.parse("İstanbul\tIstanbul\n").apply("istanbul İSTANBUL") == \
+        "istanbul Istanbul"

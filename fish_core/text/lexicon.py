@@ -1,7 +1,8 @@
 """Pronunciation lexicon: words the model says wrong, respelled the way it says them right.
 
 A lexicon file is plain UTF-8 text, one entry a line: ``word<TAB>respelling``. Blank lines and
-lines starting with ``#`` are comments. Matching is case-insensitive and on whole words only
+lines starting with ``#`` are comments. Matching is case-insensitive (Unicode case folding:
+``Straße`` matches "STRASSE") and on whole words only
 (``SQL`` matches "sql" and "SQL," but not "SQLite"); an entry may be several words ("New
 York"); where entries overlap the longest wins. Text inside ``[…]`` (delivery and pause tags)
 and ``<|…|>`` (speaker tags) is never changed. A respelling may itself hold a pause tag.
