@@ -226,3 +226,12 @@ def test_any_case_is_unicode_case_folding_and_never_a_key_error():
         "Shtrahsseh, Shtrahsseh."
     assert Lexicon.parse("İstanbul\tIstanbul\n").apply("istanbul İSTANBUL") == \
         "istanbul Istanbul"
+
+
+def test_the_cli_says_the_growth_limit_in_one_line(tmp_path, capsys):
+    words = tmp_path / "words.tsv"
+    words.write_text("a\t" + "b" * 200 + "\n")
+    assert main(["plan", " ".join(["a"] * 300), "--lexicon", str(words)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --lexicon words.tsv: the respelled text would be over")
+    assert "budgets.LEXICON_GROWTH" in err and "Traceback" not in err
