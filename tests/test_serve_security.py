@@ -838,3 +838,20 @@ def test_max_streams_flag(ckpt_dir, tmp_path, monkeypatch, capsys):
     assert app[SERVICE].limits.max_streams == 5
     assert Limits().max_streams >= Limits().max_streams_per_client
     app[SERVICE].close()
+
+
+def test_the_operators_lexicon_cannot_grow_a_request_past_its_budget(synth, voices_dir):
+    """``serve --lexicon``: a request whose text the lexicon would grow past
+    budgets.LEXICON_GROWTH is refused (422, saying the limit), and nothing is spoken."""
+    from fish_core.text.lexicon import Lexicon
+
+    lexicon = Lexicon.parse("a\t" + "b" * 200 + "\n", "--lexicon words.tsv")
+    with served(synth, voices_dir, limits=LIMITS, lexicon=lexicon) as running:
+        response = http(running, "POST", "/v1/audio/speech",
+                        json={"input": " ".join(["a"] * 100), "max_new_tokens": 8})
+        error = error_of(response, 422)
+        assert "--lexicon words.tsv" in error["message"]
+        assert "budgets.LEXICON_GROWTH" in error["message"]
+        assert rounds(running) == 0
+        assert http(running, "POST", "/v1/audio/speech", json={
+            "input": "a b.", "max_new_tokens": 8}).status_code == 200
