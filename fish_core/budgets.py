@@ -17,3 +17,13 @@ MAX_PAUSE_TOTAL_SECONDS = 600.0
 # the text field and a stream ends (SSE: an error event). 130 bytes of text can ask for the
 # pause budget's 600 s (50 MiB of WAV); this bounds what the rest of a request can add.
 MAX_ANSWER_SECONDS = 1200.0
+
+# ---------------------------------------------------------------- lexicons (``text.lexicon``)
+# Characters of a lexicon typed into a node (the ``lexicon`` input of the speech nodes and Voice
+# From Take): some ten thousand entries. A lexicon file (the CLI's and serve's ``--lexicon``,
+# ``Lexicon.load``) is bounded by ``text.lexicon.MAX_ENTRIES`` entries of ``MAX_WORD``.
+NODE_LEXICON_CHARS = 256 * 1024
+# A respelled text is at most LEXICON_GROWTH times as long as the text it respells, plus one
+# respelling (``text.lexicon.MAX_WORD`` characters, so that one long respelling of a short text
+# fits): a lexicon cannot turn a short request into a long one.
+LEXICON_GROWTH = 8

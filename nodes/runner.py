@@ -110,14 +110,35 @@ def finishing(loudness=0.0, speed=1.0, lexicon="", per="mix") -> dict:
     """The finishing keywords from node inputs (``speech.finishing``): ``loudness`` 0 is off;
     ``lexicon`` is the text of a lexicon (word<TAB>respelling lines), typed into the node."""
     from ..fish_core.audio.loudness import Loudness, check_target
-    from ..fish_core.text.lexicon import Lexicon
 
     found: dict = {"speed": speed if speed is not None else 1.0}
     if loudness:
         found["loudness"] = Loudness(check_target(loudness), per=per)
     if isinstance(lexicon, str) and lexicon.strip():
-        found["lexicon"] = Lexicon.parse(lexicon, "lexicon")
+        found["lexicon"] = typed_lexicon(lexicon)
     return found
+
+
+def typed_lexicon(text: str, field: str = "lexicon"):
+    """A lexicon typed into a node: at most ``budgets.NODE_LEXICON_CHARS`` characters, read
+    and applied (``text.lexicon``) with ComfyUI's Cancel looked at as it goes."""
+    from ..fish_core.budgets import NODE_LEXICON_CHARS
+    from ..fish_core.text.lexicon import Lexicon
+
+    return interruptible(Lexicon.parse, text, field, NODE_LEXICON_CHARS,
+                         interrupted(host.module("comfy.model_management")))
+
+
+def interruptible(work: Callable, *args):
+    """``work(*args)`` outside ``generation`` (a lexicon read or applied) that Cancel stops:
+    our ``Cancelled`` leaves as ComfyUI's interruption."""
+    try:
+        return work(*args)
+    except Cancelled:
+        mm = host.module("comfy.model_management")
+        if mm is not None:
+            mm.throw_exception_if_processing_interrupted()
+        raise
 
 
 def sampling(seed, temperature, top_p, top_k, max_new_tokens) -> dict:

@@ -6,7 +6,7 @@ from ..fish_core import Voice
 from . import paths
 from .audio import from_audio
 from .remote import RemoteHandle
-from .runner import loaded, require_text
+from .runner import interruptible, loaded, require_text, typed_lexicon
 from .schema import MODEL, VOICE, Combo, Int, Node, Output, Socket, String
 
 
@@ -49,7 +49,6 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     import torch
 
     from ..fish_core.speech.casting import check_rate, take_clip
-    from ..fish_core.text.lexicon import Lexicon
 
     require_text("text", text, "type the text the take says (what the TTS node was given)")
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
@@ -62,9 +61,10 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
         raise ValueError(f"take: the audio holds {waves.shape[0]} take(s); pick 1 … "
                          f"{waves.shape[0]}, got {take}")
     rate = check_rate(given["sample_rate"], "audio")  # names the input, never a ZeroDivision
-    lexicon = Lexicon.parse(lexicon, "lexicon") if lexicon and lexicon.strip() else None
+    lexicon = typed_lexicon(lexicon) if lexicon and lexicon.strip() else None
     wave = waves[take - 1].float().mean(dim=0)  # [samples], mono
-    clip, said, notes = take_clip(wave, rate, text, lexicon)
+    # the lexicon respells the transcript: Cancel stops it
+    clip, said, notes = interruptible(take_clip, wave, rate, text, lexicon)
     with loaded(model) as synth:
         voice = synth.encode_voice(clip, said, name=name.strip(), sample_rate=rate)
     voice.lexicon = lexicon

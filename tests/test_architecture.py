@@ -41,6 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
 }
+# fish_core/budgets.py: a leaf every layer of fish_core and the nodes may import.
+for _layer in set(ALLOWED) - {"budgets", "params", "access", "quant", "pack"}:
+    ALLOWED[_layer].add("budgets")
 
 # Edges allowed only to these modules of the imported layer: the codec shares the engine's
 # transformer layers and the loader's streamed weight check, nothing else of either.

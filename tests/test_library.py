@@ -108,3 +108,21 @@ def test_a_symlinked_voices_folder_is_a_folder(tmp_path):
         pytest.skip("this file system cannot make symlinks")
     assert VoiceFolders([link]).names() == ["a"]
     assert VoiceLibrary([link]).load("a").name == "a"
+
+
+def test_a_name_through_a_voice_file_is_refused_on_both_sides(paths):
+    """``victim.safetensors/x`` names a voice inside a file: refused before anything is written
+    (Voice Save: an error naming filename_prefix; the service: a 409 naming the field), the
+    file untouched (issue 36)."""
+    served = VoiceLibrary(paths.roots(paths.VOICES))
+    victim = served.add("victim", a_voice("victim"))
+    before = victim.read_bytes()
+    with pytest.raises(ValueError, match="filename_prefix: 'victim.safetensors/x' would be "
+                                         "saved inside 'victim.safetensors', which is a file"):
+        paths.new_voice_path("victim.safetensors/x")
+    for call in (lambda: served.add("victim.safetensors/x", a_voice("x")),
+                 lambda: served.rename("victim", "victim.safetensors/x", "name", "name")):
+        with pytest.raises(ApiError) as error:
+            call()
+        assert error.value.status == 409 and error.value.param == "name"
+    assert victim.read_bytes() == before and served.names() == ["victim"]

@@ -74,3 +74,30 @@ def test_only_engines_that_report_chunks_get_on_chunk(env, tiny_synth):
     assert not runner.accepts_chunks(Remote())
     assert not runner.accepts_chunks(object())
     assert runner.accepts_chunks(tiny_synth)
+
+
+# ---------------------------------------------------------------- lexicons (issue 36)
+def test_a_typed_lexicon_is_bounded_and_cancel_stops_it(env, model):
+    """A lexicon typed into a node is at most budgets.NODE_LEXICON_CHARS (an error naming the
+    input and the limit, before any model work); Cancel pressed while a long lexicon is read,
+    or while a long text is respelled, leaves as ComfyUI's interruption."""
+    from fish_core.budgets import NODE_LEXICON_CHARS
+
+    mm = env.stubs.mm
+    huge = "".join(f"word{i}\tr{i}\n" for i in range(NODE_LEXICON_CHARS // 10))
+    assert len(huge) > NODE_LEXICON_CHARS
+    with pytest.raises(ValueError, match=rf"^lexicon is {len(huge)} characters; the limit is "
+                                         rf"{NODE_LEXICON_CHARS}"):
+        run_v1(env, "SailfishTTS", model=model, text="Hi.", lexicon=huge, **FAST)
+    long_lexicon = "".join(f"word{i}\tr{i}\n" for i in range(10000))
+    mm.interrupt_current_processing(True)  # Cancel pressed while the lexicon is read
+    with pytest.raises(mm.InterruptProcessingException):
+        run_v1(env, "SailfishTTS", model=model, text="Hi.", lexicon=long_lexicon, **FAST)
+    assert not mm.processing_interrupted()
+    # and while a long text is respelled (without the lexicon, this run would generate)
+    env.stubs.utils.PROGRESS_BAR_HOOK = lambda *args, **kwargs: pytest.fail("generated")
+    mm.interrupt_current_processing(True)
+    with pytest.raises(mm.InterruptProcessingException):
+        run_v1(env, "SailfishTTS", model=model, text="I love SQL. " * 1500,
+               lexicon="SQL\tsequel\n", **FAST)
+    assert not mm.processing_interrupted()

@@ -754,3 +754,104 @@ def test_streams_per_client_flag(ckpt_dir, tmp_path, monkeypatch, capsys):
     (app, _), = calls
     assert app[SERVICE].limits.max_streams_per_client == 3
     app[SERVICE].close()
+
+
+# ---------------------------------------------------------------- round three (issue 36)
+def test_huge_json_integers_are_400_not_500(server):
+    """Python refuses to read an integer of over 4300 digits (a ValueError inside json.loads),
+    and a float field cannot hold one of over 308: any integer longer than the longest any field
+    takes is a 400 naming the body, on every JSON route."""
+    from fish_core.serve.http.bodies import MAX_INT_DIGITS
+
+    before = rounds(server)
+    for digits in (5000, 400, MAX_INT_DIGITS + 1):
+        huge = b"9" * digits
+        for path, body in (("/v1/audio/speech", b'{"input": "Hi.", "seed": ' + huge + b"}"),
+                           ("/v1/audio/speech", b'{"input": "Hi.", "speed": -' + huge + b"}"),
+                           ("/v1/tts", b'{"text": "Hi.", "top_k": ' + huge + b"}")):
+            error = error_of(http(server, "POST", path, content=body, headers=JSON), 400, "body")
+            assert error["type"] == "invalid_request_error"
+            assert f"an integer of {digits} digits" in error["message"]
+    error = error_of(http(server, "PATCH", "/v1/audio/voices/alice", headers=JSON,
+                          content=b'{"name": ' + b"1" * 5000 + b"}"), 400, "body")
+    assert "digits" in error["message"]
+    assert rounds(server) == before  # nothing spoken
+    error = error_of(http(server, "POST", "/v1/audio/speech", headers=JSON, content=(
+        b'{"input": "Hi.", "seed": ' + b"9" * MAX_INT_DIGITS + b"}")), 400, "seed")
+    assert "must lie in" in error["message"]  # within the digits: the field's own check
+
+
+@pytest.mark.parametrize("charset, readable", [("idna", False), ("punycode", False),
+                                               ("rot13", True), ("utf-16", True)])
+def test_rfc2231_filenames_in_any_charset_are_400_not_500(server, voices_dir, charset,
+                                                          readable):
+    """``filename*=idna''…`` (a codec that takes no error handler) and its kind: a 400 naming
+    the form field, never a 500, nothing saved; a charset that reads (or is no text codec) is
+    a file like any other."""
+    body = (b"--x\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nrfc2231\r\n"
+            b"--x\r\nContent-Disposition: form-data; name=\"text\"\r\n\r\nA tone.\r\n"
+            b"--x\r\nContent-Disposition: form-data; name=\"audio\"; filename*="
+            + charset.encode() + b"''a%FF%00.wav\r\nContent-Type: audio/wav\r\n\r\n"
+            + wav_bytes() + b"\r\n--x--\r\n")
+    response = http(server, "POST", "/v1/audio/voices", content=body,
+                    headers={"Content-Type": "multipart/form-data; boundary=x"})
+    if readable:
+        assert response.status_code == 201, response.text
+        assert http(server, "DELETE", "/v1/audio/voices/rfc2231").status_code == 200
+        return
+    error = error_of(response, 400, "audio")
+    assert error["type"] == "invalid_request_error" and "filename*" in error["message"]
+    assert not (voices_dir / "rfc2231.safetensors").exists()
+
+
+def test_a_voice_name_through_a_file_is_409_naming_the_field(server, voices_dir):
+    """``alice.safetensors/x`` would be saved inside a voice file, and ``dir`` as a folder's
+    name: on add and rename, a 409 naming the field (never a 500), nothing changed."""
+    (voices_dir / "dir.safetensors").mkdir()
+    files = {"audio": ("a.wav", wav_bytes(), "audio/wav")}
+    try:
+        for name, why in (("alice.safetensors/x", "which is a file"),
+                          ("alice.safetensors/deeper/x", "which is a file"),
+                          ("dir", "which is a folder")):
+            error = error_of(http(server, "POST", "/v1/audio/voices",
+                                  data={"name": name, "text": "A tone."}, files=files), 409,
+                             "name")
+            assert why in error["message"]
+            error = error_of(http(server, "PATCH", "/v1/audio/voices/alice",
+                                  json={"name": name}), 409, "name")
+            assert why in error["message"]
+            error = error_of(http(server, "POST", "/v1/references/add",
+                                  data={"id": name, "text": "A tone."}, files=files), 409, "id")
+            assert why in error["message"]
+        assert (voices_dir / "alice.safetensors").is_file()
+        assert http(server, "POST", "/v1/audio/speech", json=SPEECH).status_code == 200
+    finally:
+        (voices_dir / "dir.safetensors").rmdir()
+
+
+def test_max_streams_flag(ckpt_dir, tmp_path, monkeypatch, capsys):
+    with started(monkeypatch) as calls:
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams", "5")) == 0
+        assert cli.main(serve_argv(ckpt_dir, tmp_path, "--max-streams", "0")) == 2
+        assert "--max-streams must be at least 1" in capsys.readouterr().err
+    (app, _), = calls
+    assert app[SERVICE].limits.max_streams == 5
+    assert Limits().max_streams >= Limits().max_streams_per_client
+    app[SERVICE].close()
+
+
+def test_the_operators_lexicon_cannot_grow_a_request_past_its_budget(synth, voices_dir):
+    """``serve --lexicon``: a request whose text the lexicon would grow past
+    budgets.LEXICON_GROWTH is refused (422, saying the limit), and nothing is spoken."""
+    from fish_core.text.lexicon import Lexicon
+
+    lexicon = Lexicon.parse("a\t" + "b" * 200 + "\n", "--lexicon words.tsv")
+    with served(synth, voices_dir, limits=LIMITS, lexicon=lexicon) as running:
+        response = http(running, "POST", "/v1/audio/speech",
+                        json={"input": " ".join(["a"] * 100), "max_new_tokens": 8})
+        error = error_of(response, 422)
+        assert "--lexicon words.tsv" in error["message"]
+        assert "budgets.LEXICON_GROWTH" in error["message"]
+        assert rounds(running) == 0
+        assert http(running, "POST", "/v1/audio/speech", json={
+            "input": "a b.", "max_new_tokens": 8}).status_code == 200

@@ -658,3 +658,53 @@ def test_speed_stretches_each_sentence(server):
         lengths[speed] = [sum(map(len, frames)) // 2 for _, frames in sentences]
     assert len(lengths[1.0]) == len(lengths[2.0]) == 2
     assert lengths[2.0] == [round(n / 2.0) for n in lengths[1.0]]
+
+
+# ---------------------------------------------------------------- round three (issue 36)
+def test_streams_are_capped_in_all_not_only_per_address(tiny_synth, voices_dir):
+    """Three clients from three loopback addresses, each under its own limit: the server holds
+    ``max_streams`` sessions in all, and refuses the next before the upgrade with a 503 that
+    says why (Retry-After); a closed session frees its place."""
+    limits = Limits(max_new_tokens=64, timeout_seconds=120.0, max_streams_per_client=8,
+                    max_streams=2)
+    with served(tiny_synth, voices_dir, limits=limits) as running:
+        async def scenario():
+            clients = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                local_addr=(f"127.0.0.{i}", 0))) for i in (1, 2, 3)]
+            try:
+                one = await clients[0].ws_connect(ws_url(running))
+                two = await clients[1].ws_connect(ws_url(running))
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await clients[2].ws_connect(ws_url(running))
+                async with clients[2].get(ws_url(running).replace("ws://", "http://"), headers={
+                        "Connection": "Upgrade", "Upgrade": "websocket",
+                        "Sec-WebSocket-Version": "13",
+                        "Sec-WebSocket-Key": base64.b64encode(b"0123456789abcdef").decode()},
+                        ) as answer:
+                    body = await answer.json()
+                    status, retry = answer.status, answer.headers.get("Retry-After")
+                await one.close()
+                for _ in range(100):  # the server sees the close
+                    if running.service.open_streams() < 2:
+                        break
+                    await asyncio.sleep(0.05)
+                three = await clients[2].ws_connect(ws_url(running))  # a place is free again
+                for ws in (two, three):
+                    await ws.close()
+                return refused.value.status, status, retry, body["error"]
+            finally:
+                for client in clients:
+                    await client.close()
+
+        refused, status, retry, error = run(scenario())
+        assert refused == status == 503 and retry
+        assert error["code"] == "too_many_streams" and "--max-streams" in error["message"]
+        assert "2 speech streams" in error["message"]
+
+
+def test_a_huge_integer_in_session_config_is_an_error_message(server):
+    """Python's int-string limit (4300 digits) is never reached: a clear error, not a 500."""
+    error = run(session_error(server, ['{"type": "session.config", "voice": "alice", '
+                                       '"seed": ' + "7" * 5000 + "}"]))
+    assert error["param"] == "message" and "5000 digits" in error["message"]
+    assert error["type"] == "invalid_request_error"

@@ -22,6 +22,7 @@ class Limits:
     stream_idle_seconds: float = 30.0  # WS /v1/audio/speech/stream: no sentence before it closes
     max_streams_per_client: int = 8  # WS sessions open at once from one peer address
     max_answer_seconds: float = MAX_ANSWER_SECONDS  # audio of one answer (``budgets``)
+    max_streams: int = 64  # WS sessions open at once in all (503 before the upgrade beyond)
 
     def request_bytes(self) -> int:
         """The most bytes of a request (or WebSocket message) that carries no reference audio:

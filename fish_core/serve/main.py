@@ -81,6 +81,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-streams-per-client", type=int, default=limits.max_streams_per_client,
                    help="WS /v1/audio/speech/stream sessions one peer address may hold open "
                         "(behind a proxy every client is the proxy: raise it there)")
+    g.add_argument("--max-streams", type=int, default=limits.max_streams,
+                   help="WS /v1/audio/speech/stream sessions open at once from all clients "
+                        "together; more get 503 with Retry-After")
 
 
 def api_key(args) -> str | None:
@@ -124,7 +127,8 @@ def build_service(args, key: str | None = None):
                     max_reference_seconds=args.max_reference_seconds,
                     timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
                     stream_idle_seconds=args.stream_idle_timeout,
-                    max_streams_per_client=args.max_streams_per_client)
+                    max_streams_per_client=args.max_streams_per_client,
+                    max_streams=args.max_streams)
     lexicon = None
     if args.lexicon:
         from ..text.lexicon import Lexicon
@@ -151,6 +155,8 @@ def serve(args) -> str:
     if args.max_streams_per_client < 1:
         raise ValueError(f"--max-streams-per-client must be at least 1, got "
                          f"{args.max_streams_per_client}")
+    if args.max_streams < 1:
+        raise ValueError(f"--max-streams must be at least 1, got {args.max_streams}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     service = build_service(args, key)
     web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG)

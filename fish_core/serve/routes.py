@@ -71,7 +71,7 @@ def endpoint(service: Service, handler, kind: str = "read"):
                 service.allow_change(request.remote)
             return await handler(service, request)
         except ApiError as e:
-            if e.status in (403, 429):
+            if e.status in (403, 429, 503):
                 log.warning("Sailfish serve: %s %s from %s refused: %s", request.method,
                             request.path, request.remote, e.message)
             return error_response(e)

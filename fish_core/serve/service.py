@@ -156,10 +156,17 @@ class Service:
     @contextmanager
     def stream_opened(self, client: str | None) -> Iterator[None]:
         """One of the client's ``max_streams_per_client`` WebSocket sessions (a client is a
-        peer address: behind a proxy every client is the proxy, so raise the limit there)."""
+        peer address: behind a proxy every client is the proxy, so raise the limit there),
+        and one of the server's ``max_streams`` (503 when all are open: many addresses, one
+        server)."""
         client = client or "?"
         limit = self.limits.max_streams_per_client
         with self._open_lock:
+            if sum(self._streams.values()) >= self.limits.max_streams:
+                raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
+                                    "open, its limit; retry later (the limit is the server's "
+                                    "--max-streams)", None, "too_many_streams",
+                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
             if self._streams.get(client, 0) >= limit:
                 raise ApiError(429, f"this client has {limit} speech streams open; close one "
                                     "first (the limit is the server's --max-streams-per-client)",

@@ -111,6 +111,14 @@ class VoiceLibrary:
         if self.folders.find(name, param) is not None:
             raise ApiError(409, f"{param}: a voice named {name!r} exists already", param,
                            "voice_exists")
+        blocked = self.folders.blocked(self.roots[0], name)
+        if blocked is not None:
+            raise self.taken(name, param, blocked)
+
+    @staticmethod
+    def taken(name: str, param: str, why: str) -> ApiError:
+        return ApiError(409, f"{param}: {name!r} {why}; pick another name", param,
+                        "voice_exists")
 
     def add(self, name: str, voice: Voice, param: str = "name") -> Path:
         with self._lock:
@@ -119,6 +127,8 @@ class VoiceLibrary:
             voice.name = name.rsplit("/", 1)[-1]
             try:
                 return voice.save(path)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):  # made meanwhile
+                raise self.taken(name, param, "is taken by a file or folder") from None
             finally:
                 self.changed()
 
@@ -133,9 +143,13 @@ class VoiceLibrary:
             source = self.find(old, old_param)
             self.check_free(new, new_param)
             target = self._inside(self.roots[0], new, new_param)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(source, target)
-            self.changed()
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):  # made meanwhile
+                raise self.taken(new, new_param, "is taken by a file or folder") from None
+            finally:
+                self.changed()
             return target
 
 

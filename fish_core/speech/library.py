@@ -123,8 +123,30 @@ class VoiceFolders:
         return None
 
     def new_path(self, name: str, field: str = "name") -> Path:
-        """Where a new voice ``name`` is saved: in the first folder."""
-        return self.path(self.roots[0], name, field)
+        """Where a new voice ``name`` is saved (the nodes add a number to its file name): in
+        the first folder (``VoiceNameError`` when a file stands where a folder must be)."""
+        path = self.path(self.roots[0], name, field)
+        blocked = self.blocked(self.roots[0], name, file=False)
+        if blocked is not None:
+            raise VoiceNameError(f"{field}: {name!r} {blocked}; pick another name")
+        return path
+
+    def blocked(self, root: Path, name: str, file: bool = True) -> str | None:
+        """What keeps a voice ``name`` from being saved in ``root`` (a checked name): a part
+        before the last that is a file, not a folder (``victim.safetensors/x``), or (``file``)
+        its file name taken by a folder. None when nothing does."""
+        parts = name.split("/")
+        path = Path(root)
+        for i, part in enumerate(parts[:-1]):
+            path = path / part
+            if not os.path.lexists(path):
+                return None
+            if not path.is_dir():
+                return f"would be saved inside {'/'.join(parts[:i + 1])!r}, which is a file"
+        path = path / (parts[-1] + SUFFIX)
+        if file and os.path.lexists(path) and not path.is_file():
+            return f"would be saved as {name + SUFFIX!r}, which is a folder"
+        return None
 
 
 def _walk(root: Path):

@@ -1,7 +1,8 @@
 """Pronunciation lexicon: words the model says wrong, respelled the way it says them right.
 
 A lexicon file is plain UTF-8 text, one entry a line: ``word<TAB>respelling``. Blank lines and
-lines starting with ``#`` are comments. Matching is case-insensitive and on whole words only
+lines starting with ``#`` are comments. Matching is case-insensitive (Unicode case folding:
+``Straße`` matches "STRASSE") and on whole words only
 (``SQL`` matches "sql" and "SQL," but not "SQLite"); an entry may be several words ("New
 York"); where entries overlap the longest wins. Text inside ``[…]`` (delivery and pause tags)
 and ``<|…|>`` (speaker tags) is never changed. A respelling may itself hold a pause tag.
@@ -10,22 +11,38 @@ Respellings are plain text. S2's tokenizer lists ``<|phoneme_start|>`` / ``<|pho
 but the official prompt format never uses them, nothing shows S2-Pro was trained to read
 phonemes between them, and user text is never encoded to special tokens here (it could
 close a turn or inject codes): a respelling holding ``<|…|>`` markup is refused, saying so.
+
+**Cost.** Applying a lexicon is one pass over the text's tokens (runs of word characters, runs
+of white space, single other characters) with a dictionary walk per token, at most one entry's
+tokens deep: linear in the text and the lexicon, however many entries there are. The respelled
+text is at most ``budgets.LEXICON_GROWTH`` times the text plus one respelling; a lexicon typed
+into a node is at most ``budgets.NODE_LEXICON_CHARS`` characters (``parse``'s ``max_chars``);
+``cancel`` (a node's Cancel) is looked at every ``CANCEL_EVERY`` lines or tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..budgets import LEXICON_GROWTH
+from ..params import Cancelled
 from .plan import check_text, read_text_file
 
 MAX_ENTRIES = 20000
 MAX_WORD = 200  # characters of one entry's word or respelling
+CANCEL_EVERY = 4096  # lines parsed, or tokens respelled, between two looks at ``cancel``
+MERGES_KEPT = 16  # merged lexicons a lexicon keeps (one per voice with its own lexicon)
 PROTECTED = re.compile(r"\[[^\[\]\n]*\]|<\|[^|]*\|>")
 MARKUP = re.compile(r"<\|[^|]*\|>")
 SPACES = re.compile(r"\s+")
+# A token: a run of word characters (what ``\w`` matches), a run of white space, or one other
+# character. An entry matches whole tokens, so "SQL" never matches inside "SQLite".
+TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+WORD, SPACE, MARK = 0, 1, 2  # token kinds
 
 
 class LexiconError(ValueError):
@@ -36,14 +53,25 @@ class LexiconError(ValueError):
 class Lexicon:
     entries: tuple[tuple[str, str], ...] = ()  # (word as written, respelling), file order
     source: str = field(default="lexicon", compare=False)  # how errors name it
+    # Cancel while it is applied (a node's: ComfyUI's interrupt flag); True raises Cancelled
+    cancel: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
 
     # ---------------------------------------------------------------- reading
     @classmethod
-    def parse(cls, text: str, source: str = "lexicon") -> "Lexicon":
-        """Entries of a lexicon text; errors name ``source`` and the line."""
+    def parse(cls, text: str, source: str = "lexicon", max_chars: int | None = None,
+              cancel: Callable[[], bool] | None = None) -> Lexicon:
+        """Entries of a lexicon text; errors name ``source`` and the line. ``max_chars``: the
+        most characters the text may hold (a lexicon typed into a node:
+        ``budgets.NODE_LEXICON_CHARS``); ``cancel``: checked while it is read, and kept to be
+        checked while it is applied."""
         check_text(text, source)
+        if max_chars is not None and len(text) > max_chars:
+            raise LexiconError(f"{source} is {len(text)} characters; the limit is {max_chars} "
+                               "(budgets.NODE_LEXICON_CHARS for a lexicon typed into a node)")
         entries: dict[str, tuple[str, str, int]] = {}
         for number, line in enumerate(text.splitlines(), 1):
+            if cancel is not None and not number % CANCEL_EVERY:
+                check_cancel(cancel, source)
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             where = f"{source} line {number}"
@@ -59,7 +87,7 @@ class Lexicon:
             entries[key] = (word, respelling, number)
             if len(entries) > MAX_ENTRIES:
                 raise LexiconError(f"{source}: more than {MAX_ENTRIES} entries")
-        return cls(tuple((w, r) for w, r, _ in entries.values()), source)
+        return cls(tuple((w, r) for w, r, _ in entries.values()), source, cancel)
 
     @classmethod
     def load(cls, path: str | Path, field: str = "--lexicon") -> "Lexicon":
@@ -71,9 +99,20 @@ class Lexicon:
         hold (a voice's own lexicon over the global one)."""
         if other is None or not other.entries:
             return self
+        # Kept (for the last few ``other``s): every turn, batch or subtitle cue asks for the
+        # same merge, and each merged lexicon builds its matcher once.
+        memo = self.__dict__.setdefault("_merged_cache", {})
+        kept = memo.get(id(other))
+        if kept is not None and kept[0] is other:
+            return kept[1]
         mine = {w.casefold(): (w, r) for w, r in self.entries}
         mine.update({w.casefold(): (w, r) for w, r in other.entries})
-        return Lexicon(tuple(mine.values()), f"{self.source} + {other.source}")
+        merged = Lexicon(tuple(mine.values()), f"{self.source} + {other.source}",
+                         self.cancel or other.cancel)
+        if len(memo) >= MERGES_KEPT:
+            memo.pop(next(iter(memo)), None)
+        memo[id(other)] = (other, merged)
+        return merged
 
     def text(self) -> str:
         """The lexicon as a file's text (``parse`` reads it back)."""
@@ -87,36 +126,95 @@ class Lexicon:
 
     # ---------------------------------------------------------------- applying
     def apply(self, text: str) -> str:
-        """``text`` with every whole-word match respelled (tags left alone)."""
+        """``text`` with every whole-word match respelled (tags left alone): at each token
+        where a word may start, the longest entry matching there (white space between an
+        entry's words matches any white space), then on after it. ``LexiconError`` when the
+        result would be over ``budgets.LEXICON_GROWTH`` times ``text`` plus one respelling."""
         if not self.entries:
             return text
-        out, position = [], 0
+        limit = LEXICON_GROWTH * len(text) + MAX_WORD
+        out, position, size = [], 0, 0
         for m in PROTECTED.finditer(text):
-            out += [self._respell(text[position:m.start()]), m.group(0)]
+            size = self._respell(text[position:m.start()], out, size, limit)
+            out.append(m.group(0))
+            size += len(m.group(0))
             position = m.end()
-        return "".join(out + [self._respell(text[position:])])
+        self._respell(text[position:], out, size, limit)
+        return "".join(out)
 
-    def _respell(self, text: str) -> str:
-        return self._pattern.sub(lambda m: self._table[_key(m.group(0))], text) if text else text
+    def _respell(self, text: str, out: list[str], size: int, limit: int) -> int:
+        """``text`` respelled onto ``out`` (``size``: the characters in it so far, returned
+        updated), in one pass over its tokens."""
+        if not text:
+            return size
+        edges, ends = self._matcher
+        tokens = TOKEN.findall(text)
+        kinds = [token_kind(t) for t in tokens]
+        keys = [" " if k == SPACE else t.casefold() for t, k in zip(tokens, kinds)]
+        i, n, checked = 0, len(tokens), 0
+        while i < n:
+            if self.cancel is not None and i - checked >= CANCEL_EVERY:
+                check_cancel(self.cancel, self.source)
+                checked = i
+            # An entry starts with a word, or with a mark that no word character comes before.
+            found = None
+            if kinds[i] == WORD or (kinds[i] == MARK and (i == 0 or kinds[i - 1] != WORD)):
+                node, j = 0, i
+                while j < n:
+                    node = edges.get((node, keys[j]))
+                    if node is None:
+                        break
+                    j += 1
+                    end = ends.get(node)
+                    # An entry ending in a mark: no word character right after it.
+                    if end is not None and not (end[1] and j < n and kinds[j] == WORD):
+                        found = (j, end[0])
+            if found is None:
+                piece, i = tokens[i], i + 1
+            else:
+                i, piece = found
+            out.append(piece)
+            size += len(piece)
+            if size > limit:
+                given = (limit - MAX_WORD) // LEXICON_GROWTH
+                raise LexiconError(
+                    f"{self.source}: the respelled text would be over {limit} characters; the "
+                    f"limit is {LEXICON_GROWTH} times the text's {given} plus {MAX_WORD} "
+                    "(budgets.LEXICON_GROWTH)")
+        return size
 
     @property
-    def _table(self) -> dict[str, str]:
-        table = self.__dict__.get("_table_cache")
-        if table is None:
-            table = {_key(w): r for w, r in self.entries}
-            object.__setattr__(self, "_table_cache", table)
-        return table
+    def _matcher(self) -> tuple[dict, dict]:
+        """The entries as a trie over their tokens: ``edges`` (node, token) → node (0 is the
+        root), ``ends`` node → (respelling, whether the entry ends in a mark)."""
+        matcher = self.__dict__.get("_matcher_cache")
+        if matcher is None:
+            edges: dict[tuple[int, str], int] = {}
+            ends: dict[int, tuple[str, bool]] = {}
+            for number, (word, respelling) in enumerate(self.entries):
+                if self.cancel is not None and number and not number % CANCEL_EVERY:
+                    check_cancel(self.cancel, self.source)
+                node = 0
+                tokens = TOKEN.findall(word)
+                for token in tokens:
+                    key = " " if token_kind(token) == SPACE else token.casefold()
+                    node = edges.setdefault((node, key), len(edges) + 1)
+                ends.setdefault(node, (respelling, token_kind(tokens[-1]) == MARK))
+            matcher = (edges, ends)
+            object.__setattr__(self, "_matcher_cache", matcher)
+        return matcher
 
-    @property
-    def _pattern(self) -> re.Pattern:
-        pattern = self.__dict__.get("_pattern_cache")
-        if pattern is None:
-            # Longest first: the alternation takes the first alternative that matches.
-            words = sorted((w for w, _ in self.entries), key=len, reverse=True)
-            body = "|".join(r"\s+".join(map(re.escape, w.split(" "))) for w in words)
-            pattern = re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE)
-            object.__setattr__(self, "_pattern_cache", pattern)
-        return pattern
+
+def token_kind(token: str) -> int:
+    first = token[0]
+    if first.isspace():
+        return SPACE
+    return WORD if first == "_" or first.isalnum() else MARK
+
+
+def check_cancel(cancel: Callable[[], bool], source: str) -> None:
+    if cancel():
+        raise Cancelled(f"{source}: cancelled")
 
 
 def _key(word: str) -> str:

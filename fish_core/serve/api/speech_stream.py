@@ -63,7 +63,8 @@ server selects; the key is never echoed). A handshake that offers subprotocols w
 ``sailfish.speech.v1`` is refused (400) before the upgrade, so no offered value (a key) is ever
 logged. A key in the URL is never read (URLs land in logs). These are refused before the
 upgrade, with an HTTP status and the JSON error body, and so is a client (a peer address) with
-``max_streams_per_client`` sessions open already (429).
+``max_streams_per_client`` sessions open already (429), and any client while the server has
+``max_streams`` sessions open in all (503, ``too_many_streams``, with ``Retry-After``).
 
 Bounds: a sentence takes one of the server's ``--max-queue`` places while it is spoken (the
 session holds none while it waits for text; a sentence waits for a place up to the request
@@ -166,7 +167,7 @@ async def speech_stream(service: Service, request: web.Request) -> web.StreamRes
     if not ws.can_prepare(request).ok:
         raise ApiError(426, "this route is a WebSocket; connect with ws:// (see the protocol in "
                             "the README)", None, "upgrade_required", {"Upgrade": "websocket"})
-    with service.stream_opened(request.remote):  # a 429 before the upgrade
+    with service.stream_opened(request.remote):  # a 429 or 503 before the upgrade
         await ws.prepare(request)
         session = Session(service, ws)
         try:

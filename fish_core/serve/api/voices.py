@@ -25,16 +25,18 @@ async def added_voice(service: Service, request: web.Request, name_field: str) -
         raise bad("audio", "must be an uploaded audio file")
     loop = asyncio.get_running_loop()
     with service.admitted():  # encoding takes the model like a speech request
-        await loop.run_in_executor(None, encode_and_save, service, name, audio, text)
+        await loop.run_in_executor(None, encode_and_save, service, name, audio, text,
+                                   name_field)
     return name
 
 
-def encode_and_save(service: Service, name: str, audio: bytes, text: str) -> None:
-    service.voices.check_free(name)
+def encode_and_save(service: Service, name: str, audio: bytes, text: str,
+                    param: str = "name") -> None:
+    service.voices.check_free(name, param)
     wave, sample_rate = decode_reference(audio, "audio", service.limits)
     with service.scheduler.model() as synth:
         voice = synth.encode_voice(wave, text, name=name, sample_rate=sample_rate)
-    service.voices.add(name, voice)
+    service.voices.add(name, voice, param)
 
 
 async def list_voices(service: Service, request: web.Request) -> web.Response:

@@ -28,6 +28,9 @@ STRUCTURE = re.compile(rb'[\[\]{}"\\]')  # what the depth scan looks at
 STRUCTURE_BYTES = (b",", b":", b"[", b"{", b'"', b"\\")
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 MAX_PART_HEADER_BYTES = 8192
+# Digits of a JSON integer: every integer field fits in 20 (seeds are < 2**63); Python refuses
+# to read one of over 4300 digits, and a float field cannot hold one of over 308.
+MAX_INT_DIGITS = 64
 REFERENCE_KEYS = ("references", "ref_audio")  # what lets a speech body be large
 
 
@@ -107,14 +110,30 @@ def parse_json(data: bytes, limits: Limits, where: str = "body"):
     if json_depth(data) > limits.max_json_depth:
         raise bad(where, f"nests deeper than {limits.max_json_depth} levels")
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_int=bounded_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise bad(where, f"is not valid JSON ({e})") from None
+    except LongInteger as e:
+        raise bad(where, f"holds an integer of {e.digits} digits; integers here have at most "
+                         f"{MAX_INT_DIGITS}") from None
     except RecursionError:  # not reached after the depth check; never a 500
         raise bad(where, "nests too deeply") from None
     if SURROGATE_ESCAPE.search(data):  # a \ud800 escape: look for one left alone
         check_strings(value, "", where)
     return value
+
+
+class LongInteger(Exception):
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def bounded_int(text: str) -> int:
+    """A JSON integer of at most ``MAX_INT_DIGITS`` digits (``json.loads``'s ``parse_int``)."""
+    digits = len(text) - text.startswith("-")
+    if digits > MAX_INT_DIGITS:
+        raise LongInteger(digits)
+    return int(text)
 
 
 def check_strings(value, path: str, root: str = "body") -> None:
@@ -264,6 +283,10 @@ def part_names(head: bytes) -> tuple[str | None, str | None]:
     if disposition is None or headers.get_content_disposition() != "form-data":
         raise bad("body", "every part needs Content-Disposition: form-data")
     name = headers.get_param("name", header="content-disposition")
-    filename = headers.get_filename()
     name = name if isinstance(name, str) else None
+    try:
+        filename = headers.get_filename()
+    except (LookupError, ValueError):  # RFC 2231 filename*= in a charset that cannot decode it
+        raise bad(name or "body", "has a filename* (RFC 2231) that cannot be read; send "
+                                  "filename=\"…\" or filename*=UTF-8''…") from None
     return name, filename if isinstance(filename, str) else None
