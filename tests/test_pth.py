@@ -481,3 +481,25 @@ def test_tuple_keys_of_numbers_are_refused(tmp_path):
                    + op("\x86") + op("N") + op("s") + op("."))
     with pytest.raises(CodecLoadError, match="tuple holding other than strings"):
         read_state_dict(path)
+
+
+def test_the_cli_says_one_error_line_for_a_damaged_codec(tmp_path, ckpt_dir, capsys):
+    """An encrypted entry ended in a RuntimeError carrying zipfile's ``<ZipInfo …>`` repr."""
+    import numpy as np
+
+    from fish_core import cli
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (model / name).write_bytes((ckpt_dir / name).read_bytes())
+    path = archive(tmp_path, state_dict_ops(text("w"), tensor_ops("0", 6, (6,), (1,))),
+                   {"0": FLOATS})
+    patch_entry(path, "evil/data.pkl", flags=1)
+    os.replace(path, model / "codec.pth")
+    np.save(tmp_path / "c.npy", np.zeros((10, 2), dtype=np.int64))
+    assert cli.main(["decode", str(tmp_path / "c.npy"), "--model", str(model), "--no-download",
+                     "-o", str(tmp_path / "out.wav")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: refusing to load ") and err.count("\n") == 1, err
+    assert "encrypted" in err and "ZipInfo" not in err
