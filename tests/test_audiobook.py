@@ -242,7 +242,7 @@ def test_the_spine_and_chapter_limits_come_before_any_text_is_read(tmp_path, mon
     real = book_module.html_text
     monkeypatch.setattr(book_module, "html_text", lambda markup: read.append(1) or real(markup))
     many = crafted_epub(tmp_path / "many.epub",
-                        [(f"{n}.xhtml", None, "w") for n in range(20000)])
+                        [(f"{n}.xhtml", None if n else "Start", "w") for n in range(20000)])
     with pytest.raises(BookError, match="20000 documents in its reading order; at most 8000"):
         read_book(many)
     chapters = crafted_epub(tmp_path / "chapters.epub",
