@@ -503,3 +503,20 @@ def test_the_cli_says_one_error_line_for_a_damaged_codec(tmp_path, ckpt_dir, cap
     err = capsys.readouterr().err
     assert err.startswith("error: refusing to load ") and err.count("\n") == 1, err
     assert "encrypted" in err and "ZipInfo" not in err
+
+
+def test_errors_never_repr_what_the_file_built(tmp_path):
+    """A storage location 100 000 lists deep: its repr was a RecursionError."""
+    deep = op("]") * 100_000 + op("a") * 99_999
+    pid = (op("(") + text("storage") + glob("torch", "FloatStorage") + text("0") + deep
+           + op("K", b"\x06") + op("t") + op("Q"))
+    path = archive(tmp_path, op("\x80\x02") + pid + op("."), {"0": FLOATS})
+    message = refused_within(lambda: read_state_dict(path), "bad location a list")
+    assert "[[" not in message
+    huge = 1 << 100
+    raw = huge.to_bytes(14, "little", signed=True)
+    six = op("(") + op("J", struct.pack("<i", 6)) + op("t")  # the size tuple (6,)
+    sized = tensor_ops("0", 6, (6,), (1,)).replace(six, op("(") + op("\x8a", b"\x0e", raw)
+                                                    + op("t"))
+    path = archive(tmp_path, state_dict_ops(text("w"), sized), {"0": FLOATS})
+    refused_within(lambda: read_state_dict(path), r"integers >= 0 and < 2\*\*48")

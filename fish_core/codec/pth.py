@@ -57,6 +57,7 @@ INFLATE_ALLOWANCE = 48 << 20  # bytes deflated entries may inflate past twice th
 VIEW_ALLOWANCE = 32 << 20  # bytes all views may take past twice the file's size
 CHUNK = 1 << 20  # an entry is read this many bytes at a time
 MAX_HASHED_INT = (1 << 61) - 1  # ints of smaller magnitude hash to themselves (no collisions)
+MAX_INT = 1 << 48  # an element count, offset, size or stride (no machine holds more)
 STORAGES = {
     "FloatStorage": torch.float32, "DoubleStorage": torch.float64,
     "HalfStorage": torch.float16, "BFloat16Storage": torch.bfloat16,
@@ -70,6 +71,15 @@ ALLOWED_TEXT = ("collections.OrderedDict, torch._utils._rebuild_tensor_v2 and th
                 "storages torch.FloatStorage … torch.BoolStorage")
 KEY_TYPES = (str, int, bytes, bool, type(None))
 COMPRESSION = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def brief(value) -> str:
+    """A value for an error message: a short repr of a plain value, else its type's name
+    (never the repr of a crafted container, however deep)."""
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        big = isinstance(value, int) and value.bit_length() > 128
+        return f"an integer of {value.bit_length()} bits" if big else repr(value)[:40]
+    return f"a {type(value).__name__}"
 
 
 class Refused(CodecLoadError):
@@ -118,8 +128,9 @@ def read_state_dict(path: str | Path):
     except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
         if isinstance(e, CodecLoadError):
             raise
-        # zipfile's own refusals (an encrypted entry, an unknown compression) carry reprs
-        raise CodecLoadError(f"cannot read {path}: a damaged zip archive (zipfile raised "
+        # zipfile's own refusals (an encrypted entry, an unknown compression) carry reprs;
+        # RecursionError is a RuntimeError
+        raise CodecLoadError(f"cannot read {path}: a damaged archive (reading it raised "
                              f"{type(e).__name__})") from None
     except MemoryError:
         raise CodecLoadError(f"cannot read {path}: it needs more memory than this machine "
@@ -205,11 +216,11 @@ class Archive:
     def storage(self, kind: Global, key, location, numel) -> Storage:
         """The storage a persistent id names, checked against its archive entry."""
         if not isinstance(key, str) or not key or "/" in key or key.startswith("."):
-            raise self.refused(f"a storage key must be a plain name, got {key!r:.40}")
+            raise self.refused(f"a storage key must be a plain name, got {brief(key)}")
         if not isinstance(location, str) or len(location) > 64:
-            raise self.refused(f"storage {key}: bad location {location!r:.40}")
-        if type(numel) is not int or numel < 0:
-            raise self.refused(f"storage {key}: bad element count {numel!r:.40}")
+            raise self.refused(f"storage {key}: bad location {brief(location)}")
+        if type(numel) is not int or not 0 <= numel < MAX_INT:
+            raise self.refused(f"storage {key}: bad element count {brief(numel)}")
         dtype = STORAGES[kind.name]
         found = self.storages.get(key)
         if found is not None:
@@ -350,8 +361,9 @@ class Machine:
             self._bad_tensor("a first argument that is not a storage")
         ints = (offset, *size, *stride) if isinstance(size, tuple) and \
             isinstance(stride, tuple) else None
-        if ints is None or any(type(v) is not int or v < 0 for v in ints):
-            self._bad_tensor("an offset, size or stride that is not a tuple of integers >= 0")
+        if ints is None or any(type(v) is not int or not 0 <= v < MAX_INT for v in ints):
+            self._bad_tensor("an offset, size or stride that is not a tuple of integers >= 0 "
+                             "and < 2**48")
         if len(size) != len(stride) or len(size) > MAX_DIMS:
             self._bad_tensor(f"{len(size)} sizes and {len(stride)} strides")
         if type(requires_grad) is not bool:
