@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+from conftest import measure_peak_growth
 from fish_core.cli import main
 from fish_core.params import Cancelled
 from fish_core.speech.audiobook import render_book
@@ -180,30 +181,6 @@ def crafted_epub(path: Path, documents: list, title: str = "Crafted", bodies: di
     return path
 
 
-def peak_growth(fn) -> int:
-    """Bytes ``fn()`` grows this process at its peak: the larger of Python's allocations
-    (tracemalloc) and the resident set's high-water mark, reset first (Linux's clear_refs)."""
-    import re
-    import tracemalloc
-
-    def status(field: str) -> int:
-        with open("/proc/self/status") as f:
-            return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1)) << 10
-
-    linux = os.path.exists("/proc/self/clear_refs")
-    if linux:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = status("VmRSS")
-    tracemalloc.start()
-    try:
-        fn()
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return max(peak, status("VmHWM") - before if linux else 0)
-
-
 def refused_within(path: Path, why: str) -> None:
     """read_book(path) is one BookError matching ``why``, costing < 128 MiB + twice the file."""
     pytest.importorskip("ebooklib")
@@ -212,7 +189,7 @@ def refused_within(path: Path, why: str) -> None:
         with pytest.raises(BookError, match=why):
             read_book(path)
 
-    grown = peak_growth(read)
+    grown = measure_peak_growth(read)
     bound = 128 * MB + 2 * path.stat().st_size
     assert grown < bound, f"{grown / MB:.0f} MiB grown for a {path.stat().st_size} byte book"
 
@@ -243,7 +220,7 @@ def test_the_spine_and_chapter_limits_come_before_any_text_is_read(tmp_path, mon
     monkeypatch.setattr(book_module, "html_text", lambda markup: read.append(1) or real(markup))
     many = crafted_epub(tmp_path / "many.epub",
                         [(f"{n}.xhtml", None if n else "Start", "w") for n in range(20000)])
-    with pytest.raises(BookError, match="20000 documents in its reading order; at most 8000"):
+    with pytest.raises(BookError, match="20000 entries in its spine; at most 8000"):
         read_book(many)
     chapters = crafted_epub(tmp_path / "chapters.epub",
                             [(f"{n}.xhtml", f"C{n}", "w") for n in range(2001)])

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import pytest
 import torch
 
+from conftest import measure_peak_growth
 from fish_core.codec.config import CodecLoadError
 from fish_core.codec.pth import read_state_dict
 
@@ -277,31 +278,6 @@ def test_a_damaged_storage_fails_its_crc(tmp_path):
 MB = 1 << 20
 
 
-def peak_growth(fn) -> int:
-    """Bytes ``fn()`` grows this process at its peak: the larger of what Python allocates
-    (tracemalloc: a bytearray counts in full even before it is touched) and the resident set's
-    high-water mark (torch's allocations), reset before the call (Linux's clear_refs)."""
-    import re
-    import tracemalloc
-
-    def status(field: str) -> int:
-        with open("/proc/self/status") as f:
-            return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1)) << 10
-
-    linux = os.path.exists("/proc/self/clear_refs")
-    if linux:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # the peak RSS starts again from the RSS now
-        before = status("VmRSS")
-    tracemalloc.start()
-    try:
-        fn()
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return max(peak, status("VmHWM") - before if linux else 0)
-
-
 def refused_within(fn, why: str, bound: int = 128 * MB, warm: bool = False) -> str:
     """``fn()`` raises one CodecLoadError matching ``why``, growing the process < ``bound``
     (``warm``: measured on a second call, past torch's one-time start-up costs)."""
@@ -315,7 +291,7 @@ def refused_within(fn, why: str, bound: int = 128 * MB, warm: bool = False) -> s
             fn()
         error.append(str(e.value))
 
-    grown = peak_growth(call)
+    grown = measure_peak_growth(call)
     assert grown < bound, f"{grown / MB:.0f} MiB grown before the refusal"
     assert "<ZipInfo" not in error[0] and "Traceback" not in error[0]
     return error[0]
@@ -383,7 +359,7 @@ def test_a_deflate_bomb_is_refused_and_a_deflated_storage_costs_its_size(tmp_pat
     refused_within(lambda: read_state_dict(bomb), r"inflates from \d+ to 268435456 bytes")
     small = deflated_zeros(tmp_path, 16)  # within the allowance: read, costing its own size
     out = {}
-    grown = peak_growth(lambda: out.update(read_state_dict(small)))
+    grown = measure_peak_growth(lambda: out.update(read_state_dict(small)))
     assert out["w"].shape == (4 * MB,) and not out["w"].any()
     assert grown < 16 * MB + 4 * MB, f"{grown / MB:.0f} MiB for a 16 MiB storage"
 

@@ -14,8 +14,9 @@
 
 What a book costs is bounded by its file: every EPUB entry is read against a budget (at most
 ``MAX_ITEM_BYTES`` each, ``2 × the file's size + BOOK_ALLOWANCE`` in all, so a zip bomb is
-refused before it is inflated); the spine (``MAX_SPINE`` documents) and the chapter limit
-(``MAX_CHAPTERS``) are checked in one pass before any document is read as text. Titles are
+refused before it is inflated); the spine (``MAX_SPINE`` documents) and the manifest
+(``MAX_ITEMS``) are counted before any item is read, the chapter limit (``MAX_CHAPTERS``) in
+one pass before any document is read as text. Titles are
 single lines: control characters (CR, LF, NUL …) become spaces.
 """
 
@@ -35,6 +36,7 @@ from .plan import check_text, read_text_file
 MAX_TITLE = 100
 MAX_CHAPTERS = 2000
 MAX_SPINE = 4 * MAX_CHAPTERS  # documents in an EPUB's reading order
+MAX_ITEMS = 4 * MAX_SPINE  # entries of its manifest (documents, images, styles …)
 MAX_ITEM_BYTES = 8 << 20  # one EPUB entry, inflated (a chapter's XHTML is far smaller)
 BOOK_ALLOWANCE = 64 << 20  # EPUB entries may inflate to twice the file plus this, in all
 SUFFIXES = (".txt", ".md", ".markdown", ".epub")
@@ -243,6 +245,15 @@ def bounded_reader(epub, path: Path):
             name = posixpath.normpath(name)
             budget.take(self.zf.getinfo(name))  # KeyError for a missing entry, as ebooklib's
             return self.zf.read(name)
+
+        def _load_manifest(self):  # the package is parsed; no item is read yet
+            opf = epub.NAMESPACES["OPF"]
+            for part, limit in (("spine", MAX_SPINE), ("manifest", MAX_ITEMS)):
+                found = self.container.find(f"{{{opf}}}{part}")
+                if found is not None and len(found) > limit:
+                    raise BookError(f"book: {path.name} has {len(found)} entries in its "
+                                    f"{part}; at most {limit}")
+            super()._load_manifest()
 
     return Reader(str(path), {"ignore_ncx": False})
 
