@@ -85,6 +85,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                          f"{audio_format!r}")
     if not isinstance(book, Book):
         book = read_book(book)
+    names = [chapter_file(i, c.title, audio_format) for i, c in enumerate(book.chapters, 1)]
     finishing = Finishing.of(loudness, speed, lexicon)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,6 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     progress = 0
     result = BookResult(book.title, folder, seed)
     entries = []
-    names = [chapter_file(i, c.title, audio_format) for i, c in enumerate(book.chapters, 1)]
     for i, chapter in enumerate(book.chapters, 1):
         key = digest(settings, chapter.title, chapter.text)
         name = names[i - 1]

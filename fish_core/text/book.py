@@ -16,8 +16,8 @@ What a book costs is bounded by its file: every EPUB entry is read against a bud
 ``MAX_ITEM_BYTES`` each, ``2 × the file's size + BOOK_ALLOWANCE`` in all, so a zip bomb is
 refused before it is inflated); the spine (``MAX_SPINE`` documents) and the manifest
 (``MAX_ITEMS``) are counted before any item is read, the chapter limit (``MAX_CHAPTERS``) in
-one pass before any document is read as text. Titles are
-single lines: control characters (CR, LF, NUL …) become spaces.
+one pass before any document is read as text. Titles are single lines: control characters
+(CR, LF, NUL …) and line separators become spaces.
 """
 
 from __future__ import annotations
