@@ -67,6 +67,7 @@ def fold_weight_norm(state_dict: dict) -> dict:
     return out
 
 
+MAX_COUNT = 64  # blocks, layers or codebooks of one kind (S2-Pro's codec: at most 9)
 COUNTED = ("encoder.block.", "decoder.model.", "quantizer.downsample.",
            "quantizer.quantizer.quantizers.", "quantizer.pre_module.layers.")
 
@@ -105,6 +106,9 @@ def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
         found, i = indices.get(prefix, ()), 0
         while i in found:
             i += 1
+            if i > MAX_COUNT:  # each would be built: 2000 layers take seconds and 120 MB
+                raise CodecLoadError(f"codec checkpoint: more than {MAX_COUNT} "
+                                     f"'{prefix}<i>.' blocks; a codec has far fewer")
         return i
 
     out = {}
