@@ -511,3 +511,10 @@ def test_layer_counts_are_bounded_before_the_codec_is_built(tmp_path):
     path = archive(tmp_path, state_dict_ops(*layers), {"0": FLOATS})
     refused_within(lambda: Codec.from_file(path),
                    r"more than 64 'quantizer\.pre_module\.layers\.<i>\.' blocks", warm=True)
+
+
+def test_the_machine_runs_a_bounded_number_of_opcodes(tmp_path):
+    """A 1 MB pickle of one-byte opcodes builds a value each; the machine stops at 2**20."""
+    path = archive(tmp_path, op("\x80\x02") + op("]") * (1 << 20) + op("."))
+    with pytest.raises(CodecLoadError, match="more than 1048576 opcodes"):
+        read_state_dict(path)
