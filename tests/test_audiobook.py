@@ -277,3 +277,14 @@ def test_an_epub_without_navigation_entries_is_read(tmp_path):
                                   [(f"{n}.xhtml", None, f"Words {n}.") for n in range(3)]))
     assert [(c.title, c.text) for c in book.chapters] == [
         ("Chapter 1", "Words 0.\n\nWords 1.\n\nWords 2.")]
+
+
+def test_the_book_command_says_one_error_line_for_a_zip_bomb(tmp_path, capsys):
+    pytest.importorskip("ebooklib")
+    bomb = crafted_epub(tmp_path / "bomb.epub", [("a.xhtml", "A", None)],
+                        bodies={"a.xhtml": (b" " * MB for _ in range(64))})
+    assert main(["book", str(bomb), "-o", str(tmp_path / "out"), "--model",
+                 str(tmp_path / "no-model"), "--no-download"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: book: bomb.epub: 'OEBPS/a.xhtml' inflates to 67108864 bytes")
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
