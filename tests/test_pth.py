@@ -364,7 +364,7 @@ def test_a_deflate_bomb_is_refused_and_a_deflated_storage_costs_its_size(tmp_pat
     assert grown < 16 * MB + 4 * MB, f"{grown / MB:.0f} MiB for a 16 MiB storage"
 
 
-def test_a_view_repeating_its_storage_is_refused(tmp_path, ckpt_dir):
+def test_a_view_repeating_its_storage_is_refused(tmp_path):
     """A ~750-byte file: one number viewed as a 8192 x 8192 matrix (strides 0), as the v of a
     weight-norm pair, which the fold expanded to 256 MiB before any shape check."""
     from fish_core.codec.model import Codec
