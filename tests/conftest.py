@@ -202,3 +202,32 @@ def clone_prompt(fixtures, ckpt_dir) -> torch.Tensor:
     encoder = PromptEncoder(FishTokenizer.from_dir(ckpt_dir), size.num_codebooks,
                             size.codebook_size)
     return encoder.encode(messages)  # [1 + K, T]
+
+
+def measure_peak_growth(fn) -> int:
+    """Bytes ``fn()`` grows this process at its peak: the larger of the resident set's
+    high-water mark in one call (reset first with Linux's clear_refs; torch's allocations count
+    here) and Python's allocations in a second (tracemalloc: a buffer counts in full even
+    before it is touched). ``fn`` must be callable twice."""
+    import re
+    import tracemalloc
+
+    def status(field: str) -> int:
+        with open("/proc/self/status") as f:
+            return int(re.search(rf"{field}:\s+(\d+)", f.read()).group(1)) << 10
+
+    resident = 0
+    if os.path.exists("/proc/self/clear_refs"):
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = status("VmRSS")
+        fn()
+        resident = status("VmHWM") - before
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return max(peak, resident)
+

@@ -15,6 +15,7 @@ from collections import OrderedDict
 import pytest
 import torch
 
+from conftest import measure_peak_growth
 from fish_core.codec.config import CodecLoadError
 from fish_core.codec.pth import read_state_dict
 
@@ -270,4 +271,250 @@ def test_a_damaged_storage_fails_its_crc(tmp_path):
     with open(path, "wb") as f:
         f.write(data)
     with pytest.raises(CodecLoadError, match="CRC|corrupt"):
+        read_state_dict(path)
+
+
+# ---------------------------------------------------------------- bounded by the file
+MB = 1 << 20
+
+
+def refused_within(fn, why: str, bound: int = 128 * MB, warm: bool = False) -> str:
+    """``fn()`` raises one CodecLoadError matching ``why``, growing the process < ``bound``
+    (``warm``: measured on a second call, past torch's one-time start-up costs)."""
+    error = []
+    if warm:
+        with pytest.raises(CodecLoadError, match=why):
+            fn()
+
+    def call():
+        with pytest.raises(CodecLoadError, match=why) as e:
+            fn()
+        error.append(str(e.value))
+
+    grown = measure_peak_growth(call)
+    assert grown < bound, f"{grown / MB:.0f} MiB grown before the refusal"
+    assert "<ZipInfo" not in error[0] and "Traceback" not in error[0]
+    return error[0]
+
+
+def patch_entry(path, name: str, **fields: int) -> None:
+    """Rewrite ``name``'s header fields (flags, method, csize, usize) in both the local and
+    the central directory's header: what a crafted archive declares."""
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    with zipfile.ZipFile(path) as z:
+        local = z.getinfo(name).header_offset
+    central = bytes(data).index(b"PK\x01\x02")  # the first central record
+    while bytes(data[central + 46:central + 46 + len(name)]) != name.encode():
+        central = bytes(data).index(b"PK\x01\x02", central + 4)
+    at = {"flags": (6, 8, "<H"), "method": (8, 10, "<H"), "csize": (18, 20, "<I"),
+          "usize": (22, 24, "<I")}
+    for field, value in fields.items():
+        local_at, central_at, fmt = at[field]
+        struct.pack_into(fmt, data, local + local_at, value)
+        struct.pack_into(fmt, data, central + central_at, value)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def one_storage(tmp_path, numel: int, size: tuple, stride: tuple, data: bytes,
+                key: str = "w", compress: int = zipfile.ZIP_STORED) -> str:
+    path = archive(tmp_path, state_dict_ops(text(key), tensor_ops("0", numel, size, stride)))
+    with zipfile.ZipFile(path, "a", compress) as z:
+        z.writestr("evil/data/0", data)
+    return path
+
+
+def test_a_storage_larger_than_its_bytes_in_the_file_is_refused_before_allocating(tmp_path):
+    """A ~600-byte file declaring a 1 GiB storage: today's reader zero-filled 1 GiB first."""
+    path = one_storage(tmp_path, 1 << 28, (1 << 28,), (1,), FLOATS)
+    patch_entry(path, "evil/data/0", csize=1 << 30, usize=1 << 30)
+    assert os.path.getsize(path) < 1000
+    message = refused_within(lambda: read_state_dict(path), "declares 1073741824 bytes in the "
+                             "archive, but the file has")
+    assert message.startswith("refusing to load")
+    # the same, deflated: it declares 1 GiB inflated from 24 bytes
+    path = one_storage(tmp_path, 1 << 28, (1 << 28,), (1,), FLOATS,
+                       compress=zipfile.ZIP_DEFLATED)
+    patch_entry(path, "evil/data/0", usize=1 << 30)
+    refused_within(lambda: read_state_dict(path), "inflates from .* to 1073741824 bytes")
+
+
+def deflated_zeros(tmp_path, megabytes: int) -> str:
+    """A state dict of one float32 storage of ``megabytes`` MiB of zeros, deflated (~1000:1),
+    written a MiB at a time."""
+    numel = megabytes * MB // 4
+    path = archive(tmp_path, state_dict_ops(text("w"), tensor_ops("0", numel, (numel,), (1,))))
+    zeros = bytes(MB)
+    with (zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z,
+          z.open("evil/data/0", "w", force_zip64=True) as f):
+        for _ in range(megabytes):
+            f.write(zeros)
+    return path
+
+
+def test_a_deflate_bomb_is_refused_and_a_deflated_storage_costs_its_size(tmp_path):
+    bomb = deflated_zeros(tmp_path, 256)
+    assert os.path.getsize(bomb) < 400_000
+    refused_within(lambda: read_state_dict(bomb), r"inflates from \d+ to 268435456 bytes")
+    small = deflated_zeros(tmp_path, 16)  # within the allowance: read, costing its own size
+    out = {}
+    grown = measure_peak_growth(lambda: out.update(read_state_dict(small)))
+    assert out["w"].shape == (4 * MB,) and not out["w"].any()
+    assert grown < 16 * MB + 4 * MB, f"{grown / MB:.0f} MiB for a 16 MiB storage"
+
+
+def test_a_view_repeating_its_storage_is_refused(tmp_path):
+    """A ~750-byte file: one number viewed as a 8192 x 8192 matrix (strides 0), as the v of a
+    weight-norm pair, which the fold expanded to 256 MiB before any shape check."""
+    from fish_core.codec.model import Codec
+
+    weight_g = tensor_ops("1", 8192, (8192, 1, 1), (1, 1, 1))
+    path = archive(tmp_path, state_dict_ops(
+        text("encoder.block.0.conv.weight_v"), tensor_ops("0", 1, (8192, 8192, 1), (0, 0, 0)),
+        text("encoder.block.0.conv.weight_g"), weight_g), {"0": FLOATS[:4]})
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("evil/data/1", bytes(4 * 8192))
+    assert os.path.getsize(path) < 1000
+    refused_within(lambda: Codec.from_file(path), r"a view of 67108864 values over storage 0, "
+                   "which holds 1", bound=64 * MB)
+    # many views of one storage may not add up to more than the file holds either
+    path = archive(tmp_path, state_dict_ops(*(
+        text(f"w{i}") + tensor_ops("0", 4 * MB, (4 * MB,), (1,)) for i in range(40))))
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("evil/data/0", bytes(16 * MB))
+    refused_within(lambda: Codec.from_file(path), "views of more bytes in all than the file")
+
+
+@pytest.mark.parametrize("damage, why", [
+    ({"flags": 1}, "encrypted"),
+    ({"method": 99}, "compressed with method 99"),
+    ({"method": 12}, "compressed with method 12"),  # bzip2: not what torch.save writes
+], ids=["encrypted", "unknown-method", "bzip2"])
+def test_damaged_entries_are_one_clear_error(tmp_path, damage, why):
+    for entry in ("evil/data.pkl", "evil/data/0"):
+        path = archive(tmp_path, state_dict_ops(text("w"), tensor_ops("0", 6, (6,), (1,))),
+                       {"0": FLOATS})
+        patch_entry(path, entry, **damage)
+        refused_within(lambda path=path: read_state_dict(path), why)
+
+
+def test_a_damaged_deflate_stream_is_one_clear_error(tmp_path):
+    path = one_storage(tmp_path, 1024, (1024,), (1,), bytes(range(256)) * 16,
+                       compress=zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("evil/data/0")
+    start = info.header_offset + 30 + len(info.filename)
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(b"\xff" * 8)  # not a deflate stream any more
+    refused_within(lambda: read_state_dict(path), "cannot read .*corrupt")
+
+
+@pytest.mark.parametrize("items, why", [
+    ([op("J", struct.pack("<i", 7)), tensor_ops("0", 6, (6,), (1,))],
+     "keyed by names .* type int"),
+    ([op("C", b"\x01") + b"w", tensor_ops("0", 6, (6,), (1,))], "keyed by names .* type bytes"),
+    ([text("encoder.block.0.conv.weight_g"), tensor_ops("0", 6, (3, 2), (2, 1)),
+      text("encoder.block.0.conv.weight_v"), tensor_ops("0", 6, (2, 3, 1), (3, 1, 1))],
+     "no weight-norm pair"),
+    ([text("encoder.block.0.conv.weight_g"), tensor_ops("0", 6, (6,), (1,)),
+      text("encoder.block.0.conv.weight_v"), tensor_ops("0", 6, (6,), (1,))],
+     "no weight-norm pair"),
+    ([text("quantizer.pre_module.layers.0.attention.wo.weight"),
+      tensor_ops("0", 6, (6,), (1,)), text("quantizer.pre_module.layers.0.feed_forward.w1.weight"),
+      tensor_ops("0", 6, (2, 3), (3, 1))], "does not match the codec"),
+], ids=["int-key", "bytes-key", "g-shape", "v-1d", "wo-1d"])
+def test_state_dicts_no_codec_has_are_one_clear_error(tmp_path, items, why):
+    """Read fine as pickles, but not a codec: a CodecLoadError, never an AttributeError,
+    TypeError or torch's RuntimeError."""
+    from fish_core.codec.model import Codec
+
+    path = archive(tmp_path, state_dict_ops(*items), {"0": FLOATS})
+    refused_within(lambda: Codec.from_file(path), why, warm=True)
+
+
+def test_integer_keys_that_hash_alike_are_refused(tmp_path):
+    """Ints n * (2**61 - 1) all hash to 0: 40 000 of them took 19-28 s to put in a dict."""
+    def int_key(value: int) -> bytes:
+        raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+        return op("\x8a", bytes([len(raw)]), raw)  # LONG1
+
+    same_hash = [int_key(n * ((1 << 61) - 1)) + op("N") for n in range(1, 5001)]
+    path = archive(tmp_path, op("\x80\x02") + op("}") + op("(") + b"".join(same_hash)
+                   + op("u") + op("."))
+    assert len({hash(n * ((1 << 61) - 1)) for n in range(1, 5001)}) == 1
+    refused_within(lambda: read_state_dict(path), "an integer dict key of 6[0-9] bits")
+    # an optimizer's state keyed by parameter index still reads
+    plain = [int_key(n) + op("N") for n in range(5000)]
+    path = archive(tmp_path, op("\x80\x02") + op("}") + op("(") + b"".join(plain) + op("u")
+                   + op("."))
+    assert list(read_state_dict(path)) == list(range(5000))
+
+
+def test_tuple_keys_of_numbers_are_refused(tmp_path):
+    path = archive(tmp_path, op("\x80\x02") + op("}") + op("K", b"\x01") + op("K", b"\x02")
+                   + op("\x86") + op("N") + op("s") + op("."))
+    with pytest.raises(CodecLoadError, match="tuple holding other than strings"):
+        read_state_dict(path)
+
+
+def test_the_cli_says_one_error_line_for_a_damaged_codec(tmp_path, ckpt_dir, capsys):
+    """An encrypted entry ended in a RuntimeError carrying zipfile's ``<ZipInfo …>`` repr."""
+    import numpy as np
+
+    from fish_core import cli
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (model / name).write_bytes((ckpt_dir / name).read_bytes())
+    path = archive(tmp_path, state_dict_ops(text("w"), tensor_ops("0", 6, (6,), (1,))),
+                   {"0": FLOATS})
+    patch_entry(path, "evil/data.pkl", flags=1)
+    os.replace(path, model / "codec.pth")
+    np.save(tmp_path / "c.npy", np.zeros((10, 2), dtype=np.int64))
+    assert cli.main(["decode", str(tmp_path / "c.npy"), "--model", str(model), "--no-download",
+                     "-o", str(tmp_path / "out.wav")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: refusing to load ") and err.count("\n") == 1, err
+    assert "encrypted" in err and "ZipInfo" not in err
+
+
+def test_errors_never_repr_what_the_file_built(tmp_path):
+    """A storage location 100 000 lists deep: its repr was a RecursionError."""
+    deep = op("]") * 100_000 + op("a") * 99_999
+    pid = (op("(") + text("storage") + glob("torch", "FloatStorage") + text("0") + deep
+           + op("K", b"\x06") + op("t") + op("Q"))
+    path = archive(tmp_path, op("\x80\x02") + pid + op("."), {"0": FLOATS})
+    message = refused_within(lambda: read_state_dict(path), "bad location a list")
+    assert "[[" not in message
+    huge = 1 << 100
+    raw = huge.to_bytes(14, "little", signed=True)
+    six = op("(") + op("J", struct.pack("<i", 6)) + op("t")  # the size tuple (6,)
+    sized = tensor_ops("0", 6, (6,), (1,)).replace(six, op("(") + op("\x8a", b"\x0e", raw)
+                                                    + op("t"))
+    path = archive(tmp_path, state_dict_ops(text("w"), sized), {"0": FLOATS})
+    refused_within(lambda: read_state_dict(path), r"integers >= 0 and < 2\*\*48")
+
+
+def test_layer_counts_are_bounded_before_the_codec_is_built(tmp_path):
+    """Empty tensors cost no bytes, but each 'quantizer.pre_module.layers.<i>.' key made the
+    codec build one more layer (2000 layers: 16 s and 120 MB; 40 000 keys of a 2 MB file:
+    gigabytes)."""
+    from fish_core.codec.model import Codec
+
+    prefix = "quantizer.pre_module.layers."
+    layers = [text(f"{prefix}{i}.attention.wo.weight") + tensor_ops("0", 6, (0, 6), (6, 1))
+              for i in range(2000)]
+    layers += [text(f"{prefix}0.feed_forward.w1.weight"), tensor_ops("0", 6, (0, 6), (6, 1))]
+    path = archive(tmp_path, state_dict_ops(*layers), {"0": FLOATS})
+    refused_within(lambda: Codec.from_file(path),
+                   r"more than 64 'quantizer\.pre_module\.layers\.<i>\.' blocks", warm=True)
+
+
+def test_the_machine_runs_a_bounded_number_of_opcodes(tmp_path):
+    """A 1 MB pickle of one-byte opcodes builds a value each; the machine stops at 2**20."""
+    path = archive(tmp_path, op("\x80\x02") + op("]") * (1 << 20) + op("."))
+    with pytest.raises(CodecLoadError, match="more than 1048576 opcodes"):
         read_state_dict(path)

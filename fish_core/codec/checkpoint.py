@@ -36,9 +36,13 @@ def normalize_keys(obj) -> dict:
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise CodecLoadError(f"codec checkpoint must hold a state dict, got {type(obj).__name__}")
+    names = [k for k in obj if not isinstance(k, str)]
+    if names:
+        raise CodecLoadError(f"codec checkpoint's state dict must be keyed by names (strings), "
+                             f"got a key of type {type(names[0]).__name__}")
     if any(k.startswith("generator.") for k in obj):
         obj = {k[len("generator."):]: v for k, v in obj.items() if k.startswith("generator.")}
-    bad = [k for k, v in obj.items() if not isinstance(v, Tensor)]
+    bad = [k[:100] for k, v in obj.items() if not isinstance(v, Tensor)]
     if bad:
         raise CodecLoadError(f"codec checkpoint has non-tensor entries: {bad[:10]}")
     return obj
@@ -52,21 +56,59 @@ def fold_weight_norm(state_dict: dict) -> dict:
         for key in [k for k in state_dict if k.endswith("." + g_suffix)]:
             prefix = key[: -len(g_suffix)]
             if prefix + v_suffix in state_dict:
-                g, v = out.pop(key).float(), out.pop(prefix + v_suffix).float()
-                out[prefix + "weight"] = torch._weight_norm(v, g, 0)
+                g, v = out.pop(key), out.pop(prefix + v_suffix)
+                if v.ndim < 2 or g.numel() != v.shape[0]:
+                    raise CodecLoadError(
+                        f"codec checkpoint: {key[:100]} (shape {list(g.shape)[:8]}) and "
+                        f"{v_suffix} (shape {list(v.shape)[:8]}) are no weight-norm pair: "
+                        "expected g with one value per row of a v of 2 or more dims")
+                g = g.float().reshape(v.shape[0], *(1,) * (v.ndim - 1))
+                out[prefix + "weight"] = torch._weight_norm(v.float(), g, 0)
     return out
+
+
+MAX_COUNT = 64  # blocks, layers or codebooks of one kind (S2-Pro's codec: at most 9)
+COUNTED = ("encoder.block.", "decoder.model.", "quantizer.downsample.",
+           "quantizer.quantizer.quantizers.", "quantizer.pre_module.layers.")
+
+
+def index_after(key: str, prefix: str) -> tuple[int | None, str]:
+    """``i`` and the rest when ``key`` is ``prefix + "i." + rest`` (``i`` written plainly)."""
+    if not key.startswith(prefix):
+        return None, ""
+    index, dot, rest = key[len(prefix):].partition(".")
+    if not (dot and index.isascii() and index.isdigit() and len(index) < 8
+            and str(int(index)) == index):
+        return None, ""
+    return int(index), rest
 
 
 def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
     """Channel counts, strides, layer counts and codebook sizes read from (folded) weight shapes."""
 
-    def shape(key):
-        return tuple(weights[key].shape) if key in weights else None
+    def shape(key, rank=3):  # None when absent or not of the expected rank
+        found = weights.get(key)
+        return tuple(found.shape) if found is not None and found.ndim == rank else None
+
+    indices: dict[str, set[int]] = {}  # "prefix." -> the i of every "prefix.i." key (one pass)
+    for key in weights:
+        for prefix in COUNTED:
+            index, rest = index_after(key, prefix)
+            if index is None:
+                continue
+            indices.setdefault(prefix, set()).add(index)
+            if prefix == "encoder.block.":  # encoder.block.i.block.5.layers.j.
+                layer, _ = index_after(rest, "block.5.layers.")
+                if layer is not None:
+                    indices.setdefault(f"{prefix}{index}.block.5.layers.", set()).add(layer)
 
     def count(prefix):  # number of consecutive indices i with some key starting prefix + "i."
-        i = 0
-        while any(k.startswith(f"{prefix}{i}.") for k in weights):
+        found, i = indices.get(prefix, ()), 0
+        while i in found:
             i += 1
+            if i > MAX_COUNT:  # each would be built: 2000 layers take seconds and 120 MB
+                raise CodecLoadError(f"codec checkpoint: more than {MAX_COUNT} "
+                                     f"'{prefix}<i>.' blocks; a codec has far fewer")
         return i
 
     out = {}
@@ -93,8 +135,8 @@ def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
         out["downsample_factors"] = tuple(k[-1] for k in kernels)
 
     n_res = count("quantizer.quantizer.quantizers.")
-    book = shape("quantizer.quantizer.quantizers.0.codebook.weight")
-    semantic = shape("quantizer.semantic_quantizer.quantizers.0.codebook.weight")
+    book = shape("quantizer.quantizer.quantizers.0.codebook.weight", 2)
+    semantic = shape("quantizer.semantic_quantizer.quantizers.0.codebook.weight", 2)
     if n_res and book:
         out.update(n_codebooks=n_res, codebook_size=book[0], codebook_dim=book[1])
     if semantic:
@@ -102,7 +144,8 @@ def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
 
     q = base.quantizer_transformer
     prefix = "quantizer.pre_module.layers."
-    wo, w1 = shape(prefix + "0.attention.wo.weight"), shape(prefix + "0.feed_forward.w1.weight")
+    wo = shape(prefix + "0.attention.wo.weight", 2)
+    w1 = shape(prefix + "0.feed_forward.w1.weight", 2)
     if wo and w1:
         q = replace(q, n_layer=count(prefix), n_head=wo[1] // q.head_dim, intermediate_size=w1[0])
     return replace(base, quantizer_transformer=q, **out)

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from .checkpoint import fold_weight_norm, infer_config, load_weights, normalize_keys, \
     read_checkpoint
-from .config import CONFIG_NAME, CodecConfig
+from .config import CONFIG_NAME, CodecConfig, CodecLoadError
 from .layers import Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake, \
     State, Stateful
 from .quantizer import Quantizer
@@ -141,8 +141,15 @@ class Codec(nn.Module):
         Shapes in the state dict decide the architecture; ``config`` supplies the rest.
         """
         weights = fold_weight_norm(normalize_keys(state_dict))
-        with torch.device("meta"):
-            codec = cls(infer_config(weights, config or CodecConfig()))
+        try:
+            with torch.device("meta"):
+                codec = cls(infer_config(weights, config or CodecConfig()))
+        except CodecLoadError:
+            raise
+        except (ValueError, TypeError, IndexError, ZeroDivisionError, RuntimeError,
+                AssertionError) as e:  # shapes no codec has (a damaged or crafted file)
+            raise CodecLoadError(f"{name}: its weight shapes describe no codec "
+                                 f"({type(e).__name__}: {str(e)[:200]})") from None
         load_weights(codec, weights, name, device, dtype)
         return codec.eval()
 

@@ -23,6 +23,16 @@ pickle machine of its own that knows exactly what a state dict needs:
 * storages: read from ``data/<key>`` (its size must be ``numel`` elements, the zip's CRC is
   checked), little-endian only, each read once (views share it, as torch's do).
 
+Memory is bounded by the file, not by what the archive declares: an entry is refused before
+anything is allocated when it declares more bytes than the file holds (stored entries hold
+their bytes as they are; ``torch.save`` never compresses), when a deflated entry would inflate
+past twice its compressed size by more than ``INFLATE_ALLOWANCE`` (shared by the archive), or
+when it is encrypted or compressed otherwise; a view may not need more elements than its
+storage holds, and all views together at most ``2 × the file's size + VIEW_ALLOWANCE`` bytes (so
+the weight-norm fold downstream costs what the file holds); the machine runs at most
+``MAX_OPCODES`` opcodes. Integer dict keys must have distinct hashes (``|key| < 2**61 - 1``) and
+tuple keys hold strings only, so building dicts stays linear.
+
 Anything else is a ``CodecLoadError`` saying what was refused. The tensors are those
 ``torch.load(weights_only=True)`` gives, bit for bit (same dtype, shape, strides and sharing;
 ``requires_grad`` is not restored: these are weights for inference)."""
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 
@@ -40,6 +51,13 @@ from .config import CodecLoadError
 
 MAX_PICKLE_BYTES = 64 << 20  # data.pkl of a state dict holds names and shapes, not weights
 MAX_DIMS = 64
+MAX_OPCODES = 1 << 20  # opcodes the machine runs, each building one value at most (a codec's
+# state dict runs ~60 000)
+INFLATE_ALLOWANCE = 48 << 20  # bytes deflated entries may inflate past twice their size
+VIEW_ALLOWANCE = 32 << 20  # bytes all views may take past twice the file's size
+CHUNK = 1 << 20  # an entry is read this many bytes at a time
+MAX_HASHED_INT = (1 << 61) - 1  # ints of smaller magnitude hash to themselves (no collisions)
+MAX_INT = 1 << 48  # an element count, offset, size or stride (no machine holds more)
 STORAGES = {
     "FloatStorage": torch.float32, "DoubleStorage": torch.float64,
     "HalfStorage": torch.float16, "BFloat16Storage": torch.bfloat16,
@@ -52,6 +70,16 @@ ALLOWED = frozenset({ORDERED_DICT, REBUILD_TENSOR, *(("torch", s) for s in STORA
 ALLOWED_TEXT = ("collections.OrderedDict, torch._utils._rebuild_tensor_v2 and the typed "
                 "storages torch.FloatStorage … torch.BoolStorage")
 KEY_TYPES = (str, int, bytes, bool, type(None))
+COMPRESSION = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def brief(value) -> str:
+    """A value for an error message: a short repr of a plain value, else its type's name
+    (never the repr of a crafted container, however deep)."""
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        big = isinstance(value, int) and value.bit_length() > 128
+        return f"an integer of {value.bit_length()} bits" if big else repr(value)[:40]
+    return f"a {type(value).__name__}"
 
 
 class Refused(CodecLoadError):
@@ -91,18 +119,31 @@ def read_state_dict(path: str | Path):
         raise CodecLoadError(f"cannot read {path}: it is not a torch checkpoint (a zip "
                              "archive); corrupt or truncated?")
     try:
+        size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
-            return Archive(archive, str(path)).load()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+            return Archive(archive, str(path), size).load()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error) as e:
         raise CodecLoadError(f"cannot read {path}: a corrupt or truncated zip archive "
-                             f"({type(e).__name__}: {e})") from None
+                             f"({type(e).__name__}: {str(e)[:200]})") from None
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as e:
+        if isinstance(e, CodecLoadError):
+            raise
+        # zipfile's own refusals (an encrypted entry, an unknown compression) carry reprs;
+        # RecursionError is a RuntimeError
+        raise CodecLoadError(f"cannot read {path}: a damaged archive (reading it raised "
+                             f"{type(e).__name__})") from None
+    except MemoryError:
+        raise CodecLoadError(f"cannot read {path}: it needs more memory than this machine "
+                             "has") from None
 
 
 class Archive:
     """One ``torch.save`` zip: its ``data.pkl`` run by ``Machine``, storages read on demand."""
 
-    def __init__(self, archive: zipfile.ZipFile, name: str):
-        self.archive, self.name = archive, name
+    def __init__(self, archive: zipfile.ZipFile, name: str, size: int):
+        self.archive, self.name, self.size = archive, name, size
+        self.inflate_left = INFLATE_ALLOWANCE  # shared by every deflated entry
+        self.views_left = 2 * size + VIEW_ALLOWANCE  # bytes all tensors' views may take
         pickles = [n for n in archive.namelist() if n.count("/") == 1
                    and n.endswith("/data.pkl")]
         if len(pickles) != 1:
@@ -112,36 +153,74 @@ class Archive:
         self.storages: dict[str, Storage] = {}
 
     def load(self):
-        order = self.entry("byteorder", optional=True)
+        order = self.entry("byteorder", optional=True, limit=64)
         if order is not None and order.strip() != b"little":
             raise self.refused(f"it was saved on a big-endian machine ({order.strip()[:16]!r}); "
                                "only little-endian archives are read")
-        info = self.archive.getinfo(self.prefix + "data.pkl")
-        if info.file_size > MAX_PICKLE_BYTES:
-            raise self.refused(f"its data.pkl is {info.file_size} bytes, more than a state "
-                               f"dict's names and shapes take ({MAX_PICKLE_BYTES})")
-        return Machine(self.entry("data.pkl"), self).run()
+        return Machine(self.entry("data.pkl", limit=MAX_PICKLE_BYTES), self).run()
 
     def refused(self, what: str) -> Refused:
         return Refused(f"refusing to load {self.name}: {what}")
 
-    def entry(self, name: str, optional: bool = False) -> bytes | None:
+    def entry(self, name: str, limit: int, optional: bool = False) -> bytes | None:
         try:
-            return self.archive.read(self.prefix + name)
+            info = self.archive.getinfo(self.prefix + name)
         except KeyError:
             if optional:
                 return None
-            raise CodecLoadError(f"{self.name}: the archive has no {self.prefix}{name}") \
-                from None
+            raise CodecLoadError(
+                f"{self.name}: the archive has no {self.prefix}{name}") from None
+        if info.file_size > limit:
+            raise self.refused(f"its {name} is {info.file_size} bytes, more than a state "
+                               f"dict's {name} takes ({limit})")
+        return bytes(self.read(info, info.file_size))
+
+    def read(self, info: zipfile.ZipInfo, size: int) -> bytearray:
+        """The ``size`` bytes of entry ``info``, checked against what the file holds before
+        anything is allocated, then read a chunk at a time (the zip's CRC is checked at the
+        end)."""
+        name = info.filename
+        if info.flag_bits & 0x61:  # encrypted, strongly encrypted, or a patch
+            raise self.refused(f"{name} is encrypted or patched (general purpose flags "
+                               f"{info.flag_bits:#x})")
+        if info.compress_type not in COMPRESSION:
+            raise self.refused(f"{name} is compressed with method {info.compress_type} (a "
+                               "checkpoint's entries are stored or deflated)")
+        if info.compress_size > self.size or info.header_offset + info.compress_size > self.size:
+            raise self.refused(f"{name} declares {info.compress_size} bytes in the archive, but "
+                               f"the file has {self.size} bytes (truncated or crafted)")
+        if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+            raise self.refused(f"{name} is stored uncompressed as {info.compress_size} bytes "
+                               f"but declares {info.file_size}")
+        if info.compress_type == zipfile.ZIP_DEFLATED:
+            growth = max(0, info.file_size - 2 * info.compress_size)
+            if growth > self.inflate_left:
+                raise self.refused(
+                    f"{name} inflates from {info.compress_size} to {info.file_size} bytes; "
+                    f"deflated entries may grow past twice their size by "
+                    f"{INFLATE_ALLOWANCE >> 20} MiB in all (torch.save stores them uncompressed)")
+            self.inflate_left -= growth
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        with self.archive.open(info) as f:
+            while got < size:
+                piece = f.read(min(CHUNK, size - got))
+                if not piece:
+                    break
+                view[got:got + len(piece)] = piece
+                got += len(piece)
+            if got != size or f.read(1):
+                raise CodecLoadError(f"{self.name}: {name} ends early (truncated?)")
+        return buffer
 
     def storage(self, kind: Global, key, location, numel) -> Storage:
         """The storage a persistent id names, checked against its archive entry."""
         if not isinstance(key, str) or not key or "/" in key or key.startswith("."):
-            raise self.refused(f"a storage key must be a plain name, got {key!r:.40}")
+            raise self.refused(f"a storage key must be a plain name, got {brief(key)}")
         if not isinstance(location, str) or len(location) > 64:
-            raise self.refused(f"storage {key}: bad location {location!r:.40}")
-        if type(numel) is not int or numel < 0:
-            raise self.refused(f"storage {key}: bad element count {numel!r:.40}")
+            raise self.refused(f"storage {key}: bad location {brief(location)}")
+        if type(numel) is not int or not 0 <= numel < MAX_INT:
+            raise self.refused(f"storage {key}: bad element count {brief(numel)}")
         dtype = STORAGES[kind.name]
         found = self.storages.get(key)
         if found is not None:
@@ -168,13 +247,9 @@ class Archive:
                 raise self.refused(f"storage {storage.key} should hold {storage.numel} {kind} "
                                    f"values ({size} bytes), but {name} has {info.file_size} "
                                    "bytes")
-            buffer = bytearray(size)
-            with self.archive.open(info) as f:  # the zip's CRC is checked at the end
-                got = f.readinto(memoryview(buffer)) if size else 0
-                if got != size or f.read(1):
-                    raise CodecLoadError(f"{self.name}: {name} ends early (truncated?)")
-            storage.data = torch.frombuffer(buffer, dtype=storage.dtype) if size else \
-                torch.empty(0, dtype=storage.dtype)
+            buffer = self.read(info, size)
+            storage.data = (torch.frombuffer(buffer, dtype=storage.dtype) if size
+                            else torch.empty(0, dtype=storage.dtype))
         return storage.data
 
 
@@ -240,7 +315,7 @@ class Machine:
     # -- running
     def run(self):
         ops = OPS
-        while True:
+        for _ in range(MAX_OPCODES):
             if self.at >= len(self.data):
                 raise self.refuse("the pickle ends without STOP (truncated)")
             code = self.data[self.at]
@@ -253,6 +328,8 @@ class Machine:
                     raise self.refuse("STOP with a stack that is not one value")
                 return finished(self.stack[0], self)
             op(self)
+        raise self.refuse(f"more than {MAX_OPCODES} opcodes (a state dict's pickle runs far "
+                          "fewer)")
 
     def global_(self, module: str, name: str) -> Global:
         if (module, name) not in ALLOWED:
@@ -284,8 +361,9 @@ class Machine:
             self._bad_tensor("a first argument that is not a storage")
         ints = (offset, *size, *stride) if isinstance(size, tuple) and \
             isinstance(stride, tuple) else None
-        if ints is None or any(type(v) is not int or v < 0 for v in ints):
-            self._bad_tensor("an offset, size or stride that is not a tuple of integers >= 0")
+        if ints is None or any(type(v) is not int or not 0 <= v < MAX_INT for v in ints):
+            self._bad_tensor("an offset, size or stride that is not a tuple of integers >= 0 "
+                             "and < 2**48")
         if len(size) != len(stride) or len(size) > MAX_DIMS:
             self._bad_tensor(f"{len(size)} sizes and {len(stride)} strides")
         if type(requires_grad) is not bool:
@@ -302,7 +380,17 @@ class Machine:
             self._bad_tensor(f"a view past the end of storage {storage.key} (offset {offset}, "
                              f"size {size}, stride {stride}; the storage holds "
                              f"{storage.numel} values)")
-        data = self.archive.data(storage)
+        if count > storage.numel:  # a view repeating its storage's elements (a zero stride)
+            self._bad_tensor(f"a view of {count} values over storage {storage.key}, which "
+                             f"holds {storage.numel} (a state dict's tensors are views inside "
+                             "their storage, never repeating it)")
+        data = self.archive.data(storage)  # its declared size checked against the file
+        nbytes = count * data.element_size()
+        if nbytes > self.archive.views_left:
+            self._bad_tensor(f"views of more bytes in all than the file holds ({self.archive.size}"
+                             " bytes; at most twice that plus "
+                             f"{VIEW_ALLOWANCE >> 20} MiB)")
+        self.archive.views_left -= nbytes
         return data.as_strided(size, stride, offset)
 
     def persistent(self, pid):
@@ -364,8 +452,13 @@ def setitems(m: Machine, pairs: list) -> None:
         raise m.refuse("SETITEMS with an odd number of values")
     for key, value in zip(pairs[::2], pairs[1::2]):
         if not (isinstance(key, KEY_TYPES) or (isinstance(key, tuple)
-                                                and all(isinstance(k, KEY_TYPES) for k in key))):
-            raise m.refuse(f"a dict key of type {type(key).__name__}")
+                                                and all(isinstance(k, str) for k in key))):
+            what = ("tuple holding other than strings" if isinstance(key, tuple)
+                    else type(key).__name__)
+            raise m.refuse(f"a dict key of type {what}")
+        if type(key) is int and not -MAX_HASHED_INT < key < MAX_HASHED_INT:
+            # such ints can share a hash, and thousands that do make a dict quadratic
+            raise m.refuse(f"an integer dict key of {key.bit_length()} bits (at most 60)")
         target[key] = value
 
 

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -43,6 +44,9 @@ from .voices import Voice
 MANIFEST = "book.json"
 FORMATS = ("wav", "flac")
 VERSION = 1
+NAME_BYTES = 255  # a file name's limit on common file systems (ext4, APFS, NTFS in UTF-16)
+TITLE_BYTES = 200  # a title's part of a chapter's file name
+PARTIAL = ".partial-"  # a chapter file's name while it is written
 
 
 @dataclass
@@ -81,6 +85,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                          f"{audio_format!r}")
     if not isinstance(book, Book):
         book = read_book(book)
+    names = [chapter_file(i, c.title, audio_format) for i, c in enumerate(book.chapters, 1)]
     finishing = Finishing.of(loudness, speed, lexicon)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +107,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     entries = []
     for i, chapter in enumerate(book.chapters, 1):
         key = digest(settings, chapter.title, chapter.text)
-        name = f"{i:03d} {safe_name(chapter.title)}.{audio_format}"
+        name = names[i - 1]
         kept = done_before.get(i)
         if kept and kept.get("key") == key and kept.get("file") == name \
                 and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file() \
@@ -162,11 +167,23 @@ def digest(settings: dict, title: str, text: str) -> str:
     return h.hexdigest()[:32]
 
 
-def safe_name(title: str, limit: int = 60) -> str:
-    """A chapter title as a file name part: letters, digits, spaces and ``-_.,'``."""
+def safe_name(title: str, limit: int = 60, max_bytes: int = TITLE_BYTES) -> str:
+    """A chapter title as a file name part: letters, digits, spaces and ``-_.,'``; at most
+    ``limit`` characters and ``max_bytes`` bytes of UTF-8 (cut between characters)."""
     name = re.sub(r"[^\w\s\-.,']", "", title, flags=re.UNICODE)
-    name = re.sub(r"\s+", " ", name).strip(" .")[:limit].strip(" .")
+    name = re.sub(r"\s+", " ", name).strip(" .")[:limit]
+    name = name.encode()[:max_bytes].decode("utf-8", "ignore").strip(" .")
     return name or "chapter"
+
+
+def chapter_file(index: int, title: str, audio_format: str) -> str:
+    """Chapter ``index``'s file name, checked against the file system's limit on a name's
+    bytes (with the temporary name's prefix) before any chapter is spoken."""
+    name = f"{index:03d} {safe_name(title)}.{audio_format}"
+    if len(f"{PARTIAL}{name}".encode()) > NAME_BYTES:
+        raise ValueError(f"chapter {index}: its file name {name[:40]!r}… is longer than "
+                         f"{NAME_BYTES} bytes")
+    return name
 
 
 def read_manifest(folder: Path) -> dict:
@@ -187,7 +204,7 @@ def write_json(path: Path, data: dict) -> None:
 def write_audio(path: Path, wave: torch.Tensor, sample_rate: int) -> None:
     from ..audio.files import save_audio
 
-    partial = path.with_name(f".partial-{path.name}")
+    partial = path.with_name(f"{PARTIAL}{path.name}")
     save_audio(partial, wave, sample_rate)
     os.replace(partial, path)
 
@@ -218,9 +235,14 @@ def write_chapter_files(folder: Path, result: BookResult) -> None:
     (folder / "chapters.ffmetadata").write_text("\n".join(meta) + "\n", encoding="utf-8")
 
 
+def one_line(value: str) -> str:
+    """``value`` with control characters (CR, LF, NUL, …) and line separators as spaces."""
+    return "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in value)
+
+
 def cue_text(value: str) -> str:
-    return value.replace('"', "'").replace("\n", " ")
+    return one_line(value).replace('"', "'")
 
 
 def ffmeta_text(value: str) -> str:
-    return re.sub(r"([=;#\\])", r"\\\1", value.replace("\n", " "))
+    return re.sub(r"([=;#\\])", r"\\\1", one_line(value))

@@ -11,12 +11,22 @@
   spine in reading order, titled from the navigation (table of contents); documents the
   navigation does not list go with the chapter before them; documents with nothing to say
   (covers, images) are left out. XHTML becomes plain text, block by block.
+
+What a book costs is bounded by its file: every EPUB entry is read against a budget (at most
+``MAX_ITEM_BYTES`` each, ``2 × the file's size + BOOK_ALLOWANCE`` in all, so a zip bomb is
+refused before it is inflated); the spine (``MAX_SPINE`` documents) and the manifest
+(``MAX_ITEMS``) are counted before any item is read, the chapter limit (``MAX_CHAPTERS``) in
+one pass before any document is read as text. Titles are single lines: control characters
+(CR, LF, NUL …) and line separators become spaces.
 """
 
 from __future__ import annotations
 
 import html
+import posixpath
 import re
+import unicodedata
+import zipfile
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,6 +35,10 @@ from .plan import check_text, read_text_file
 
 MAX_TITLE = 100
 MAX_CHAPTERS = 2000
+MAX_SPINE = 4 * MAX_CHAPTERS  # documents in an EPUB's reading order
+MAX_ITEMS = 4 * MAX_SPINE  # entries of its manifest (documents, images, styles …)
+MAX_ITEM_BYTES = 8 << 20  # one EPUB entry, inflated (a chapter's XHTML is far smaller)
+BOOK_ALLOWANCE = 64 << 20  # EPUB entries may inflate to twice the file plus this, in all
 SUFFIXES = (".txt", ".md", ".markdown", ".epub")
 INSTALL = "pip install ebooklib  (or: pip install 'sailfish-tts[finishing]')"
 
@@ -57,13 +71,20 @@ def read_book(path: str | Path) -> Book:
         text = read_text_file(path, "book")
         book = (markdown_chapters if suffix in (".md", ".markdown") else text_chapters)(
             text, path.stem)
-    chapters = [c for c in book.chapters if c.text.strip()]
+    chapters = [Chapter(clean_title(c.title), c.text) for c in book.chapters if c.text.strip()]
     if not chapters:
         raise BookError(f"book: {path.name} holds no text to read")
     if len(chapters) > MAX_CHAPTERS:
         raise BookError(f"book: {path.name} has {len(chapters)} chapters; at most "
                         f"{MAX_CHAPTERS}")
-    return Book(book.title, chapters)
+    return Book(clean_title(book.title), chapters)
+
+
+def clean_title(title: str) -> str:
+    """A title on one line: control characters (CR, LF, NUL, …) and line separators become
+    spaces, runs of spaces one."""
+    title = "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in title)
+    return re.sub(r"\s+", " ", title).strip()
 
 
 # ---------------------------------------------------------------- plain text
@@ -173,7 +194,8 @@ class _Text(HTMLParser):
 
 def html_text(markup: bytes | str) -> str:
     if isinstance(markup, bytes):
-        markup = markup.decode("utf-8", "replace")
+        utf16 = markup[:2] in (b"\xff\xfe", b"\xfe\xff")  # EPUB allows UTF-16 too
+        markup = markup.decode("utf-16" if utf16 else "utf-8", "replace")
     parser = _Text()
     parser.feed(markup)
     parser.close()
@@ -189,31 +211,92 @@ def import_ebooklib():
     return ebooklib, epub
 
 
+class ReadBudget:
+    """What reading an EPUB's entries may cost: each at most ``MAX_ITEM_BYTES`` inflated, all
+    reads together at most twice the file's size plus ``BOOK_ALLOWANCE`` (an entry read twice
+    counts twice), checked against the zip's declared sizes before anything is inflated (zipfile
+    stops at the declared size)."""
+
+    def __init__(self, path: Path):
+        self.name, self.size = path.name, path.stat().st_size
+        self.left = 2 * self.size + BOOK_ALLOWANCE
+
+    def take(self, info: zipfile.ZipInfo) -> None:
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise BookError(f"book: {self.name}: {info.filename[:80]!r} is compressed with "
+                            f"method {info.compress_type} (an EPUB's entries are stored or "
+                            "deflated)")
+        if info.file_size > MAX_ITEM_BYTES:
+            raise BookError(f"book: {self.name}: {info.filename[:80]!r} inflates to "
+                            f"{info.file_size} bytes; an EPUB entry may hold at most "
+                            f"{MAX_ITEM_BYTES >> 20} MiB (a zip bomb?)")
+        if info.file_size > self.left:
+            raise BookError(f"book: {self.name} inflates to more than twice its size plus "
+                            f"{BOOK_ALLOWANCE >> 20} MiB (a zip bomb?)")
+        self.left -= info.file_size
+
+
+def bounded_reader(epub, path: Path):
+    """ebooklib's reader, each entry read against a ``ReadBudget``."""
+    budget = ReadBudget(path)
+
+    class Reader(epub.EpubReader):
+        def read_file(self, name):
+            name = posixpath.normpath(name)
+            budget.take(self.zf.getinfo(name))  # KeyError for a missing entry, as ebooklib's
+            return self.zf.read(name)
+
+        def _load_manifest(self):  # the package is parsed; no item is read yet
+            opf = epub.NAMESPACES["OPF"]
+            for part, limit in (("spine", MAX_SPINE), ("manifest", MAX_ITEMS)):
+                found = self.container.find(f"{{{opf}}}{part}")
+                if found is not None and len(found) > limit:
+                    raise BookError(f"book: {path.name} has {len(found)} entries in its "
+                                    f"{part}; at most {limit}")
+            super()._load_manifest()
+
+    return Reader(str(path), {"ignore_ncx": False})
+
+
 def read_epub(path: Path) -> Book:
     ebooklib, epub = import_ebooklib()
     if not path.is_file():
         raise FileNotFoundError(f"book: no such file: {path}")
     try:
-        book = epub.read_epub(str(path), options={"ignore_ncx": False})
+        reader = bounded_reader(epub, path)
+        book = reader.load()
+        reader.process()
+    except BookError:
+        raise
     except Exception as e:  # ebooklib raises its own and zipfile/lxml errors
         raise BookError(f"book: {path.name} is not a readable EPUB ({type(e).__name__}: "
                         f"{str(e)[:120]})") from None
+    if len(book.spine) > MAX_SPINE:
+        raise BookError(f"book: {path.name} has {len(book.spine)} documents in its reading "
+                        f"order; at most {MAX_SPINE}")
     titles = {}
     for href, name in toc_entries(book.toc):
         titles.setdefault(href.split("#")[0], name)
-    chapters: list[list] = []
+    items = {}  # id -> item, once (ebooklib's get_item_with_id looks through every item)
+    for item in book.get_items():
+        items.setdefault(item.get_id(), item)
+    documents = []
     for idref, _linear in book.spine:
-        item = book.get_item_with_id(idref)
-        if item is None or item.get_type() != ebooklib.ITEM_DOCUMENT:
-            continue
-        text = html_text(item.get_content())
-        name = titles.get(item.get_name())
+        item = items.get(idref) if isinstance(idref, str) else None
+        if item is not None and item.get_type() == ebooklib.ITEM_DOCUMENT:
+            documents.append((item, titles.get(item.get_name())))
+    starts = sum(1 for n, (_, name) in enumerate(documents) if name is not None or n == 0)
+    if starts > MAX_CHAPTERS:
+        raise BookError(f"book: {path.name} has {starts} chapters; at most {MAX_CHAPTERS}")
+    chapters: list[list] = []
+    for item, name in documents:
+        text = html_text(item.content or b"")  # as stored (get_content rebuilds it with lxml)
         if name is not None or not chapters:
             chapters.append([name or f"Chapter {len(chapters) + 1}", [text]])
         else:
             chapters[-1][1].append(text)
     found = book.get_metadata("DC", "title")
-    title = found[0][0] if found else path.stem
+    title = found[0][0] if found and isinstance(found[0][0], str) else path.stem
     return Book(title, [Chapter(name, "\n\n".join(t for t in texts if t))
                         for name, texts in chapters])
 
@@ -221,6 +304,8 @@ def read_epub(path: Path) -> Book:
 def toc_entries(toc) -> list[tuple[str, str]]:
     """(href, title) of every navigation entry, depth first (reading order)."""
     out = []
+    if not isinstance(toc, (tuple, list)):
+        toc = [toc]  # ebooklib gives one Link, not a list, for an empty navigation map
     for entry in toc:
         if isinstance(entry, (tuple, list)):
             section, children = entry[0], entry[1]
