@@ -63,8 +63,8 @@ def test_takes_equal_local_takes(server, synth):
     local = synth.tts("Two takes.", seed=9, takes=2, **FAST)
     got = remote(server, synth).tts("Two takes.", seed=9, takes=2, **FAST)
     assert [s.seed for s in got] == [s.seed for s in local]
-    for g, l in zip(got, local):
-        assert torch.equal(g.waveform, wire(l.waveform))
+    for g, t in zip(got, local):
+        assert torch.equal(g.waveform, wire(t.waveform))
 
 
 def test_on_chunk_gets_the_result_in_one_piece(server, synth):
