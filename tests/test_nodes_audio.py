@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from node_env import env  # noqa: F401 - fixtures are found by name
-
 
 def test_audio_is_unpacked_here_naming_the_input(env):
     audio = env.pack.nodes.audio

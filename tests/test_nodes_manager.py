@@ -10,8 +10,7 @@ import time
 import weakref
 
 from fish_core.engine.config import ModelConfig
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, loaded, manager, model, run_v1, wait_until)
+from node_env import FAST, check_audio, loaded, run_v1, wait_until
 
 
 # ---------------------------------------------------------------- the model manager

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, manager, model, reference, run_v1, voice)
+from node_env import FAST, check_audio, run_v1
 
 
 # ---------------------------------------------------------------- progress and Cancel

@@ -9,8 +9,7 @@ import re
 import pytest
 
 import comfy_stubs
-from node_env import (  # noqa: F401 - fixtures are found by name
-    IDS, _clean_progress, env, model, reference, voice)
+from node_env import IDS
 
 
 # ---------------------------------------------------------------- registration and schemas

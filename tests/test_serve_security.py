@@ -39,7 +39,7 @@ from fish_core.serve.http.errors import ApiError  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.routes import SERVICE  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from test_nodes_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
+from test_nodes_routes import serving  # noqa: E402
 
 KEY = "sec-key-456"
 LIMITS = Limits(max_body_bytes=2**20, max_text_chars=300, max_references=2,
@@ -479,14 +479,14 @@ async def comfy_calls(table, requests):
     return out
 
 
-def comfy_table(comfy):  # noqa: F811 - the fixture imported above
+def comfy_table(comfy):
     """The /sailfish routes as mounted, built now (the key is read when they are built)."""
     mounted = comfy.pack.nodes.routes
     serve_routes = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve.routes")
     return serve_routes.routes(mounted.build_service(), mounted.PREFIX)
 
 
-def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir,  # noqa: F811
+def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir,
                                                              monkeypatch):
     root = comfy.pack.nodes.paths.roots("fish_speech_voices")[0]
     root.mkdir(parents=True, exist_ok=True)
@@ -528,7 +528,7 @@ def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir, 
     assert no_key == 401 and with_key == 200 and not (root / "keyed.safetensors").exists()
 
 
-def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):  # noqa: F811
+def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):
     """ComfyUI's --listen sets the addresses, --enable-cors-header an origin it allows."""
     mounted = comfy.pack.nodes.routes
     refused = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve").ApiError
