@@ -245,10 +245,10 @@ def compile_of(precision: str) -> bool | str:
 def frame_bytes(model, engine: Engine, cache_len: int) -> int:
     """Bytes one frame reads at batch 1: the slow layers and the sampled head rows once, the
     fast layers and head once per codebook after the first (K - 1 passes), the KV cache."""
-    slow = sum(quant.weight_bytes(layer) for layer in model.layers) \
-        + quant.tensor_bytes(engine.head)
-    fast = sum(quant.weight_bytes(layer) for layer in model.fast_layers) \
-        + quant.weight_bytes(model.fast_output)
+    slow = (sum(quant.weight_bytes(layer) for layer in model.layers)
+            + quant.tensor_bytes(engine.head))
+    fast = (sum(quant.weight_bytes(layer) for layer in model.fast_layers)
+            + quant.weight_bytes(model.fast_output))
     t = model.config.text
     kv = cache_len * t.n_layer * 2 * t.n_local_heads * t.head_dim * engine.dtype.itemsize
     return slow + (model.config.num_codebooks - 1) * fast + kv

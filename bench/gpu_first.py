@@ -286,8 +286,8 @@ def realsize_load(args) -> dict:
                    "--model", folder, "--device", args.device, "--threads", "1", "--load-only"]
             done = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-            out["loads"][precision] = json.loads(lines[-1]) if lines and not done.returncode \
-                else {"error": last_error(done.stderr or done.stdout)}
+            out["loads"][precision] = (json.loads(lines[-1]) if lines and not done.returncode
+                                       else {"error": last_error(done.stderr or done.stdout)})
     return out
 
 
