@@ -31,9 +31,9 @@ def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
     # As extra_model_paths.yaml would: a fish_speech folder configured before the pack loads.
     models = link_checkpoint(base / "extra" / "fish_speech")
-    with comfy_stubs.pack_in_comfy(base, "sailfish_v3", lambda stubs: stubs.folder_paths
-                                   .add_model_folder_path("fish_speech", str(models))) \
-            as (pack, stubs):
+    with (comfy_stubs.pack_in_comfy(base, "sailfish_v3", lambda stubs: stubs.folder_paths
+                                    .add_model_folder_path("fish_speech", str(models)))
+            as (pack, stubs)):
         extension = asyncio.run(pack.comfy_entrypoint())
         v3 = {cls.GET_SCHEMA().node_id: cls for cls in asyncio.run(extension.get_node_list())}
         v1 = pack.nodes.v1_mappings()[0]

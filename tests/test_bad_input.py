@@ -521,8 +521,8 @@ def test_output_kept_when_the_write_fails(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
     """The pack's V1 node classes under stand-ins for ComfyUI (no model is loaded)."""
-    with comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_bad_input") \
-            as (pack, _):
+    with (comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_bad_input")
+            as (pack, _)):
         yield pack.nodes.v1_mappings()[0]
 
 

@@ -98,8 +98,8 @@ def test_locales_and_help_pages_cover_every_node(env):
             if lang == "en":  # English is the schema's own text
                 assert (d["display_name"], d["description"]) == (node.display_name,
                                                                  node.description)
-                assert [v["tooltip"] for v in d["inputs"].values()] == \
-                    [i.tooltip for i in node.ordered_inputs]
+                assert ([v["tooltip"] for v in d["inputs"].values()] ==
+                        [i.tooltip for i in node.ordered_inputs])
     for node_id in IDS:
         assert (comfy_stubs.ROOT / "web" / "docs" / f"{node_id}.md").is_file()
 

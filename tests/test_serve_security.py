@@ -204,8 +204,8 @@ def test_host_rules_follow_the_bind_and_the_allowed_names():
     assert allowed(loopback, "localhost:8080") and allowed(loopback, "[::1]:1")
     assert not allowed(loopback, "10.0.0.7:8080") and not allowed(loopback, "tts.lan")
     one = Guard.for_bind("10.0.0.7", ["tts.lan", "LB.example:8000"])
-    assert allowed(one, "10.0.0.7:8080") and allowed(one, "tts.lan") \
-        and allowed(one, "lb.example") and allowed(one, "localhost")
+    assert (allowed(one, "10.0.0.7:8080") and allowed(one, "tts.lan")
+            and allowed(one, "lb.example") and allowed(one, "localhost"))
     assert not allowed(one, "10.0.0.8") and not allowed(one, "evil.example")
     every = Guard.for_bind("0.0.0.0")  # any IP literal is the machine's own; names are not
     assert allowed(every, "192.168.1.5:8080") and allowed(every, "[fe80::1]:80")
