@@ -3,10 +3,10 @@ kernels behind them, their accuracy, and the thread settings.
 
     python bench/bench_cpu.py --kernels --threads 1,2          # GEMV per precision, GB/s
     python bench/bench_cpu.py --decode --config medium --threads 2 --rounds 5
-    python bench/bench_cpu.py --decode --model /work/realsize/medium --text "Hello there."
+    python bench/bench_cpu.py --decode --model ../realsize/medium --text "Hello there."
     python bench/bench_cpu.py --errors                          # accuracy per precision
     python bench/bench_cpu.py --threads-study                   # default threads, compile threads
-    python bench/bench_cpu.py --profile --model /work/realsize/medium --precisions int8 --threads 1
+    python bench/bench_cpu.py --profile --model ../realsize/medium --precisions int8 --threads 1
 
 Decode speed is ``(n - 1) / (t(frame n) - t(frame 1))``: the prompt's prefill and the first
 frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precisions: ``bf16``

@@ -2,7 +2,7 @@
 a JSON table written after every stage.
 
     python bench/gpu_first.py                          # writes $OUT/gpu_first.json (else ./)
-    python bench/gpu_first.py --device cpu --config tiny --json /tmp/gpu_first.json   # dry run
+    python bench/gpu_first.py --device cpu --config tiny --json gpu_first.json        # dry run
 
 Real-size S2-Pro with random weights, built on the meta device and initialised on the GPU (no
 fp32 copy; speed does not depend on the values; the stop token is ignored). Each stage runs in its

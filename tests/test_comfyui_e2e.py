@@ -5,7 +5,7 @@ Runs only when COMFYUI_DIR points at a ComfyUI checkout. Its Python is COMFYUI_P
 $COMFYUI_DIR/venv or .venv, else this interpreter. Everything the server writes (user data,
 models, inputs, outputs) goes to a temporary folder; nothing is left in COMFYUI_DIR.
 
-    COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
+    COMFYUI_DIR=PATH/TO/ComfyUI COMFYUI_PYTHON=PATH/TO/ComfyUI/venv/bin/python \\
         python -m pytest tests/test_comfyui_e2e.py -q
 """
 
