@@ -3,10 +3,10 @@ kernels behind them, their accuracy, and the thread settings.
 
     python bench/bench_cpu.py --kernels --threads 1,2          # GEMV per precision, GB/s
     python bench/bench_cpu.py --decode --config medium --threads 2 --rounds 5
-    python bench/bench_cpu.py --decode --model /work/realsize/medium --text "Hello there."
+    python bench/bench_cpu.py --decode --model ../realsize/medium --text "Hello there."
     python bench/bench_cpu.py --errors                          # accuracy per precision
     python bench/bench_cpu.py --threads-study                   # default threads, compile threads
-    python bench/bench_cpu.py --profile --model /work/realsize/medium --precisions int8 --threads 1
+    python bench/bench_cpu.py --profile --model ../realsize/medium --precisions int8 --threads 1
 
 Decode speed is ``(n - 1) / (t(frame n) - t(frame 1))``: the prompt's prefill and the first
 frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precisions: ``bf16``
@@ -245,10 +245,10 @@ def compile_of(precision: str) -> bool | str:
 def frame_bytes(model, engine: Engine, cache_len: int) -> int:
     """Bytes one frame reads at batch 1: the slow layers and the sampled head rows once, the
     fast layers and head once per codebook after the first (K - 1 passes), the KV cache."""
-    slow = sum(quant.weight_bytes(layer) for layer in model.layers) \
-        + quant.tensor_bytes(engine.head)
-    fast = sum(quant.weight_bytes(layer) for layer in model.fast_layers) \
-        + quant.weight_bytes(model.fast_output)
+    slow = (sum(quant.weight_bytes(layer) for layer in model.layers)
+            + quant.tensor_bytes(engine.head))
+    fast = (sum(quant.weight_bytes(layer) for layer in model.fast_layers)
+            + quant.weight_bytes(model.fast_output))
     t = model.config.text
     kv = cache_len * t.n_layer * 2 * t.n_local_heads * t.head_dim * engine.dtype.itemsize
     return slow + (model.config.num_codebooks - 1) * fast + kv

@@ -2,8 +2,8 @@
 ``bench/make_standin.py``, or the real S2-Pro): per precision, load time and memory, decode
 frames/s against the bandwidth bound, time to the first audio chunk, and the codec's speed.
 
-    python bench/bench_realsize.py --model /work/realsize/s2-standin --precisions bf16,int8,int4 \\
-        --rounds 3 --threads 2 --bandwidth 28 --json /work/realsize/realsize.json
+    python bench/bench_realsize.py --model ../realsize/s2-standin --precisions bf16,int8,int4 \\
+        --rounds 3 --threads 2 --bandwidth 28 --json ../realsize/realsize.json
 
 Each run is a fresh process (``--one PRECISION``), so every load starts from nothing and the
 peak memory is that load's; the precisions alternate, round after round. One run measures:

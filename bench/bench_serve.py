@@ -220,10 +220,10 @@ def targets(report: dict) -> dict:
         rows = config["rows"]
         one, eight = rows.get("1 clients, shared voice"), rows.get("8 clients, shared voice")
         if one and eight:
-            out[f"{name}: throughput 8 shared / 1 (target >= 4x)"] = \
-                eight["audio_s_per_s"] / one["audio_s_per_s"]
-            out[f"{name}: TTFA p50 8 shared / 1 (target <= 2x)"] = \
-                eight["ttfa_p50_s"] / one["ttfa_p50_s"]
+            out[f"{name}: throughput 8 shared / 1 (target >= 4x)"] = (
+                eight["audio_s_per_s"] / one["audio_s_per_s"])
+            out[f"{name}: TTFA p50 8 shared / 1 (target <= 2x)"] = (
+                eight["ttfa_p50_s"] / one["ttfa_p50_s"])
     for batching in ("continuous", "static"):
         on, off = (report["configs"].get(f"{batching}, reuse {r}") for r in ("on", "off"))
         if on and off:

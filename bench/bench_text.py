@@ -13,7 +13,7 @@ Each cell is the median of ``--repeats`` runs, old and new alternated; a cell st
 a run takes longer than ``--cap`` seconds (the old pattern is quadratic).
 
     python bench/bench_text.py                       # the default table
-    python bench/bench_text.py --sizes 1000,4000 --repeats 7 --json /tmp/text.json
+    python bench/bench_text.py --sizes 1000,4000 --repeats 7 --json text.json
 """
 
 import argparse

@@ -2,7 +2,7 @@
 a JSON table written after every stage.
 
     python bench/gpu_first.py                          # writes $OUT/gpu_first.json (else ./)
-    python bench/gpu_first.py --device cpu --config tiny --json /tmp/gpu_first.json   # dry run
+    python bench/gpu_first.py --device cpu --config tiny --json gpu_first.json        # dry run
 
 Real-size S2-Pro with random weights, built on the meta device and initialised on the GPU (no
 fp32 copy; speed does not depend on the values; the stop token is ignored). Each stage runs in its
@@ -286,8 +286,8 @@ def realsize_load(args) -> dict:
                    "--model", folder, "--device", args.device, "--threads", "1", "--load-only"]
             done = subprocess.run(cmd, capture_output=True, text=True)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-            out["loads"][precision] = json.loads(lines[-1]) if lines and not done.returncode \
-                else {"error": last_error(done.stderr or done.stdout)}
+            out["loads"][precision] = (json.loads(lines[-1]) if lines and not done.returncode
+                                       else {"error": last_error(done.stderr or done.stdout)})
     return out
 
 

@@ -1,8 +1,8 @@
 """A random-weight S2-Pro stand-in in the real file layout, at the real size (or the medium perf
 size), for the CPU/GPU benchmarks. Never commit what it writes (the real one is ~10.7 GB).
 
-    python bench/make_standin.py /work/realsize/s2-standin              # real config, ~9.1 GB LLM
-    python bench/make_standin.py /tmp/s2-medium --config medium        # the medium perf config
+    python bench/make_standin.py ../realsize/s2-standin                 # real config, ~9.1 GB LLM
+    python bench/make_standin.py ../realsize/medium --config medium    # the medium perf config
 
 What it writes (the layout of ``fishaudio/s2-pro``):
 

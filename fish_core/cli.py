@@ -550,8 +550,8 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
     from .audio.files import AudioError, check_audio_file
 
     voices = args.voice if isinstance(args.voice, list) else [args.voice] * bool(args.voice)
-    texts = args.voice_text if isinstance(args.voice_text, list) else \
-        [args.voice_text] * (args.voice_text is not None)
+    texts = (args.voice_text if isinstance(args.voice_text, list) else
+             [args.voice_text] * (args.voice_text is not None))
     clips, sources = [], []
     for path in voices:
         if not str(path).strip():

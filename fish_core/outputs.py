@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .audio.formats import SUFFIXES, format_of, write as write_audio
+from .audio.formats import SUFFIXES, format_of, write as write_audio  # noqa: F401 - for cli
 
 AUDIO_SUFFIXES = tuple(SUFFIXES)  # what audio.formats writes: .wav .flac .mp3 .opus .ogg .pcm
 CODES_SUFFIXES = (".npy", ".safetensors")

@@ -52,8 +52,8 @@ class SamplingParams:
             bad("top_p", "a number in (0, 1]", self.top_p)
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             bad("top_k", "an integer >= 1", self.top_k)
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
-                or self.max_new_tokens < 1:
+        if (isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int)
+                or self.max_new_tokens < 1):
             bad("max_new_tokens", "an integer >= 1", self.max_new_tokens)
         return self
 

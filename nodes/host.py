@@ -29,7 +29,7 @@ def v3_api():
     """``comfy_api.latest`` when this ComfyUI has the V3 node API (``io.ComfyNode`` and
     ``ComfyExtension``), else None."""
     latest = module("comfy_api.latest")
-    if latest is None or not hasattr(latest, "ComfyExtension") \
-            or not hasattr(getattr(latest, "io", None), "ComfyNode"):
+    if (latest is None or not hasattr(latest, "ComfyExtension")
+            or not hasattr(getattr(latest, "io", None), "ComfyNode")):
         return None
     return latest

@@ -108,8 +108,8 @@ def voice_choices() -> list[str]:
 def resolve_voice(choice: str) -> Path:
     """The file of a Voice Load combo value (looked up by name, no folder scan)."""
     path = None
-    if isinstance(choice, str) and choice.endswith(SUFFIX) \
-            and library.is_name(choice[: -len(SUFFIX)]):
+    if (isinstance(choice, str) and choice.endswith(SUFFIX)
+            and library.is_name(choice[: -len(SUFFIX)])):
         path = voice_library().find(choice[: -len(SUFFIX)])
     if path is None:
         where = ", ".join(str(r) for r in roots(VOICES))

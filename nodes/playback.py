@@ -109,8 +109,8 @@ def sender() -> "PlaybackSender | None":
     when there is no server, no client id (API use), or that client does not listen."""
     server = host.prompt_server()
     sid = getattr(server, "client_id", None)
-    if server is None or not sid or sid not in listeners(server) \
-            or sid not in getattr(server, "sockets", {}):
+    if (server is None or not sid or sid not in listeners(server)
+            or sid not in getattr(server, "sockets", {})):
         return None
     utils = host.module("comfy_execution.utils")
     context = utils.get_executing_context() if utils is not None else None
@@ -195,8 +195,8 @@ async def set_listening(request):
         body = None
     client_id = body.get("client_id") if isinstance(body, dict) else None
     listen = body.get("listen") if isinstance(body, dict) else None
-    if not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id) \
-            or not isinstance(listen, bool):
+    if (not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id)
+            or not isinstance(listen, bool)):
         return web.json_response({"error": "expected {\"client_id\": the websocket's client id "
                                            "(letters, digits, - or _; at most 64), \"listen\": "
                                            "true or false}"}, status=400)

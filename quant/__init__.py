@@ -22,8 +22,8 @@ a 4-bit model from the FP8 download; int8 and fp8-dynamic gain nothing on memory
 from __future__ import annotations
 
 from . import cpu_gemv, int_linear, layout, packed, torchao_modes
-from .convert import DEFAULT_SKIP, EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets, \
-    embedding_weights, linear_weights, normalize_mode, packs, quantize_model, skipped
+from .convert import (DEFAULT_SKIP, EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets,
+    embedding_weights, linear_weights, normalize_mode, packs, quantize_model, skipped)
 from .fp8 import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
 from .int_linear import Int4Linear, Int8Linear
 from .packed import PackedLinear

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from . import cpu_gemv, int_linear, packed, torchao_modes
-from .fp8 import FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize, \
-    float8_supported, quantize_rows, resolve_path, settle_path
+from .fp8 import (FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize,
+                  float8_supported, quantize_rows, resolve_path, settle_path)
 
 MODES = ("none", "fp8", *torchao_modes.MODES)
 
@@ -131,8 +131,8 @@ class Converter:
     def converts(self, name: str, shape=None) -> bool:
         """Whether ``__call__`` changes the tensor ``name`` (of ``shape``, when known; else it
         is kept as given)."""
-        return name in self.embeddings or (name in self.targets and self.mode != "none") or \
-            (self.pack and name in self.linears and (shape is None or packed.worth_it(shape)))
+        return (name in self.embeddings or (name in self.targets and self.mode != "none") or
+                (self.pack and name in self.linears and (shape is None or packed.worth_it(shape))))
 
     def mode_of(self, name: str) -> str:
         """The precision of the Linear weight ``name``: the mode, or what ``mixed`` says."""

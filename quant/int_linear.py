@@ -181,8 +181,8 @@ class Int8Linear(IntLinear):
     def own_kernel(self) -> bool:
         """Whether decode steps go through ``cpu_gemv`` (built and runnable here, CPU weights,
         K a multiple of its block)."""
-        return not self.torch_kernel and self.weight.device.type == "cpu" \
-            and self.in_features % cpu_gemv.BLOCK == 0 and cpu_gemv.available()
+        return (not self.torch_kernel and self.weight.device.type == "cpu"
+                and self.in_features % cpu_gemv.BLOCK == 0 and cpu_gemv.available())
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -282,8 +282,8 @@ class Int4Linear(IntLinear):
                                                          params), x, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, " \
-               f"int4 g{GROUP}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"int4 g{GROUP}")
 
 
 def int8_bytes(shape: tuple[int, int], scale_bytes: int = 2) -> int:

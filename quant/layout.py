@@ -35,8 +35,8 @@ def weight_of_scale(name: str) -> str | None:
 
 def scale_problem(tensor: Tensor, rows: int) -> str | None:
     """Why ``tensor`` is not a valid row scale for a ``[rows, K]`` weight (None if it is)."""
-    if tuple(tensor.shape) not in ((rows, 1), (rows,)) or not tensor.is_floating_point() \
-            or tensor.dtype == FP8:
+    if (tuple(tensor.shape) not in ((rows, 1), (rows,)) or not tensor.is_floating_point()
+            or tensor.dtype == FP8):
         return f"{tuple(tensor.shape)} {tensor.dtype}, expected ({rows}, 1) float32"
     if not bool(torch.isfinite(tensor).all()):
         return "holds inf or NaN"

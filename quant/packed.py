@@ -66,8 +66,8 @@ def available(dtype: torch.dtype = torch.bfloat16) -> bool:
             gen = torch.Generator().manual_seed(0)
             w = torch.randn(48, 64, generator=gen).to(dtype)
             x = torch.randn(3, 64, generator=gen).to(dtype)
-            _available[key] = torch.backends.mkldnn.is_available() and \
-                torch.equal(linear(x, reorder(w)), F.linear(x, w))
+            _available[key] = (torch.backends.mkldnn.is_available() and
+                               torch.equal(linear(x, reorder(w)), F.linear(x, w)))
         except (RuntimeError, AttributeError, NotImplementedError):
             _available[key] = False
     return _available[key]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from torch import nn
 
 from . import int_linear, torchao_modes
-from .convert import CPU_LAYERS, EMBEDDINGS_BY_MODE, embedding_weights, layer_mode, \
-    linear_weights, normalize_mode, skipped
+from .convert import (CPU_LAYERS, EMBEDDINGS_BY_MODE, embedding_weights, layer_mode,
+                      linear_weights, normalize_mode, skipped)
 
 
 def tensor_bytes(t) -> int:

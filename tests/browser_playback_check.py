@@ -5,7 +5,7 @@ setting turns the stream off, and the console shows no error from the extension.
 
 A helper script, not a pytest test (it needs chromium and a ComfyUI checkout):
 
-    COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
+    COMFYUI_DIR=PATH/TO/ComfyUI COMFYUI_PYTHON=PATH/TO/ComfyUI/venv/bin/python \\
         python3 tests/browser_playback_check.py [--front-end-root DIR] [--chromium PATH]
 
 ``--front-end-root`` runs ComfyUI with another frontend (e.g. a ``pip install --target``

@@ -1,7 +1,7 @@
 """The README's screenshot (docs/screenshot.png): an example workflow as a user opens it, in a
 real ComfyUI frontend, taken by headless chromium. A helper script, not a pytest test:
 
-    COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
+    COMFYUI_DIR=PATH/TO/ComfyUI COMFYUI_PYTHON=PATH/TO/ComfyUI/venv/bin/python \\
         python3 tests/browser_screenshot.py [--workflow NAME] [--out docs/screenshot.png]
 
 It starts the e2e test's server (the pack, the tiny checkpoint, nothing left in COMFYUI_DIR),

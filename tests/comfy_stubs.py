@@ -51,8 +51,8 @@ def install(base: Path, v3: bool = True, advanced: bool = False) -> types.Simple
     mods = dict(folder_paths=folder_paths_module(base), utils=utils_module(),
                 mm=model_management_module(), model_patcher=model_patcher_module())
     comfy = types.ModuleType("comfy")
-    comfy.utils, comfy.model_management, comfy.model_patcher = \
-        mods["utils"], mods["mm"], mods["model_patcher"]
+    comfy.utils, comfy.model_management, comfy.model_patcher = (
+        mods["utils"], mods["mm"], mods["model_patcher"])
     sys.modules.update({"folder_paths": mods["folder_paths"], "comfy": comfy,
                         "comfy.utils": mods["utils"], "comfy.model_management": mods["mm"],
                         "comfy.model_patcher": mods["model_patcher"]})

@@ -142,9 +142,9 @@ def tone(sr: int, seconds: float = 0.5, hz: float = 220.0) -> torch.Tensor:
 def voices_dir(tmp_path_factory, tiny_synth) -> Path:
     """A voice library folder (one per test module) holding one voice, ``alice`` (a tone)."""
     root = tmp_path_factory.mktemp("voices")
-    voice = tiny_synth.encode_voice(tone(tiny_synth.sample_rate), "A short reference.",
+    alice = tiny_synth.encode_voice(tone(tiny_synth.sample_rate), "A short reference.",
                                     name="alice", sample_rate=tiny_synth.sample_rate)
-    voice.save(root / "alice.safetensors")
+    alice.save(root / "alice.safetensors")
     return root
 
 
@@ -197,8 +197,8 @@ def clone_prompt(fixtures, ckpt_dir) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     codes = torch.randint(0, size.residual_codebook_size, (size.num_codebooks, 12),
                           generator=generator)  # [K, 12]
-    reference = Reference("Welcome to the voice cloning demo.", codes)
-    messages = conversation("The quick brown fox jumps over the lazy dog.", [reference])
+    clip = Reference("Welcome to the voice cloning demo.", codes)
+    messages = conversation("The quick brown fox jumps over the lazy dog.", [clip])
     encoder = PromptEncoder(FishTokenizer.from_dir(ckpt_dir), size.num_codebooks,
                             size.codebook_size)
     return encoder.encode(messages)  # [1 + K, T]
@@ -231,3 +231,6 @@ def measure_peak_growth(fn) -> int:
         tracemalloc.stop()
     return max(peak, resident)
 
+# The node tests' fixtures (tests/node_env.py), for every test module that names them. Imported
+# last: node_env imports helpers from this module.
+from node_env import _clean_progress, comfy, env, manager, model, reference, voice  # noqa: E402,F401

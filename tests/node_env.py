@@ -1,12 +1,14 @@
 """What the node test files share: the pack loaded under ComfyUI stand-ins with the tiny
 checkpoint configured (``env``), running a node through V3 or V1, the loaded model, a reference
-clip and a voice, the model manager stand-in, and the AUDIO checks. A test module imports the
-fixtures it uses (pytest finds fixtures in a module's namespace)."""
+clip and a voice, the model manager stand-in, the pack under a stand-in of ComfyUI's server
+(``comfy``), and the AUDIO checks. ``tests/conftest.py`` exposes the fixtures to every test
+module; a test module imports only the helpers it uses."""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 import types
 
@@ -29,9 +31,9 @@ def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
     # As extra_model_paths.yaml would: a fish_speech folder configured before the pack loads.
     models = link_checkpoint(base / "extra" / "fish_speech")
-    with comfy_stubs.pack_in_comfy(base, "sailfish_v3", lambda stubs: stubs.folder_paths
-                                   .add_model_folder_path("fish_speech", str(models))) \
-            as (pack, stubs):
+    with (comfy_stubs.pack_in_comfy(base, "sailfish_v3", lambda stubs: stubs.folder_paths
+                                    .add_model_folder_path("fish_speech", str(models)))
+            as (pack, stubs)):
         extension = asyncio.run(pack.comfy_entrypoint())
         v3 = {cls.GET_SCHEMA().node_id: cls for cls in asyncio.run(extension.get_node_list())}
         v1 = pack.nodes.v1_mappings()[0]
@@ -41,11 +43,34 @@ def env(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _clean_progress(env):
+def _clean_progress(request):
+    """Around every test that uses ``env``: no progress hook, no interrupt pending."""
+    if "env" not in request.fixturenames:
+        yield
+        return
+    env = request.getfixturevalue("env")
     env.stubs.utils.PROGRESS_BAR_HOOK = None
     env.stubs.mm.interrupt_current_processing(False)
     yield
     env.stubs.utils.PROGRESS_BAR_HOOK = None
+
+
+@pytest.fixture(scope="module")
+def comfy(tmp_path_factory):
+    """The pack as ComfyUI loads it, its HTTP routes on a stand-in of ComfyUI's server."""
+    from aiohttp import web
+
+    base = tmp_path_factory.mktemp("comfy")
+    link_checkpoint(base / "models" / "fish_speech")
+    server = sys.modules["server"] = comfy_stubs.server_module(web.RouteTableDef())
+    try:
+        with comfy_stubs.pack_in_comfy(base, "sailfish_routes") as (pack, stubs):
+            yield types.SimpleNamespace(pack=pack, stubs=stubs,
+                                        routes=server.PromptServer.instance.routes,
+                                        manager=pack.nodes.manager.MANAGER)
+            pack.nodes.manager.MANAGER.unload()
+    finally:
+        sys.modules.pop("server", None)
 
 
 def run_v3(env, node_id, **inputs):

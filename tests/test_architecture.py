@@ -316,9 +316,9 @@ def test_one_decode_loop_owns_the_frames_and_the_engine_the_cache():
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
         for method in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
             for node in ast.walk(method):
-                if isinstance(node, ast.Attribute) and node.attr in FRAME_AND_CACHE \
-                        and isinstance(node.value, (ast.Name, ast.Attribute)) \
-                        and (getattr(node.value, "id", None) or node.value.attr) == "engine":
+                if (isinstance(node, ast.Attribute) and node.attr in FRAME_AND_CACHE
+                        and isinstance(node.value, (ast.Name, ast.Attribute))
+                        and (getattr(node.value, "id", None) or node.value.attr) == "engine"):
                     calls.setdefault(node.attr, set()).add(f"{cls.name}.{method.name}")
     assert set(calls) <= LOOP_USES, calls
     assert calls["frame"] == {"RowBatch.step"} and calls["prefill_rows"] == {"RowBatch.join_many"}

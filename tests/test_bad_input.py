@@ -26,8 +26,7 @@ from fish_core.params import Cancelled, GenerationError
 from fish_core.loading.hub import ModelNotFound
 from fish_core.text.prompt import conversation
 from fish_core.local.synthesizer import Synthesizer
-from fish_core.text.plan import (MAX_SRT_CUES, ScriptError, SubtitleError, format_time,
-                            read_text_file)
+from fish_core.text.plan import MAX_SRT_CUES, ScriptError, format_time, read_text_file
 from fish_core.speech.voices import Voice, VoiceError
 import comfy_stubs
 from test_cli import run_cli
@@ -522,8 +521,8 @@ def test_output_kept_when_the_write_fails(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
     """The pack's V1 node classes under stand-ins for ComfyUI (no model is loaded)."""
-    with comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_bad_input") \
-            as (pack, _):
+    with (comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_bad_input")
+            as (pack, _)):
         yield pack.nodes.v1_mappings()[0]
 
 

@@ -8,8 +8,7 @@ import torch
 from fish_core.cli import main
 from fish_core.speech.casting import take_clip, transcript, trim
 from fish_core.speech.voices import Voice
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, env, model, run_v1, run_v3)
+from node_env import FAST, run_v1, run_v3
 
 
 def test_a_take_is_trimmed_and_its_tags_taken_out():

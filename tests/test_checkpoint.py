@@ -30,8 +30,8 @@ def test_name_mapping_round_trips(ckpt_dir):
         assert to_hf(to_internal(name)) == name
     assert to_internal("audio_decoder.codebook_embeddings.weight") == "codebook_embeddings.weight"
     assert to_internal("audio_decoder.output.weight") == "fast_output.weight"
-    assert to_internal("text_model.model.layers.3.attention.wqkv.weight") == \
-        "layers.3.attention.wqkv.weight"
+    assert (to_internal("text_model.model.layers.3.attention.wqkv.weight") ==
+            "layers.3.attention.wqkv.weight")
 
 
 def test_internal_names_single_file_load_identically(ckpt_dir, tmp_path):

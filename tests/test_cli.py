@@ -341,8 +341,8 @@ def test_audio_outputs_in_every_format_serve_answers(suffix, tiny_synth, tmp_pat
     path = check_audio_output(tmp_path / f"out{suffix}", "--out")
     write_audio(path, speech.waveform, speech.sample_rate)
     data = path.read_bytes()
-    same = (lambda a, b: a == b) if fmt != "opus" else \
-        (lambda a, b: len(a) == len(b) and a[:4] == b[:4])  # Ogg: a random stream serial
+    same = ((lambda a, b: a == b) if fmt != "opus" else
+            (lambda a, b: len(a) == len(b) and a[:4] == b[:4]))  # Ogg: a random stream serial
     assert same(data, formats.encode(speech.waveform, speech.sample_rate, fmt))  # serve's bytes
     if fmt == "pcm":
         assert len(data) == 2 * speech.waveform.shape[0]

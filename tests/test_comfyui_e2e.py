@@ -5,7 +5,7 @@ Runs only when COMFYUI_DIR points at a ComfyUI checkout. Its Python is COMFYUI_P
 $COMFYUI_DIR/venv or .venv, else this interpreter. Everything the server writes (user data,
 models, inputs, outputs) goes to a temporary folder; nothing is left in COMFYUI_DIR.
 
-    COMFYUI_DIR=/opt/comfyui COMFYUI_PYTHON=/opt/comfy-venv/bin/python \\
+    COMFYUI_DIR=PATH/TO/ComfyUI COMFYUI_PYTHON=PATH/TO/ComfyUI/venv/bin/python \\
         python -m pytest tests/test_comfyui_e2e.py -q
 """
 
@@ -195,8 +195,8 @@ class Server:
 
     def run(self, prompt: dict) -> dict:
         entry = self.wait(self.queue(prompt))
-        assert entry["status"]["status_str"] == "success", \
-            json.dumps(entry["status"]["messages"])[-3000:]
+        assert entry["status"]["status_str"] == "success", (
+            json.dumps(entry["status"]["messages"])[-3000:])
         return entry
 
     def audio(self, entry: dict) -> list[tuple[int, int]]:
@@ -347,8 +347,8 @@ def test_schemas_match_the_node_descriptions(server):
         for node in pack.nodes.NODES:
             info = server.object_info[node.id]
             order = info["input_order"]
-            assert order.get("required", []) + order.get("optional", []) == \
-                [i.id for i in node.ordered_inputs]
+            assert (order.get("required", []) + order.get("optional", []) ==
+                    [i.id for i in node.ordered_inputs])
             assert info["output"] == [o.type for o in node.outputs]
             assert info["category"] == "audio/Sailfish TTS"
     finally:
@@ -639,9 +639,9 @@ async def live_session(server, listen: bool, prompt: dict) -> tuple[list, list, 
                 if msg.type != aiohttp.WSMsgType.TEXT:
                     continue
                 seen.append(json.loads(msg.data))
-                if until_end and seen[-1]["type"] in ("execution_success", "execution_error",
-                                                      "execution_interrupted") \
-                        and seen[-1]["data"].get("prompt_id") == prompt_id:
+                if (until_end and seen[-1]["type"] in ("execution_success", "execution_error",
+                                                       "execution_interrupted")
+                        and seen[-1]["data"].get("prompt_id") == prompt_id):
                     return seen
 
         mine = await read(sockets[0], True)

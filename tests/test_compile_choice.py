@@ -25,8 +25,8 @@ def greedy(max_new_tokens):
 
 
 def test_modes_and_their_names():
-    assert [compile_mode(v) for v in (False, None, True, "auto", " On ", "off")] == \
-        ["off", "off", "on", "auto", "on", "off"]
+    assert ([compile_mode(v) for v in (False, None, True, "auto", " On ", "off")] ==
+            ["off", "off", "on", "auto", "on", "off"])
     for bad in ("fast", 1, "yes"):
         with pytest.raises(ValueError, match="compile must be"):
             compile_mode(bad)
@@ -76,8 +76,8 @@ def test_auto_keeps_the_faster_step(compiled_ms, eager_ms, expected):
     assert auto(None, torch.zeros(1)) == (expected, torch.zeros(1))
     assert chosen["step"] is (compiled if expected == "compiled" else None)
     assert chosen["why"].startswith(expected) and f"{compiled_ms:.1f} ms compiled" in chosen["why"]
-    assert calls.count("compiled") == calls.count("eager") + (expected == "compiled") - \
-        (expected == "eager")
+    assert (calls.count("compiled") == calls.count("eager") + (expected == "compiled") -
+            (expected == "eager"))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,

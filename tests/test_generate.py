@@ -7,8 +7,8 @@ import torch
 
 from fish_core.loading.checkpoint import load_model
 from fish_core.engine.generate import Engine, cache_length
-from fish_core.params import MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed, \
-    random_seed
+from fish_core.params import (MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed,
+                              random_seed)
 
 
 @pytest.fixture(scope="module")

@@ -55,8 +55,8 @@ def test_config_tokenizer_and_codec_load_from_a_snapshot(ckpt_dir, snapshot):
     assert resolve(snapshot) == snapshot  # recognised as a checkpoint folder
     assert ModelConfig.from_file(snapshot) == ModelConfig.from_file(ckpt_dir)
     text = "Hello from the cache."
-    assert FishTokenizer.from_dir(snapshot).encode(text) == \
-        FishTokenizer.from_dir(ckpt_dir).encode(text)
+    assert (FishTokenizer.from_dir(snapshot).encode(text) ==
+            FishTokenizer.from_dir(ckpt_dir).encode(text))
     codec = Codec.from_file(ckpt_dir)
     codes = torch.zeros(1, codec.num_codebooks, 2, dtype=torch.long)
     assert torch.equal(Codec.from_file(snapshot).decode(codes), codec.decode(codes))

@@ -26,8 +26,8 @@ nginx\tengine x
 
 def test_whole_words_any_case_longest_first():
     lex = Lexicon.parse(LEXICON)
-    assert lex.apply("sql, SQL and Sql; not SQLite nor mySQL.") == \
-        "sequel, sequel and sequel; not SQLite nor mySQL."
+    assert (lex.apply("sql, SQL and Sql; not SQLite nor mySQL.") ==
+            "sequel, sequel and sequel; not SQLite nor mySQL.")
     assert lex.apply("From new  york to York.") == "From Noo Yawk to York-shire."
     assert lex.apply("Ask dr. Who about NGINX.") == "Ask Doctor Who about engine x."
     assert lex.apply("[sql] <|speaker:0|>SQL") == "[sql] <|speaker:0|>sequel"  # tags untouched

@@ -33,8 +33,8 @@ def test_tiny_standin_loads_with_the_stop_row_scaled(tmp_path):
     assert abs(std - expected) < 0.1 * expected
     again = tmp_path / "again"
     make_standin.make_standin(again, "tiny", seed=3, codec=False)  # deterministic
-    assert (again / make_standin.SHARD_NAMES[1]).read_bytes() == \
-        (tmp_path / make_standin.SHARD_NAMES[1]).read_bytes()
+    assert ((again / make_standin.SHARD_NAMES[1]).read_bytes() ==
+            (tmp_path / make_standin.SHARD_NAMES[1]).read_bytes())
 
 
 def test_real_tokenizer_ids_and_shard_split(tmp_path):

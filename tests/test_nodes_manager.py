@@ -10,8 +10,7 @@ import time
 import weakref
 
 from fish_core.engine.config import ModelConfig
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, loaded, manager, model, run_v1, wait_until)
+from node_env import FAST, check_audio, loaded, run_v1, wait_until
 
 
 # ---------------------------------------------------------------- the model manager
@@ -130,8 +129,8 @@ def test_make_room_counts_the_kv_cache_the_prefix_cache_and_the_graph_pool(env, 
     off = mod.ModelHandle(str(ckpt_dir), precision="bf16", context_length=context // 2,
                           device="cpu", prefix_cache_mb=0)
     m.get(off)
-    assert asked[-1] == mod.weights_size(str(ckpt_dir)) + mod.kv_cache_size(off) \
-        + mod.GRAPH_POOL_BYTES
+    assert (asked[-1] == mod.weights_size(str(ckpt_dir)) + mod.kv_cache_size(off)
+            + mod.GRAPH_POOL_BYTES)
     full = mod.ModelHandle(str(ckpt_dir), precision="bf16")  # 0: the model's own context
     assert mod.kv_cache_size(full) == 2 * mod.kv_cache_size(
         mod.ModelHandle(str(ckpt_dir), precision="bf16", context_length=context))
@@ -155,8 +154,8 @@ def test_the_prefix_cache_budget_reaches_the_model_and_is_counted_at_each_use(en
     with env.manager.use(handle):
         pass
     assert asked == [mod.generation_size(handle)]
-    assert mod.generation_size(handle) == mod.kv_cache_size(handle) + 3 * 1024 * 1024 \
-        + mod.GRAPH_POOL_BYTES
+    assert (mod.generation_size(handle) == mod.kv_cache_size(handle) + 3 * 1024 * 1024
+            + mod.GRAPH_POOL_BYTES)
     off = run_v3(env, "SailfishModelLoader", **LOADER, prefix_cache_mb=0)[0]
     with env.manager.use(off) as same:
         assert same is synth and not synth.engine.prefixes.enabled

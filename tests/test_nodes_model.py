@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import link_checkpoint
-from node_env import (  # noqa: F401 - fixtures are found by name
-    LOADER, _clean_progress, env, loaded, manager, model, run_v1)
+from node_env import LOADER, loaded, run_v1
 
 
 def test_model_combo_lists_local_folders_then_downloads(env):

@@ -106,8 +106,8 @@ def test_a_workflow_chooses_only_a_model_name(comfy):
 @pytest.mark.parametrize("kind", ["sglang", "vllm"])
 def test_voice_encode_registers_only_with_the_consent_typed_in(comfy, kind):
     pack, stubs = comfy
-    app = sglang_app(RATE, [tone(RATE, 300)], model_ids=BOTH) if kind == "sglang" else \
-        vllm_app(RATE, pcm(tone(RATE, 300)), stream=True)
+    app = (sglang_app(RATE, [tone(RATE, 300)], model_ids=BOTH) if kind == "sglang" else
+           vllm_app(RATE, pcm(tone(RATE, 300)), stream=True))
     dialect = {"sglang": "sglang-omni", "vllm": "vllm-omni"}[kind]
     with StandIn(app) as engine:
         configure(stubs, engine={"urls": engine.url, "dialect": dialect})

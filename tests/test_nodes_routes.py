@@ -4,31 +4,12 @@ frees it (the next request loads it again)."""
 
 import asyncio
 import sys
-import types
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
 web = pytest.importorskip("aiohttp.web")
-
-import comfy_stubs  # noqa: E402
-from conftest import link_checkpoint  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def comfy(tmp_path_factory):
-    base = tmp_path_factory.mktemp("comfy")
-    link_checkpoint(base / "models" / "fish_speech")
-    server = sys.modules["server"] = comfy_stubs.server_module(web.RouteTableDef())
-    try:
-        with comfy_stubs.pack_in_comfy(base, "sailfish_routes") as (pack, stubs):
-            yield types.SimpleNamespace(pack=pack, stubs=stubs,
-                                        routes=server.PromptServer.instance.routes,
-                                        manager=pack.nodes.manager.MANAGER)
-            pack.nodes.manager.MANAGER.unload()
-    finally:
-        sys.modules.pop("server", None)
 
 
 @asynccontextmanager

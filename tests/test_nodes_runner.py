@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, manager, model, reference, run_v1, voice)
+from node_env import FAST, check_audio, run_v1
 
 
 # ---------------------------------------------------------------- progress and Cancel
 def test_progress_bar_moves_per_frame(env, model):
     updates = []
-    env.stubs.utils.PROGRESS_BAR_HOOK = lambda value, total, preview, node_id=None: \
-        updates.append((value, total))
+    env.stubs.utils.PROGRESS_BAR_HOOK = (lambda value, total, preview, node_id=None:
+                                         updates.append((value, total)))
     run_v1(env, "SailfishTTS", model=model, text="Count my frames.", **FAST)
     values = [v for v, _ in updates]
     done, total = updates[-1]  # full at the end: the frames generated (EOS may come early)
@@ -50,8 +49,8 @@ def test_cancel_stops_within_a_frame_and_the_model_stays(env, model, via):
 def test_every_generating_node_moves_the_progress_bar(env, model, voice, reference, node):
     """The other generating nodes get the runner's progress too (TTS above)."""
     updates = []
-    env.stubs.utils.PROGRESS_BAR_HOOK = lambda value, total, preview, node_id=None: \
-        updates.append((value, total))
+    env.stubs.utils.PROGRESS_BAR_HOOK = (lambda value, total, preview, node_id=None:
+                                         updates.append((value, total)))
     inputs = {"SailfishVoiceClone": dict(reference_audio=reference, reference_text="A test.",
                                          text="Count my frames."),
               "SailfishMultiSpeaker": dict(script="Alice: Count my frames.", pause=0.0,

@@ -9,8 +9,7 @@ import re
 import pytest
 
 import comfy_stubs
-from node_env import (  # noqa: F401 - fixtures are found by name
-    IDS, _clean_progress, env, model, reference, voice)
+from node_env import IDS
 
 
 # ---------------------------------------------------------------- registration and schemas
@@ -99,8 +98,8 @@ def test_locales_and_help_pages_cover_every_node(env):
             if lang == "en":  # English is the schema's own text
                 assert (d["display_name"], d["description"]) == (node.display_name,
                                                                  node.description)
-                assert [v["tooltip"] for v in d["inputs"].values()] == \
-                    [i.tooltip for i in node.ordered_inputs]
+                assert ([v["tooltip"] for v in d["inputs"].values()] ==
+                        [i.tooltip for i in node.ordered_inputs])
     for node_id in IDS:
         assert (comfy_stubs.ROOT / "web" / "docs" / f"{node_id}.md").is_file()
 

@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from conftest import read_sizes
-from node_env import (  # noqa: F401 - fixtures are found by name
-    FAST, _clean_progress, check_audio, env, loaded, manager, model, reference, run_v1, run_v3,
-    voice)
+from node_env import FAST, check_audio, loaded, run_v1, run_v3
 
 
 # ---------------------------------------------------------------- the nodes

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from node_env import (  # noqa: F401 - fixtures are found by name
-    _clean_progress, env, model, reference, run_v1, run_v3, voice)
+from node_env import run_v1, run_v3
 
 
 def test_voice_save_and_load_round_trip(env, voice):

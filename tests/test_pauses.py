@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fish_core.speech.finishing import Finishing
-from fish_core.text.pauses import MAX_PAUSE, PauseError, protect, restore, split_pauses, \
-    strip_pauses
+from fish_core.text.pauses import (MAX_PAUSE, PauseError, protect, restore, split_pauses,
+                                   strip_pauses)
 from fish_core.text.plan import parse_srt
 
 FAST = dict(max_new_tokens=8, temperature=0.8, top_p=0.8, top_k=30)
@@ -21,8 +21,8 @@ def test_tags_split_the_text_and_carry_their_seconds():
     assert [(p.text, p.after) for p in spoken.pieces] == [("Hello there.", 1.5),
                                                          ("How are you?", 1.0)]
     assert split_pauses("No tags here.").pieces[0].after is None
-    assert split_pauses("S2's own [pause] cue stays.").pieces[0].text == \
-        "S2's own [pause] cue stays."
+    assert (split_pauses("S2's own [pause] cue stays.").pieces[0].text ==
+            "S2's own [pause] cue stays.")
 
 
 def test_a_piece_after_a_pause_keeps_its_speaker():

@@ -138,8 +138,8 @@ def glob(module: str, name: str) -> bytes:
 def tensor_ops(key: str, numel: int, size: tuple, stride: tuple, offset: int = 0,
                storage: str = "FloatStorage") -> bytes:
     """_rebuild_tensor_v2(('storage', torch.<storage>, key, 'cpu', numel), offset, size, …)."""
-    ints = lambda values: op("(") + b"".join(op("J", struct.pack("<i", v)) for v in values) \
-        + op("t")  # noqa: E731
+    def ints(values):
+        return op("(") + b"".join(op("J", struct.pack("<i", v)) for v in values) + op("t")
     return (glob("torch._utils", "_rebuild_tensor_v2") + op("(")
             + op("(") + text("storage") + glob("torch", storage) + text(key) + text("cpu")
             + op("J", struct.pack("<i", numel)) + op("t") + op("Q")

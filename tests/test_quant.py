@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import quant
-from fish_core.loading.checkpoint import CheckpointError, assign, build_meta, iter_tensors, load_model, \
-    to_hf, to_internal
+from fish_core.loading.checkpoint import (CheckpointError, assign, build_meta, iter_tensors,
+                                          load_model, to_hf, to_internal)
 from fish_core.engine.config import ModelConfig
 from fish_core.loading.export import export_fp8
 from fish_core.loading.fp8_checkpoint import is_fp8_checkpoint
@@ -181,10 +181,10 @@ def test_quantize_model_replaces_every_linear_but_the_skipped(ckpt_dir):
 def test_embedding_tables_follow_the_mode_default_and_skip(ckpt_dir, mode):
     model = build_meta(ModelConfig.from_file(ckpt_dir))
     default = quant.EMBEDDINGS_BY_MODE[mode]
-    assert quant.embedding_targets(model, mode, None) == \
-        ([f"{t}.weight" for t in TABLES] if default else [])
-    assert quant.embedding_targets(model, mode, True, skip=("fast_*",)) == \
-        ["embeddings.weight", "codebook_embeddings.weight"]
+    assert (quant.embedding_targets(model, mode, None) ==
+            ([f"{t}.weight" for t in TABLES] if default else []))
+    assert (quant.embedding_targets(model, mode, True, skip=("fast_*",)) ==
+            ["embeddings.weight", "codebook_embeddings.weight"])
     assert quant.embedding_targets(model, mode, False) == []
 
 
@@ -399,8 +399,8 @@ def test_export_round_trip(ckpt_dir, sizes, tmp_path):
     for name in ("config.json", "tokenizer.json", "codec.pth", "quantization_info.json",
                  "model.safetensors"):
         assert (dst / name).is_file(), name
-    assert json.loads((dst / "quantization_info.json").read_text())["method"] == \
-        "per_row_symmetric_fp8"
+    assert (json.loads((dst / "quantization_info.json").read_text())["method"] ==
+            "per_row_symmetric_fp8")
     stored = load_file(str(dst / "model.safetensors"))
     assert all(k.startswith(("text_model.model.", "audio_decoder.")) for k in stored)
     original = {to_internal(k): v for k, v in iter_tensors(ckpt_dir)}

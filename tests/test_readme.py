@@ -177,8 +177,8 @@ def test_http_quick_start(workdir):
 def test_every_python_block_is_run_here():
     """A Python block added to the README without a test here fails this test."""
     found = re.findall(r"^```python$", README, flags=re.MULTILINE)
-    assert len(found) == len(blocks("Quick start: Python", "python")) + \
-        len(blocks("Quick start: HTTP", "python"))
+    assert (len(found) == len(blocks("Quick start: Python", "python")) +
+            len(blocks("Quick start: HTTP", "python")))
 
 
 # ---------------------------------------------------------------- the requirements table

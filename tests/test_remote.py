@@ -63,8 +63,8 @@ def test_takes_equal_local_takes(server, synth):
     local = synth.tts("Two takes.", seed=9, takes=2, **FAST)
     got = remote(server, synth).tts("Two takes.", seed=9, takes=2, **FAST)
     assert [s.seed for s in got] == [s.seed for s in local]
-    for g, l in zip(got, local):
-        assert torch.equal(g.waveform, wire(l.waveform))
+    for g, t in zip(got, local):
+        assert torch.equal(g.waveform, wire(t.waveform))
 
 
 def test_on_chunk_gets_the_result_in_one_piece(server, synth):
@@ -175,8 +175,8 @@ def test_dialogue_is_one_local_tts_per_turn(server, synth):
 
 
 def test_subtitles_are_one_local_tts_per_cue(server, synth):
-    srt = "1\n00:00:00,000 --> 00:00:01,000\nFirst cue.\n\n2\n00:00:02,000 --> 00:00:03,000\n" \
-          "Second cue.\n"
+    srt = ("1\n00:00:00,000 --> 00:00:01,000\nFirst cue.\n\n2\n00:00:02,000 --> 00:00:03,000\n"
+           "Second cue.\n")
     got = remote(server, synth).subtitles(srt, seed=21, **FAST)
     rate = synth.sample_rate
     for i, (cue, text) in enumerate(zip(got.cues, ["First cue.", "Second cue."])):
@@ -245,8 +245,8 @@ def test_cli_say_and_srt_through_remote(server, synth, tmp_path, monkeypatch):
 def nodes_env(tmp_path_factory):
     import comfy_stubs
 
-    with comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_remote") \
-            as (pack, stubs):
+    with (comfy_stubs.pack_in_comfy(tmp_path_factory.mktemp("comfy"), "sailfish_remote")
+            as (pack, stubs)):
         yield pack, stubs
         pack.nodes.remote.forget()
 

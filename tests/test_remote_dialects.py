@@ -212,8 +212,8 @@ def test_5xx_is_retried_with_backoff(sizes):
 
 def test_fail_over_and_spread_across_endpoints(sizes):
     rate = sizes.sample_rate
-    with StandIn(sglang_app(rate, [tone(rate, 400)])) as a, \
-            StandIn(sglang_app(rate, [tone(rate, 400)])) as b:
+    with (StandIn(sglang_app(rate, [tone(rate, 400)])) as a,
+            StandIn(sglang_app(rate, [tone(rate, 400)])) as b):
         synth = RemoteSynthesizer([free_port(), a.url, b.url], "sglang-omni", sample_rate=rate,
                                   retries=0, backoff=0.01, connect_timeout=2)
         for _ in range(6):
@@ -361,8 +361,8 @@ def test_runaway_answer_stops_at_the_byte_budget(sizes):
 def test_event_stream_lines_are_capped():
     from fish_core.remote.pcm import bounded_lines
 
-    assert list(bounded_lines(iter([b"ab\ncd", b"e\n", b"f"]), "x", 8)) == \
-        [b"ab\n", b"cde\n", b"f"]
+    assert (list(bounded_lines(iter([b"ab\ncd", b"e\n", b"f"]), "x", 8)) ==
+            [b"ab\n", b"cde\n", b"f"])
     with pytest.raises(AudioFormatError, match="longer than 8 bytes"):
         list(bounded_lines(iter([b"0123", b"45678", b"9\n"]), "x", 8))
 
@@ -462,8 +462,8 @@ def test_drama3_whole_script_in_one_request(sizes):
 @pytest.mark.parametrize("app", ["sglang", "vllm"])
 def test_registering_a_voice_needs_stated_consent(sizes, app):
     rate = sizes.sample_rate
-    make = sglang_app(rate, [tone(rate, 100)]) if app == "sglang" else \
-        vllm_app(rate, pcm(tone(rate, 100)), stream=True)
+    make = (sglang_app(rate, [tone(rate, 100)]) if app == "sglang" else
+            vllm_app(rate, pcm(tone(rate, 100)), stream=True))
     with StandIn(make) as server:
         synth = RemoteSynthesizer(server.url, sample_rate=rate)
         voice = synth.encode_voice(torch.from_numpy(tone(rate, rate // 4)), "My words.",

@@ -35,8 +35,8 @@ def test_sampler_scalars_round_in_model_dtype(golden):
     meta = golden.json("sampler")
     for name in sampler_cases(golden):
         dtype = getattr(torch, meta[name]["dtype"].split(".")[-1])
-        assert torch.tensor(meta[name]["temperature"], dtype=dtype).item() == \
-            meta[name]["temperature_as_tensor"]
+        assert (torch.tensor(meta[name]["temperature"], dtype=dtype).item() ==
+                meta[name]["temperature_as_tensor"])
 
 
 def test_batched_sampler_equals_rowwise(golden):

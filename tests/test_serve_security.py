@@ -39,7 +39,7 @@ from fish_core.serve.http.errors import ApiError  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.routes import SERVICE  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from test_nodes_routes import comfy, serving  # noqa: E402,F401 - the ComfyUI stand-in
+from test_nodes_routes import serving  # noqa: E402
 
 KEY = "sec-key-456"
 LIMITS = Limits(max_body_bytes=2**20, max_text_chars=300, max_references=2,
@@ -204,8 +204,8 @@ def test_host_rules_follow_the_bind_and_the_allowed_names():
     assert allowed(loopback, "localhost:8080") and allowed(loopback, "[::1]:1")
     assert not allowed(loopback, "10.0.0.7:8080") and not allowed(loopback, "tts.lan")
     one = Guard.for_bind("10.0.0.7", ["tts.lan", "LB.example:8000"])
-    assert allowed(one, "10.0.0.7:8080") and allowed(one, "tts.lan") \
-        and allowed(one, "lb.example") and allowed(one, "localhost")
+    assert (allowed(one, "10.0.0.7:8080") and allowed(one, "tts.lan")
+            and allowed(one, "lb.example") and allowed(one, "localhost"))
     assert not allowed(one, "10.0.0.8") and not allowed(one, "evil.example")
     every = Guard.for_bind("0.0.0.0")  # any IP literal is the machine's own; names are not
     assert allowed(every, "192.168.1.5:8080") and allowed(every, "[fe80::1]:80")
@@ -479,14 +479,14 @@ async def comfy_calls(table, requests):
     return out
 
 
-def comfy_table(comfy):  # noqa: F811 - the fixture imported above
+def comfy_table(comfy):
     """The /sailfish routes as mounted, built now (the key is read when they are built)."""
     mounted = comfy.pack.nodes.routes
     serve_routes = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve.routes")
     return serve_routes.routes(mounted.build_service(), mounted.PREFIX)
 
 
-def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir,  # noqa: F811
+def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir,
                                                              monkeypatch):
     root = comfy.pack.nodes.paths.roots("fish_speech_voices")[0]
     root.mkdir(parents=True, exist_ok=True)
@@ -528,7 +528,7 @@ def test_comfy_voice_changes_need_a_loopback_peer_or_the_key(comfy, voices_dir, 
     assert no_key == 401 and with_key == 200 and not (root / "keyed.safetensors").exists()
 
 
-def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):  # noqa: F811
+def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):
     """ComfyUI's --listen sets the addresses, --enable-cors-header an origin it allows."""
     mounted = comfy.pack.nodes.routes
     refused = importlib.import_module(comfy.pack.__name__ + ".fish_core.serve").ApiError

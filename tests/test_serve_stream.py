@@ -309,9 +309,9 @@ def test_sessions_waiting_for_text_hold_no_place(tiny_synth, voices_dir):
                 return json.loads(msg.data)["error"]
 
         async def scenario():
-            async with aiohttp.ClientSession() as client, \
-                    client.ws_connect(ws_url(running)) as one, \
-                    client.ws_connect(ws_url(running)) as two:
+            async with (aiohttp.ClientSession() as client,
+                    client.ws_connect(ws_url(running)) as one,
+                    client.ws_connect(ws_url(running)) as two):
                 sessions = asyncio.gather(trickle(one), trickle(two))
                 await asyncio.sleep(0.3)
                 pcm = await http_pcm(running, "Still served.", 4)  # the one place is free
@@ -329,8 +329,8 @@ def test_a_sentence_waits_for_a_place(tiny_synth, voices_dir):
         service = Service(model, voices=[voices_dir], limits=LIMITS, max_queue=1)
         with BackgroundServer(service) as running:
             async def scenario():
-                async with aiohttp.ClientSession() as client, \
-                        client.ws_connect(ws_url(running)) as ws:
+                async with (aiohttp.ClientSession() as client,
+                        client.ws_connect(ws_url(running)) as ws):
                     await ws.send_json(config(seed=8))
                     assert (await next_message(ws))[1]["type"] == "session.configured"
                     speech = asyncio.ensure_future(http_pcm(running, "First in line.", 2))

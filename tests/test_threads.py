@@ -37,8 +37,8 @@ def test_default_is_the_free_physical_cores_at_least_one(cores, busy, expected):
 
 
 def test_parse_threads_names_the_field():
-    assert [threads.parse_threads(v) for v in (None, 0, "auto", "", " 3 ", 4)] == \
-        [None, None, None, None, 3, 4]
+    assert ([threads.parse_threads(v) for v in (None, 0, "auto", "", " 3 ", 4)] ==
+            [None, None, None, None, 3, 4])
     for bad in (-1, "x", 1.5, True, "2.0"):
         with pytest.raises(ValueError, match="threads must be a positive integer"):
             threads.parse_threads(bad)
@@ -49,8 +49,8 @@ def test_choose_asked_then_environment_then_the_default(monkeypatch):
     monkeypatch.setattr(threads, "busy_cores", lambda: 1.0)
     assert threads.choose(None, {}) == (3, "4 physical cores, load 1.0")
     assert threads.choose(2, {"SAILFISH_THREADS": "3"}) == (2, "asked for")
-    assert threads.choose("auto", {"SAILFISH_THREADS": "3", "OMP_NUM_THREADS": "1"}) == \
-        (3, "$SAILFISH_THREADS")
+    assert (threads.choose("auto", {"SAILFISH_THREADS": "3", "OMP_NUM_THREADS": "1"}) ==
+            (3, "$SAILFISH_THREADS"))
     assert threads.choose(None, {"OMP_NUM_THREADS": "1"}) == (1, "$OMP_NUM_THREADS")
 
 

@@ -36,8 +36,8 @@ def nodes(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SAILFISH_ENDPOINTS", str(config))
         pack = comfy_stubs.load_pack("sailfish_workflows")
-        yield {n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD, \
-            pack.fish_core.loading.hub
+        yield ({n.id: n for n in pack.nodes.NODES}, pack.nodes.paths.DOWNLOAD,
+               pack.fish_core.loading.hub)
         comfy_stubs.unload_pack("sailfish_workflows")
 
 
@@ -123,8 +123,8 @@ def test_takes_and_tracks_examples_use_the_new_outputs(nodes):
     (tts,) = [n for n in by_id.values() if n["type"] == "SailfishTTS"]
     takes = [w.id for w in ours["SailfishTTS"].widgets].index("takes") + 1  # + seed control
     assert tts["widgets_values"][takes] > 1
-    assert {by_id[dst]["type"] for _, src, _, dst, _, _ in links if src == tts["id"]} == \
-        {"SaveAudio", "PreviewAudio"}
+    assert ({by_id[dst]["type"] for _, src, _, dst, _, _ in links if src == tts["id"]} ==
+            {"SaveAudio", "PreviewAudio"})
     by_id, links = load("speaker tracks")
     (multi,) = [n for n in by_id.values() if n["type"] == "SailfishMultiSpeaker"]
     names = [o.name for o in ours["SailfishMultiSpeaker"].outputs]

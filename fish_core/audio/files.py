@@ -97,7 +97,7 @@ def check_audio_file(path, field: str = "audio"):
     sf = import_soundfile()
     try:
         return sf.info(str(path))
-    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+    except (sf.LibsndfileError, RuntimeError, TypeError):
         kind = sniff(head)
         if kind is None:  # libsndfile's own message can say "does not exist" here: it does
             raise AudioError(f"{field}: {path} is not audio: its content is none of WAV, FLAC, "

@@ -55,8 +55,8 @@ class Loudness:
     def __post_init__(self):
         check_target(self.target)
         c = self.ceiling
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) \
-                or not CEILINGS[0] <= c <= CEILINGS[1]:
+        if (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
+                or not CEILINGS[0] <= c <= CEILINGS[1]):
             raise LoudnessError(f"ceiling must be a number of dB in {CEILINGS[0]:g} .. "
                                 f"{CEILINGS[1]:g}, got {c!r}")
         if self.per not in PER:
@@ -72,8 +72,8 @@ class Loudness:
 
 
 def check_target(value, field: str = "loudness") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not LOWEST <= value <= HIGHEST:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not LOWEST <= value <= HIGHEST):
         raise LoudnessError(f"{field} must be a target in LUFS from {LOWEST:g} to {HIGHEST:g} "
                             f"(e.g. -16 for podcasts, -23 for broadcast), got {value!r}")
     return float(value)
@@ -370,8 +370,8 @@ class StreamGain(Passthrough):
             super().__call__((samples * self.gain.factor).clamp(-self.limit, self.limit))
 
     def end_batch(self) -> None:
-        if self.gain is None and sum(c.shape[0] for c in self.held) \
-                >= round(BLOCK_SECONDS * self.sample_rate):
+        if (self.gain is None and sum(c.shape[0] for c in self.held)
+                >= round(BLOCK_SECONDS * self.sample_rate)):
             self.close()
 
     def close(self) -> None:

@@ -26,8 +26,8 @@ class SpeedError(ValueError):
 def check_speed(value, field: str = "speed") -> float:
     if value is None:
         return 1.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not MIN_SPEED <= value <= MAX_SPEED:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not MIN_SPEED <= value <= MAX_SPEED):
         raise SpeedError(f"{field} must be a number from {MIN_SPEED:g} (half as fast) to "
                          f"{MAX_SPEED:g} (twice as fast), got {value!r}")
     return float(value)

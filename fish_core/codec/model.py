@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .checkpoint import fold_weight_norm, infer_config, load_weights, normalize_keys, \
-    read_checkpoint
+from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize_keys,
+                         read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
-from .layers import Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake, \
-    State, Stateful
+from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
+                     State, Stateful)
 from .quantizer import Quantizer
 from .transformer import WindowedTransformer
 

@@ -239,8 +239,8 @@ class Archive:
             try:
                 info = self.archive.getinfo(name)
             except KeyError:
-                raise self.refused(f"storage {storage.key} has no {name} in the archive") \
-                    from None
+                raise self.refused(
+                    f"storage {storage.key} has no {name} in the archive") from None
             size = storage.numel * torch.empty(0, dtype=storage.dtype).element_size()
             if info.file_size != size:
                 kind = str(storage.dtype).removeprefix("torch.")
@@ -347,8 +347,8 @@ class Machine:
                 raise self.refuse("OrderedDict is built with arguments (SETITEMS fills it)")
             return OrderedDict()
         if (function.module, function.name) == REBUILD_TENSOR:
-            return self.tensor(*args) if 6 <= len(args) <= 7 else \
-                self._bad_tensor(f"{len(args)} arguments")
+            return (self.tensor(*args) if 6 <= len(args) <= 7 else
+                    self._bad_tensor(f"{len(args)} arguments"))
         raise self.refuse(f"REDUCE calls {function.dotted}, which builds nothing a state dict "
                           "holds")
 
@@ -359,8 +359,8 @@ class Machine:
         """``_rebuild_tensor_v2``: a view of ``storage``, every argument checked."""
         if not isinstance(storage, Storage):
             self._bad_tensor("a first argument that is not a storage")
-        ints = (offset, *size, *stride) if isinstance(size, tuple) and \
-            isinstance(stride, tuple) else None
+        ints = ((offset, *size, *stride) if isinstance(size, tuple) and
+                isinstance(stride, tuple) else None)
         if ints is None or any(type(v) is not int or not 0 <= v < MAX_INT for v in ints):
             self._bad_tensor("an offset, size or stride that is not a tuple of integers >= 0 "
                              "and < 2**48")

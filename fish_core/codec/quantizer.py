@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import CodecConfig
-from .layers import WN_LEGACY, CausalConv1d, CausalConvTranspose1d, Chain, ConvNeXtBlock, \
-    State
+from .layers import (WN_LEGACY, CausalConv1d, CausalConvTranspose1d, Chain, ConvNeXtBlock,
+                     State)
 from .transformer import WindowedTransformer
 
 

@@ -47,8 +47,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from ..params import Cancelled, Generated, GenerationError, SamplingParams, check_seed, \
-    random_seed
+from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
+                      random_seed)
 from .sampling import RAS_WINDOW
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
@@ -121,8 +121,8 @@ def make_draws(device, rows: list[int], seed, seeds, generator) -> tuple[list[Dr
         generator = new(seed)
     if rows != list(range(rows[0], rows[0] + len(rows))):
         raise GenerationError("prompts sharing one generator need consecutive free rows")
-    return [Draws(generator, slice(rows[0], rows[-1] + 1), slice(0, len(rows)))], \
-        [seed] * len(rows)
+    return ([Draws(generator, slice(rows[0], rows[-1] + 1), slice(0, len(rows)))],
+            [seed] * len(rows))
 
 
 def owning(method):
@@ -361,8 +361,8 @@ def sampling_tensors(engine, params: list[SamplingParams]) -> tuple[Tensor, Tens
         return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
                             dtype=dtype)
 
-    return column("temperature", engine.dtype), column("top_p", engine.dtype), \
-        column("top_k", torch.long)
+    return (column("temperature", engine.dtype), column("top_p", engine.dtype),
+            column("top_k", torch.long))
 
 
 def index(rows: list[int], device) -> slice | Tensor:

@@ -116,8 +116,8 @@ class CacheRows:
                 rows = slice(rows[0], rows[0] + len(rows))
             else:
                 rows = torch.tensor(rows, device=caches.slow[0].k.device)
-        count = len(range(*rows.indices(caches.shape[0]))) if isinstance(rows, slice) \
-            else rows.shape[0]
+        count = (len(range(*rows.indices(caches.shape[0]))) if isinstance(rows, slice)
+                 else rows.shape[0])
         self.slow = [KVRows(c, rows) for c in caches.slow]
         self.fast = [KVRows(c, rows) for c in caches.fast]
         self.shape = (count, caches.shape[1])

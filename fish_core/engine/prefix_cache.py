@@ -55,8 +55,8 @@ class PrefixCache:
 
     def resize(self, budget_bytes: int) -> None:
         """A new budget; the least recently used entries go until the rest fits."""
-        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) \
-                or budget_bytes < 0:
+        if (isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int)
+                or budget_bytes < 0):
             raise ValueError(f"prefix_cache_mb must be a number >= 0 (0 turns the prefix "
                              f"cache off), got {budget_bytes!r}")
         self.budget = budget_bytes

@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..params import CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated, \
-    GenerationError, SamplingParams, batch_seed, pick_seed
+from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated,
+                      GenerationError, SamplingParams, batch_seed, pick_seed)
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan

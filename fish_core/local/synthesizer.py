@@ -202,8 +202,8 @@ class Synthesizer:
         voices = as_voices(voice)
         finishing = Finishing.of(loudness, speed, lexicon)
         batches, owners = finishing.cue_batches(cues, voices)
-        layout = CueLayout(on_chunk, self.sample_rate, cues, batches, owners, finishing) \
-            if on_chunk else None
+        layout = (CueLayout(on_chunk, self.sample_rate, cues, batches, owners, finishing)
+                  if on_chunk else None)
         job = SpeechJob(self.runtime, batches, voices, params=params,
                         seed=seed, history_turns=history_turns, keep=True, clip_per_batch=True,
                         **job_options(layout))
@@ -232,8 +232,8 @@ class Synthesizer:
         streams and its chunks are laid out as they come (``TakeLayout``)."""
         codec = self.require_codec()
         seed = pick_seed(seed)
-        layout = TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing) \
-            if on_chunk else None
+        layout = (TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing)
+                  if on_chunk else None)
         jobs = [SpeechJob(self.runtime, batches, voices, params=params,
                           seed=batch_seed(seed, k), history_turns=history_turns, keep=True,
                           **job_options(layout if k == 0 else None))

@@ -43,8 +43,8 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..audio import loudness as lufs
-from ..params import CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams, \
-    batch_seed, pick_seed
+from ..params import (CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams,
+                      batch_seed, pick_seed)
 from ..speech.arguments import as_voices, count_takes, script_turns
 from ..speech.finishing import Finishing
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
@@ -325,8 +325,8 @@ class RemoteStream:
         self._thread.start()
 
     def _run(self, batches: list[Batch], voice, params: Params, finishing: Finishing) -> None:
-        plain = len(batches) == 1 and not finishing.touches_audio \
-            and not any(gaps(batches, 1000, 0.0))
+        plain = (len(batches) == 1 and not finishing.touches_audio
+                 and not any(gaps(batches, 1000, 0.0)))
         try:
             if plain:
                 return self._read(batches[0].text, voice, params, self._queue.put)

@@ -313,12 +313,12 @@ class VLLMOmni(OmniVoices):
         """No sampling field reaches the engine, so one set away from the defaults would be
         silently ignored: refused instead, naming it. (Seeds are taken and not sent: no
         remote engine but our serve is seed-compatible, see docs/engines.md.)"""
-        for field in ("temperature", "top_p", "top_k"):
-            value, default = getattr(p, field), getattr(DEFAULTS, field)
+        for name in ("temperature", "top_p", "top_k"):
+            value, default = getattr(p, name), getattr(DEFAULTS, name)
             if not math.isclose(value, default, rel_tol=0, abs_tol=1e-6):
-                raise ValueError(f"{field}: the {self.name} engine takes no {field} for Fish "
+                raise ValueError(f"{name}: the {self.name} engine takes no {name} for Fish "
                                  f"models (it samples with its own settings), so {value} "
-                                 f"cannot be honoured there; leave {field} at {default}")
+                                 f"cannot be honoured there; leave {name} at {default}")
 
     def body(self, text, clips, voice_id, p):
         body = {"input": text, "response_format": "pcm", "stream": True,

@@ -215,8 +215,8 @@ class Transport:
             body, content_type = json.dumps(json_body).encode(), "application/json"
         with self._lock:
             start = next(self._next)
-        order = [endpoint] if endpoint is not None else \
-            [self.endpoints[(start + i) % len(self.endpoints)] for i in range(len(self.endpoints))]
+        order = ([endpoint] if endpoint is not None else
+            [self.endpoints[(start + i) % len(self.endpoints)] for i in range(len(self.endpoints))])
         attempts = max(self.retries + 1, len(order))
         failures = []
         for attempt in range(attempts):
@@ -236,8 +236,8 @@ class Transport:
 
     def _once(self, target: Endpoint, method: str, path: str, body, content_type, read,
               cancel, limit: int) -> T:
-        kind = http.client.HTTPSConnection if target.scheme == "https" else \
-            http.client.HTTPConnection
+        kind = (http.client.HTTPSConnection if target.scheme == "https" else
+                http.client.HTTPConnection)
         conn = kind(target.host, target.port, timeout=self.timeouts.connect)
         where = f"{target.name}{path}"
         try:

@@ -29,8 +29,8 @@ class RemoteVoice(Voice):
     def save(self, path):
         held = ("holds reference audio, not codes" if self.references
                 else "is kept in the engine's voice store, not as codes")
-        keep = "register it on the server (register_voice)" if self.references \
-            else "use it by name on that engine"
+        keep = ("register it on the server (register_voice)" if self.references
+                else "use it by name on that engine")
         raise ValueError(f"voice {self.name!r} was made by the remote model "
                          f"{self.model or 'of an engine'} and {held}: a remote model cannot "
                          "encode a voice to codes, so it cannot be saved as a Sailfish voice "
@@ -93,8 +93,8 @@ class RemoteVoices:
             return [], None
         if isinstance(voice, RemoteVoice) and voice.references:
             # A store keeps one clip per voice: a voice of several clips is always sent inline.
-            if not self.register_all or dialect.voices_path is None \
-                    or len(voice.references) > 1:
+            if (not self.register_all or dialect.voices_path is None
+                    or len(voice.references) > 1):
                 if len(voice.references) > dialect.max_clips:
                     raise ValueError(f"voice {voice.name!r} has {len(voice.references)} clips; "
                                      f"the {dialect.name} dialect takes {dialect.max_clips}")

@@ -39,8 +39,8 @@ def sse_audio(payload: str, where: str, quote=quote) -> tuple[str, bytes | None]
     try:
         event = json.loads(payload)
     except (ValueError, RecursionError):
-        raise AudioFormatError(f"{where}: a stream event is not JSON: {quote(payload[:80])}") \
-            from None
+        raise AudioFormatError(
+            f"{where}: a stream event is not JSON: {quote(payload[:80])}") from None
     if not isinstance(event, dict):
         raise AudioFormatError(f"{where}: a stream event is not an object: "
                                f"{quote(payload[:80])}")

@@ -107,8 +107,8 @@ def check_bind(host: str, key: str | None, allow_no_key: bool) -> None:
 
 def guard(args) -> Guard:
     allowed = [name.strip() for name in args.allowed_hosts.split(",") if name.strip()]
-    return Guard.for_bind(args.host, allowed, hint=f"start the server with --allowed-hosts "
-                                                   "NAME to answer to it")
+    return Guard.for_bind(args.host, allowed, hint="start the server with --allowed-hosts "
+                                                  "NAME to answer to it")
 
 
 def build_service(args, key: str | None = None):

@@ -25,8 +25,8 @@ def script_turns(script: str, voices: Mapping[str, Voice] | Sequence[Voice],
         names = [v.name for v in voice_list]
     require = bool(voice_list) if require_voices is None else require_voices
     turns = check_script(script, names, require, max_speakers, model)
-    if isinstance(pause, bool) or not isinstance(pause, (int, float)) \
-            or not math.isfinite(pause) or pause < 0 or pause > 10:
+    if (isinstance(pause, bool) or not isinstance(pause, (int, float))
+            or not math.isfinite(pause) or pause < 0 or pause > 10):
         raise ValueError(f"pause must be between 0 and 10 seconds, got {pause}")
     return turns, voice_list
 

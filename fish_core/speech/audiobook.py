@@ -109,9 +109,9 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
         key = digest(settings, chapter.title, chapter.text)
         name = names[i - 1]
         kept = done_before.get(i)
-        if kept and kept.get("key") == key and kept.get("file") == name \
-                and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file() \
-                and (folder / name).stat().st_size == kept.get("size"):
+        if (kept and kept.get("key") == key and kept.get("file") == name
+                and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file()
+                and (folder / name).stat().st_size == kept.get("size")):
             entries.append(kept)
             result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
         else:

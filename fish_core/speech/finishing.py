@@ -103,8 +103,8 @@ class Finishing:
         spoken = split_pauses(self.respell(text, voices, speaker), field)
         batches: list[Batch] = []
         for piece in spoken.pieces:
-            texts = [piece.text] if max_bytes is None else \
-                textplan.plan_batches(piece.text, max_bytes)
+            texts = ([piece.text] if max_bytes is None else
+                     textplan.plan_batches(piece.text, max_bytes))
             planned = [Batch(b, speaker) for b in texts]
             planned[-1] = replace(planned[-1], after=piece.after)
             batches += planned

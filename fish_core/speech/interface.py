@@ -21,12 +21,15 @@ the same way, a remote one on the audio the engine returns.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..params import CHUNK_FRAMES, FIRST_FRAMES
 from ..text.plan import DEFAULT_MAX_BYTES
 from .results import Speech, SubtitleSpeech
 from .voices import Voice
+
+if TYPE_CHECKING:
+    import torch
 
 Progress = Callable[[int, int], None]
 OnChunk = Callable[["torch.Tensor", int], None]

@@ -96,8 +96,8 @@ def text_chapters(text: str, title: str = "Book") -> Book:
         if not block.strip():
             continue
         first, _, rest = block.partition("\n")
-        if first.strip() and len(first.strip()) <= MAX_TITLE and rest.startswith("\n") \
-                and rest.strip():
+        if (first.strip() and len(first.strip()) <= MAX_TITLE and rest.startswith("\n")
+                and rest.strip()):
             chapters.append(Chapter(first.strip(), rest.strip()))
         else:
             chapters.append(Chapter(f"Chapter {len(chapters) + 1}", block.strip()))

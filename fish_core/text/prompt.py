@@ -106,8 +106,8 @@ class PromptEncoder:
         columns = []
         for part in self.parts(messages):
             if isinstance(part, str):
-                encode = self.tokenizer.encode if isinstance(part, Marker) \
-                    else self.tokenizer.encode_text
+                encode = (self.tokenizer.encode if isinstance(part, Marker)
+                          else self.tokenizer.encode_text)
                 ids = torch.tensor(encode(part), dtype=torch.long)
                 block = torch.zeros(1 + self.num_codebooks, len(ids), dtype=torch.long)
                 block[0] = ids
@@ -118,8 +118,8 @@ class PromptEncoder:
         return torch.cat(columns, dim=1)
 
     def check_codes(self, codes: torch.Tensor, name: str = "codes") -> torch.Tensor:
-        if not isinstance(codes, torch.Tensor) or codes.dim() != 2 \
-                or codes.shape[0] != self.num_codebooks:
+        if (not isinstance(codes, torch.Tensor) or codes.dim() != 2
+                or codes.shape[0] != self.num_codebooks):
             shape = tuple(codes.shape) if isinstance(codes, torch.Tensor) else type(codes).__name__
             raise PromptError(f"{name} must be an integer tensor [{self.num_codebooks}, frames], "
                               f"got {shape}")

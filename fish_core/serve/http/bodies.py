@@ -269,8 +269,8 @@ def parse_form(data: bytes, boundary: bytes, limits: Limits) -> dict:
             raise unreadable
         content = data[body_start:body_end]
         if name is not None:
-            fields[name] = content if filename is not None else \
-                content.decode("utf-8", "replace")
+            fields[name] = (content if filename is not None else
+                            content.decode("utf-8", "replace"))
         at = body_end + 2 + len(delimiter)
 
 
