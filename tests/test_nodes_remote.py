@@ -224,26 +224,22 @@ def test_what_a_remote_model_cannot_do_names_it(comfy):
 
 # ---------------------------------------------------------------- vLLM-Omni sampling
 @pytest.mark.parametrize("field,value", [("temperature", 0.7), ("top_p", 0.95), ("top_k", 20)])
-def test_vllm_refuses_sampling_it_cannot_honour_before_sending(comfy, field, value):
+def test_vllm_takes_sampling_and_the_seed_per_request(comfy, field, value):
+    """vLLM-Omni 0.30 takes ``seed`` and ``extra_params: {temperature, top_p, top_k}`` per
+    request: a node's settings reach it (they were refused before sending, once)."""
     pack, stubs = comfy
     with StandIn(vllm_app(RATE, pcm(tone(RATE, 300)), stream=True)) as engine:
         configure(stubs, engine={"urls": engine.url, "dialect": "vllm-omni"})
         handle = load(pack)
-        changed = {**SAMPLING, field: value}
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine takes no {field} "
-                                             rf"for Fish models.*leave {field} at"):
-            run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine"):
-            run(pack, "SailfishSubtitles", model=handle, voice=None, **changed,
-                srt="1\n00:00:00,000 --> 00:00:01,000\nCue.\n")
-        synth = pack.nodes.manager.MANAGER.get(handle)
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine"):
-            synth.stream("Hi.", **changed)
-        assert engine.requests == []  # nothing sent
-        audio, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **{**SAMPLING, "seed": 99})
-        (body,) = engine.requests  # the defaults and any seed are accepted; none is sent
+        changed = {**SAMPLING, field: value, "seed": 99}
+        audio, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
+        run(pack, "SailfishSubtitles", model=handle, voice=None, **changed,
+            srt="1\n00:00:00,000 --> 00:00:01,000\nCue.\n")
+        tts, cue = engine.requests
         assert audio["waveform"].shape[-1] == 300
-        assert not {"seed", "temperature", "top_p", "top_k"} & set(body)
+        for body in (tts, cue):
+            assert body["seed"] == 99 and body["extra_params"][field] == value
+            assert set(body["extra_params"]) == {"temperature", "top_p", "top_k"}
 
 
 def test_a_prompt_parses_the_endpoints_file_once(comfy):
