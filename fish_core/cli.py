@@ -259,7 +259,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
         p.add_argument("--voice", action="append", default=[], metavar="FILE",
                        help="a voice file (.safetensors, from `voice encode`) or a reference "
                             "clip (.wav .flac .mp3 ...) with its --voice-text; repeat for "
-                            "several speakers")
+                            "several speakers; with --remote, a name that is no file is one of "
+                            "the engine's voices")
         p.add_argument("--voice-text", action="append", default=[], metavar="TEXT",
                        help="the words spoken in a --voice clip (one per clip, in order)")
         p.add_argument("--ref-audio", action="append", default=[], metavar="CLIP",
@@ -268,7 +269,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                        help="its transcript; the same as --voice-text")
     else:
         p.add_argument("--voice", default=None, metavar="FILE",
-                       help="a voice file (.safetensors) or a reference clip with --voice-text")
+                       help="a voice file (.safetensors) or a reference clip with --voice-text "
+                            "(with --remote, a name that is no file: the engine's voice)")
         p.add_argument("--voice-text", default=None, metavar="TEXT",
                        help="the words spoken in the --voice clip")
 
