@@ -694,15 +694,23 @@ def test_an_unclear_model_name_lists_the_served_names(sizes):
 
 # ---------------------------------------------------------------- health
 def sick_app(rate: int, ready: list[int] | None = None, worker: str | None = None,
-             status: int = 500, message: str = "Stage-0 has no live replica") -> web.Application:
+             status: int = 500, message: str = "Stage-0 has no live replica",
+             broken: bool = False) -> web.Application:
     """A replica whose speech always fails (vLLM-Omni after a stage crashed: 500 "no live
-    replica" while /v1/models answers); ``ready``: what its /ready answers, in turn (a router);
-    ``worker``: the sgl-omni-router worker id header it sends."""
+    replica" while /v1/models answers; ``broken``: as it answers a streamed request then, a
+    chunked 200 that ends before its first byte); ``ready``: what its /ready answers, in turn
+    (a router); ``worker``: the sgl-omni-router worker id header it sends."""
     app = web.Application()
     app["ready"] = ready
 
     async def speech(request):
         request.app["seen"].append(await request.json())
+        if broken:
+            response = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            request.transport.close()
+            return response
         headers = {"X-SGLang-Omni-Worker": worker} if worker else {}
         return web.json_response({"error": {"message": message}}, status=status,
                                  headers=headers)
@@ -717,9 +725,11 @@ def sick_app(rate: int, ready: list[int] | None = None, worker: str | None = Non
     return app
 
 
-def test_a_replica_with_no_live_replica_is_marked_down(sizes):
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_replica_with_no_live_replica_is_marked_down(sizes, broken):
     rate = sizes.sample_rate
-    with StandIn(sick_app(rate)) as sick, StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
+    with StandIn(sick_app(rate, broken=broken)) as sick, \
+            StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
         synth = RemoteSynthesizer([sick.url, well.url], "sglang-omni", sample_rate=rate,
                                   retries=1, backoff=0.01)
         for _ in range(5):

@@ -47,7 +47,8 @@ T = TypeVar("T")
 log = logging.getLogger("sailfish.remote")
 RETRY_STATUSES = {500, 502, 503, 504}
 # A replica that cannot serve until someone restarts it (vLLM-Omni: "Stage-0 has no live
-# replica", while its /health and /v1/models still answer 200): taken out of the rotation.
+# replica", while its /v1/models still answers 200; a streamed request gets a 200 whose body
+# breaks before its first byte instead): taken out of the rotation.
 DEAD_REPLICA = re.compile(r"no live replica|no routable (upstream|worker)", re.IGNORECASE)
 DOWN_SECONDS = 30.0  # how long a replica marked down is tried only after the others
 PROBE_SECONDS = 5.0  # how often a down replica's /ready (a router's) is asked, at most
@@ -278,7 +279,14 @@ class Transport:
                 raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
             if worker:
                 log.info("%s: HTTP %d", where, raw.status)
-            return read(Response(conn, raw, where, cancel, limit, self.quote))
+            response = Response(conn, raw, where, cancel, limit, self.quote)
+            try:
+                return read(response)
+            except (http.client.IncompleteRead, ConnectionResetError):
+                if response.received == 0:  # a 200 that broke before its first byte: vLLM-Omni
+                    # streaming after a stage crashed ("no live replica" once it had answered)
+                    self.mark_down(target, "broke its answer before the first byte")
+                raise
         finally:
             conn.close()
 
