@@ -259,7 +259,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
         p.add_argument("--voice", action="append", default=[], metavar="FILE",
                        help="a voice file (.safetensors, from `voice encode`) or a reference "
                             "clip (.wav .flac .mp3 ...) with its --voice-text; repeat for "
-                            "several speakers")
+                            "several speakers; with --remote, a name that is no file is one of "
+                            "the engine's voices")
         p.add_argument("--voice-text", action="append", default=[], metavar="TEXT",
                        help="the words spoken in a --voice clip (one per clip, in order)")
         p.add_argument("--ref-audio", action="append", default=[], metavar="CLIP",
@@ -268,7 +269,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                        help="its transcript; the same as --voice-text")
     else:
         p.add_argument("--voice", default=None, metavar="FILE",
-                       help="a voice file (.safetensors) or a reference clip with --voice-text")
+                       help="a voice file (.safetensors) or a reference clip with --voice-text "
+                            "(with --remote, a name that is no file: the engine's voice)")
         p.add_argument("--voice-text", default=None, metavar="TEXT",
                        help="the words spoken in the --voice clip")
 
@@ -543,6 +545,17 @@ def is_voice_file(path: Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
+ENGINE_VOICE = "\0engine"  # voice_sources: this --voice names one of the remote engine's voices
+
+
+def is_voice_name(value: str) -> bool:
+    """Whether a ``--voice`` that is no file can be a remote engine's voice name (no folder, no
+    voice or audio file suffix)."""
+    suffix = Path(value).suffix.lower()
+    return ("/" not in value and "\\" not in value
+            and suffix not in (*VOICE_SUFFIXES, *AUDIO_SUFFIXES, ".aiff", ".aif", ".m4a"))
+
+
 def voice_sources(args) -> list[tuple[str, str | None]]:
     """``--voice``/``--ref-audio`` as ``(path, None)`` for a voice file and ``(path, text)`` for a
     clip with its transcript, in order; every file is checked (it exists, a clip is audio) and a
@@ -558,9 +571,14 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
             raise ValueError("--voice: empty; expected a voice file (.safetensors) or a clip "
                              "with its --voice-text")
         file = Path(path).expanduser()
+        if not file.is_file() and getattr(args, "remote", None) and is_voice_name(path):
+            sources.append((path, ENGINE_VOICE))  # the engine's own voice, by name
+            continue
         if not file.is_file():
             wrong = "a folder, not a file" if file.is_dir() else "file not found"
-            raise ValueError(f"--voice: {wrong}: {path}")
+            hint = "" if getattr(args, "remote", True) or not is_voice_name(path) else (
+                " (with --remote, a name that is not a file is one of the engine's voices)")
+            raise ValueError(f"--voice: {wrong}: {path}{hint}")
         if not is_voice_file(file):
             try:
                 check_audio_file(file, "--voice")
@@ -600,6 +618,7 @@ def load_voices(args, synth) -> list:
     config = getattr(synth, "config", None)  # a local model: check the files against its sizes
     sizes = (config.num_codebooks, config.codebook_size) if config is not None else ()
     return [Voice.load(path, *sizes) if text is None
+            else synth.engine_voice(path) if text is ENGINE_VOICE
             else synth.encode_voice(path, text, name=Path(path).stem)
             for path, text in voice_sources(args)]
 

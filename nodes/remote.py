@@ -53,6 +53,39 @@ def remote_synthesizer(handle: RemoteHandle) -> "RemoteSynthesizer":
         return client
 
 
+VOICES_SECONDS = 60.0  # how long an engine's voice list is kept for the Engine Voice list
+_voices: dict["EndpointConfig", tuple[float, list[str]]] = {}
+
+
+def engine_voice_choices() -> list[str]:
+    """The voices of every configured engine, for the Engine Voice node's list (ComfyUI asks
+    when it lists the nodes): each engine asked with short timeouts and its answer kept
+    ``VOICES_SECONDS``; an engine that cannot answer (down, no voice library) adds none."""
+    import logging
+    import time
+
+    from ..fish_core.remote import endpoints
+
+    try:
+        configured = endpoints.load()
+    except (OSError, ValueError):
+        return []
+    names: set[str] = set()
+    now = time.monotonic()
+    for config in configured.values():
+        kept = _voices.get(config)
+        if kept is None or now - kept[0] > VOICES_SECONDS:
+            try:
+                client = config.client(connect_timeout=2.0, read_timeout=5.0, retries=0)
+                kept = (now, client.engine_voices())
+            except Exception as e:  # noqa: BLE001 - a list for a menu: the node says why later
+                logging.getLogger("sailfish").debug("voices of endpoint %r: %s", config.name, e)
+                kept = (now, [])
+            _voices[config] = kept
+        names.update(kept[1])
+    return sorted(names)
+
+
 @dataclass(frozen=True)
 class SpeakerRules:
     """How a dialogue script is checked against the voices connected for it."""

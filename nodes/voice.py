@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..fish_core import Voice
 from . import paths
 from .audio import from_audio
-from .remote import RemoteHandle
+from .remote import RemoteHandle, engine_voice_choices
 from .runner import interruptible, loaded, require_text, typed_lexicon
 from .schema import MODEL, VOICE, Combo, Int, Node, Output, Socket, String
 
@@ -72,6 +72,27 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     return voice, "\n".join([report, *notes])
 
 
+def engine_voice(model, voice):
+    """One of a remote engine's own voices, by name (checked against its voice list now)."""
+    if not isinstance(model, RemoteHandle):
+        raise ValueError("model: Engine Voice names a voice kept by a remote engine; connect a "
+                         "Model Loader in remote mode (for a local model use Voice Load)")
+    require_text("voice", voice, "pick or type the name of one of the engine's voices")
+    with loaded(model) as synth:
+        return (synth.engine_voice(voice.strip()),)
+
+
+def validate_engine_voice(voice=""):
+    """Any name passes ComfyUI's check (the list is what the engines had when it was made; the
+    voice is checked against the model's engine when the node runs)."""
+    if not isinstance(voice, str) or len(voice) > MAX_ENGINE_VOICE:
+        return f"voice: expected a voice name of at most {MAX_ENGINE_VOICE} characters"
+    return True
+
+
+MAX_ENGINE_VOICE = 128
+
+
 def voice_save(voice, filename_prefix):
     path = voice.save(paths.new_voice_path(filename_prefix))
     return (paths.voice_name(path),)
@@ -110,6 +131,19 @@ VOICE_ENCODE = Node(
                    "other engines.", optional=True)],
     outputs=[Output(VOICE, "voice", "The encoded voice.")],
     execute=voice_encode,
+)
+
+ENGINE_VOICE = Node(
+    "SailfishEngineVoice", "Sailfish Engine Voice",
+    "A voice the remote engine keeps (registered there with a consent, or built in), by name: "
+    "for TTS, Multi-Speaker and Subtitles on that engine.",
+    inputs=[Socket("model", MODEL, "The remote model from Sailfish Model Loader (remote mode)."),
+            Combo("voice", engine_voice_choices, "The engine's voice: the list offers the "
+                  "voices of the configured engines (as they were when the node list loaded); "
+                  "a name the model's engine does not have is an error listing its voices.")],
+    outputs=[Output(VOICE, "voice", "The engine's voice, named in each request.")],
+    execute=engine_voice,
+    validate=validate_engine_voice,
 )
 
 VOICE_FROM_TAKE = Node(

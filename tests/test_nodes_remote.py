@@ -2,8 +2,8 @@
 (engine_standins.py): the Model Loader picks the engine's model by name, Voice Encode
 registers a voice only with the consent typed into it, Multi-Speaker follows Drama 3's rules
 (16 speakers, voices for those connected, the model inventing the rest) while S2 keeps its
-own, what a remote model cannot do is an error naming it, and vLLM-Omni refuses sampling
-settings it cannot honour before sending anything."""
+own, what a remote model cannot do is an error naming it, vLLM-Omni takes the seed and the
+sampling settings per request, and Engine Voice names one of the engine's own voices."""
 
 from __future__ import annotations
 
@@ -224,26 +224,22 @@ def test_what_a_remote_model_cannot_do_names_it(comfy):
 
 # ---------------------------------------------------------------- vLLM-Omni sampling
 @pytest.mark.parametrize("field,value", [("temperature", 0.7), ("top_p", 0.95), ("top_k", 20)])
-def test_vllm_refuses_sampling_it_cannot_honour_before_sending(comfy, field, value):
+def test_vllm_takes_sampling_and_the_seed_per_request(comfy, field, value):
+    """vLLM-Omni 0.30 takes ``seed`` and ``extra_params: {temperature, top_p, top_k}`` per
+    request: a node's settings reach it (they were refused before sending, once)."""
     pack, stubs = comfy
     with StandIn(vllm_app(RATE, pcm(tone(RATE, 300)), stream=True)) as engine:
         configure(stubs, engine={"urls": engine.url, "dialect": "vllm-omni"})
         handle = load(pack)
-        changed = {**SAMPLING, field: value}
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine takes no {field} "
-                                             rf"for Fish models.*leave {field} at"):
-            run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine"):
-            run(pack, "SailfishSubtitles", model=handle, voice=None, **changed,
-                srt="1\n00:00:00,000 --> 00:00:01,000\nCue.\n")
-        synth = pack.nodes.manager.MANAGER.get(handle)
-        with pytest.raises(ValueError, match=rf"^{field}: the vllm-omni engine"):
-            synth.stream("Hi.", **changed)
-        assert engine.requests == []  # nothing sent
-        audio, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **{**SAMPLING, "seed": 99})
-        (body,) = engine.requests  # the defaults and any seed are accepted; none is sent
+        changed = {**SAMPLING, field: value, "seed": 99}
+        audio, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
+        run(pack, "SailfishSubtitles", model=handle, voice=None, **changed,
+            srt="1\n00:00:00,000 --> 00:00:01,000\nCue.\n")
+        tts, cue = engine.requests
         assert audio["waveform"].shape[-1] == 300
-        assert not {"seed", "temperature", "top_p", "top_k"} & set(body)
+        for body in (tts, cue):
+            assert body["seed"] == 99 and body["extra_params"][field] == value
+            assert set(body["extra_params"]) == {"temperature", "top_p", "top_k"}
 
 
 def test_a_prompt_parses_the_endpoints_file_once(comfy):
@@ -266,3 +262,27 @@ def test_a_prompt_parses_the_endpoints_file_once(comfy):
         run(pack, "SailfishTTS", model=handle, text="Hi.", **SAMPLING)
         run(pack, "SailfishTTS", model=handle, text="Hello.", **SAMPLING)
         assert found.parses - before == 1 and len(engine.requests) == 2
+
+
+# ---------------------------------------------------------------- engine voices by name
+def test_engine_voice_offers_the_engines_voices_and_names_one(comfy):
+    pack, stubs = comfy
+    app = vllm_app(RATE, pcm(tone(RATE, 300)), stream=True)
+    app["voices"] += ["me", "narrator"]
+    node = next(n for n in pack.nodes.NODES if n.id == "SailfishEngineVoice")
+    [choices] = [i.options for i in node.inputs if i.id == "voice"]
+    with StandIn(app) as engine:
+        configure(stubs, engine={"urls": engine.url, "dialect": "vllm-omni"},
+                  gone={"urls": "http://127.0.0.1:1", "dialect": "vllm-omni"})
+        assert choices() == ["me", "narrator"]  # the engine that is down adds none
+        handle = load(pack)
+        (voice,) = run(pack, "SailfishEngineVoice", model=handle, voice="me")
+        run(pack, "SailfishTTS", model=handle, text="Hi.", voice=voice, **SAMPLING)
+        assert engine.requests[-1]["voice"] == "me" and "ref_audio" not in engine.requests[-1]
+        with pytest.raises(ValueError, match=r"voice 'you' is not one of the voices of "
+                                             r"endpoint 'engine'; it has 'me', 'narrator'"):
+            run(pack, "SailfishEngineVoice", model=handle, voice="you")
+    assert node.validate(voice="typed-by-hand") is True  # checked against the engine at run
+    local = pack.nodes.manager.ModelHandle("tiny-s2")  # what the loader gives in local mode
+    with pytest.raises(ValueError, match="^model: Engine Voice names a voice kept by a remote"):
+        run(pack, "SailfishEngineVoice", model=local, voice="me")

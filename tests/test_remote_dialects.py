@@ -143,7 +143,8 @@ def test_vllm_raw_pcm_stream_with_ref_audio_data_url(sizes):
     assert body["ref_audio"].startswith("data:audio/wav;base64,") and body["ref_text"] == "Ref."
     assert body["stream"] is True and body["response_format"] == "pcm"
     assert body["stream_format"] == "audio" and body["max_new_tokens"] == 8
-    assert "seed" not in body  # not part of this dialect: said in the docs, not sent blindly
+    assert body["seed"] == 1  # vLLM-Omni 0.30 seeds the slow AR with it
+    assert body["extra_params"] == {"temperature": 0.8, "top_p": 0.8, "top_k": 30}
 
 
 def test_vllm_openai_sse_deltas_read(sizes):
@@ -191,7 +192,9 @@ def test_fish_stream_progress_per_chunk(sizes):
     with StandIn(fish_app(rate, segments)) as server:
         RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate).tts(
             "Count.", on_progress=lambda d, t: seen.append(d), **FAST)
-    assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == FAST["max_new_tokens"]
+    # counted in the frames the text is expected to take (as locally), ending at the frames
+    # received (5), never at the frame limit
+    assert len(seen) >= 3 and seen == sorted(seen) and seen[-1] == 5
 
 
 # ---------------------------------------------------------------- failures
@@ -589,3 +592,186 @@ def test_the_model_list_is_fetched_once(sizes, monkeypatch, make):
         assert engine_models(server.url) == ["s2-pro"] and len(sent) == 2  # a client of its own
         chosen = RemoteSynthesizer(server.url, remote.dialect.name)
         assert chosen.model == "s2-pro" and len(sent) == 3
+
+
+# ---------------------------------------------------------------- sampling and seeds per engine
+def test_fish_speech_takes_seed_temperature_top_p_and_refuses_what_it_cannot(sizes):
+    """fish-speech's ServeTTSRequest takes seed, temperature and top_p (0.1 .. 1.0); its top_k
+    is fixed (30) and a seed past 2**31 is clamped to one there: both refused before sending."""
+    rate = sizes.sample_rate
+    with StandIn(fish_app(rate, [tone(rate, 300)])) as server:
+        synth = RemoteSynthesizer(server.url, "fish-speech", sample_rate=rate)
+        synth.tts("Hi.", temperature=0.6, top_p=0.9, **FAST)
+        [body] = server.requests
+        assert (body["seed"], body["temperature"], body["top_p"]) == (1, 0.6, 0.9)
+        assert body["max_new_tokens"] == 8 and "top_k" not in body
+        for options, message in [
+                (dict(top_k=20), r"^top_k: the fish-speech engine takes no top_k .* leave top_k "
+                                 r"at 30"),
+                (dict(temperature=1.5), r"^temperature: the fish-speech engine takes "
+                                        r"temperature 0.1 .. 1.0, got 1.5"),
+                (dict(seed=2**31 + 1), r"^seed: the fish-speech engine takes seeds 0 .. "
+                                       r"2147483648")]:
+            with pytest.raises(ValueError, match=message):
+                synth.tts("Hi.", **{**FAST, **options})
+        assert len(server.requests) == 1  # nothing more sent
+        speech = synth.tts("Hi.", max_new_tokens=8)  # a fresh seed: one the engine takes
+        assert server.requests[-1]["seed"] == speech.seed <= 2**30
+
+
+def test_sglang_sends_every_sampling_field(sizes):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 300)])) as server:
+        RemoteSynthesizer(server.url, sample_rate=rate).tts(
+            "Hi.", temperature=0.5, top_p=0.7, top_k=12, **FAST)
+    [body] = server.requests
+    assert {k: body[k] for k in ("seed", "temperature", "top_p", "top_k")} == {
+        "seed": 1, "temperature": 0.5, "top_p": 0.7, "top_k": 12}
+
+
+# ---------------------------------------------------------------- engine voices by name
+def test_an_engine_voice_by_name_in_python(sizes):
+    rate = sizes.sample_rate
+    app = vllm_app(rate, pcm(tone(rate, 300)), stream=True)
+    app["voices"].append("me")
+    with StandIn(app) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate)
+        assert synth.engine_voices() == ["me"]
+        synth.tts("Hi.", voice="me", **FAST)
+        synth.dialogue("me: Hi.\nme: Bye.", ["me"], **FAST)
+        assert [b["voice"] for b in server.requests] == ["me"] * 3
+        assert all("ref_audio" not in b for b in server.requests)
+        with pytest.raises(ValueError, match=r"voice 'you' is not one of the voices of "
+                                             rf"{server.url}; it has 'me'\. Register it"):
+            synth.tts("Hi.", voice="you", **FAST)
+        assert len(server.requests) == 3
+
+
+def test_cli_voice_name_with_remote_is_the_engines_voice(tmp_path, capsys):
+    from fish_core import cli
+
+    app = vllm_app(44100, pcm(tone(44100, 500)), stream=True)
+    app["voices"].append("me")
+    with StandIn(app) as server:
+        engine = ["--remote", server.url, "--max-new-tokens", "8", "--seed", "3"]
+        out = str(tmp_path / "me.wav")
+        assert cli.main(["say", "Hi.", "--voice", "me", "-o", out, *engine]) == 0
+        assert server.requests[-1]["voice"] == "me" and sf.info(out).frames == 500
+        capsys.readouterr()
+        assert cli.main(["say", "Hi.", "--voice", "you", "-o", out, *engine]) == 2
+        assert "voice 'you' is not one of the voices of" in capsys.readouterr().err
+        assert len(server.requests) == 1
+    # without --remote a name is still a missing file, with a hint
+    assert cli.main(["say", "Hi.", "--voice", "me", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert "file not found: me" in err and "with --remote" in err
+
+
+# ---------------------------------------------------------------- served model names
+@pytest.mark.parametrize("served,asked,named", [
+    (("fishaudio/s2-pro",), "s2-pro", "fishaudio/s2-pro"),
+    (("/models/cache/tiny-s2-vo",), "s2-pro", "/models/cache/tiny-s2-vo"),
+    (("fishaudio/drama-3", "/ckpt/s2-pro-fp8"), "fishaudio/s2-pro", "/ckpt/s2-pro-fp8"),
+    (("fishaudio/s2-pro", "/ckpt/drama3-fp8"), "drama-3", "/ckpt/drama3-fp8")])
+def test_a_model_name_resolves_to_the_one_model_the_engine_serves(sizes, served, asked, named):
+    rate = sizes.sample_rate
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=served)) as server:
+        synth = RemoteSynthesizer(server.url, sample_rate=rate, model=asked)
+        assert synth.model == named
+        synth.tts("Hi.", **FAST)
+        assert server.requests[-1]["model"] == named
+
+
+def test_an_unclear_model_name_lists_the_served_names(sizes):
+    rate = sizes.sample_rate
+    served = ("/ckpt/a", "/ckpt/b")
+    with StandIn(sglang_app(rate, [tone(rate, 100)], model_ids=served)) as server:
+        for asked in ("s2-pro", "nope"):
+            with pytest.raises(ValueError, match=rf"model '{asked}' is not served by .*; it "
+                                                 r"serves '/ckpt/a', '/ckpt/b'"):
+                RemoteSynthesizer(server.url, sample_rate=rate, model=asked)
+
+
+# ---------------------------------------------------------------- health
+def sick_app(rate: int, ready: list[int] | None = None, worker: str | None = None,
+             status: int = 500, message: str = "Stage-0 has no live replica",
+             broken: bool = False) -> web.Application:
+    """A replica whose speech always fails (vLLM-Omni after a stage crashed: 500 "no live
+    replica" while /v1/models answers; ``broken``: as it answers a streamed request then, a
+    chunked 200 that ends before its first byte); ``ready``: what its /ready answers, in turn
+    (a router); ``worker``: the sgl-omni-router worker id header it sends."""
+    app = web.Application()
+    app["ready"] = ready
+
+    async def speech(request):
+        request.app["seen"].append(await request.json())
+        if broken:
+            response = web.StreamResponse(headers={"Content-Type": "audio/pcm"})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            request.transport.close()
+            return response
+        headers = {"X-SGLang-Omni-Worker": worker} if worker else {}
+        return web.json_response({"error": {"message": message}}, status=status,
+                                 headers=headers)
+
+    async def is_ready(request):
+        answers = request.app["ready"]
+        return web.json_response({}, status=answers.pop(0) if len(answers) > 1 else answers[0])
+
+    app.router.add_post("/v1/audio/speech", speech)
+    if ready is not None:
+        app.router.add_get("/ready", is_ready)
+    return app
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_replica_with_no_live_replica_is_marked_down(sizes, broken):
+    rate = sizes.sample_rate
+    with StandIn(sick_app(rate, broken=broken)) as sick, \
+            StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
+        synth = RemoteSynthesizer([sick.url, well.url], "sglang-omni", sample_rate=rate,
+                                  retries=1, backoff=0.01)
+        for _ in range(5):
+            assert synth.tts("Hi.", **FAST).waveform.shape[0] == 300
+        assert len(sick.requests) == 1 and len(well.requests) == 5  # asked once, then skipped
+
+
+def test_a_routers_ready_brings_a_replica_back(sizes):
+    from fish_core.remote import http as remote_http
+
+    rate = sizes.sample_rate
+    with StandIn(sick_app(rate, ready=[503, 200])) as router, \
+            StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
+        synth = RemoteSynthesizer([router.url, well.url], "sglang-omni", sample_rate=rate,
+                                  retries=1, backoff=0.01)
+        synth.tts("Hi.", **FAST)
+        transport = synth.engine.transport
+        [down] = [e for e in transport.endpoints if e.url == router.url]
+        if not transport.down:  # the well replica came first: make the router fail once
+            synth.tts("Hi.", **FAST)
+        assert transport.is_down(down)  # /ready: 503, no worker routable
+        transport.probed.clear()
+        assert not transport.is_down(down)  # /ready: 200, back in the rotation
+        assert remote_http.DOWN_SECONDS > 1  # came back early, not by its cool-down
+
+
+def test_the_worker_behind_a_router_is_named_in_errors_and_logs(sizes, caplog):
+    rate = sizes.sample_rate
+    with StandIn(sick_app(rate, worker="worker-b", status=400, message="bad voice")) as router:
+        synth = RemoteSynthesizer(router.url, "sglang-omni", sample_rate=rate)
+        with pytest.raises(RemoteUserError, match=r"/v1/audio/speech \(worker worker-b\): "
+                                                  r"HTTP 400: bad voice"):
+            synth.tts("Hi.", **FAST)
+    app = sglang_app(rate, [tone(rate, 300)])
+
+    @web.middleware
+    async def tag(request, handler):
+        response = await handler(request)
+        response.headers["X-SGLang-Omni-Worker"] = "worker-a"
+        return response
+
+    app.middlewares.append(tag)
+    with StandIn(app) as router, caplog.at_level("INFO", logger="sailfish.remote"):
+        RemoteSynthesizer(router.url, "sglang-omni", sample_rate=rate).tts("Hi.", **FAST)
+    assert any("(worker worker-a): HTTP 200" in r.getMessage() for r in caplog.records)

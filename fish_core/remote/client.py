@@ -7,6 +7,8 @@ encode_voice, sample_rate) on a remote S2 engine, so nodes, CLI and scripts run 
 
 What differs from the local engine:
 
+* A voice may be named: ``voice="me"`` is the engine's own voice ``me`` (registered there or
+  built in; checked against its voice list, an unknown name an error listing them).
 * A voice made here (``RemoteVoice``) holds the reference audio and transcript, sent with every
   request (or, with ``register_voices``, registered once in the server's voice library and then
   named by id). A saved voice file holds codes only: it is named by its ``name`` in the
@@ -16,9 +18,10 @@ What differs from the local engine:
   subtitles one request per cue (cue ``i`` seeded ``seed + i``); the shared timeline code lays
   them out. Requests carry no history of earlier turns: ``history_turns`` applies inside one
   request, on the server.
-* Seeds are sent where the dialect carries them; the engine's sampler decides what a seed
-  means. Against our own ``serve``, a tts equals the local one sample for sample after 16-bit
-  rounding.
+* Seeds and sampling settings are sent in each dialect's fields (what an engine cannot take is
+  refused before sending, naming the engine and the field); the engine's sampler decides what
+  a seed means: the same seed reproduces a run on the same engine. Against our own ``serve``,
+  a tts equals the local one sample for sample after 16-bit rounding.
 * ``Speech.codes`` is empty (``[0, frames]``): engines send audio, not codes; asking for codes
   (``require_codec``, saving a voice made here) is an error naming the model.
 * The engine's model is chosen by name (``model=``, from its ``/v1/models``; default its
@@ -44,13 +47,14 @@ import torch
 
 from ..audio import loudness as lufs
 from ..params import (CHUNK_FRAMES, FIRST_FRAMES, Cancelled, Generated, SamplingParams,
-                      batch_seed, pick_seed)
+                      batch_seed)
 from ..speech.arguments import as_voices, count_takes, script_turns
 from ..speech.finishing import Finishing
 from ..speech.results import Batch, BatchResult, Speech, SubtitleSpeech
 from ..speech.timeline import faded, gaps, join_pieces, place_cues
 from ..speech.voices import Voice
 from ..text import plan as textplan
+from ..text.pace import Pace
 from ..text.script import check_speaker_count
 from .dialects import OnChunk, Params
 from .engine import RemoteEngine, Reply, engine_models
@@ -113,6 +117,16 @@ class RemoteSynthesizer:
         the engine encodes it when a request uses it."""
         return self.voices.encode(audio, text, name, sample_rate)
 
+    def engine_voice(self, name: str) -> RemoteVoice:
+        """The engine's own voice ``name`` (registered there, or built in), checked against
+        its voice list now (an unknown name is an error listing them). Wherever a voice is
+        taken, its name may be given instead: ``tts(text, voice="me")``."""
+        return self.voices.named(name)
+
+    def engine_voices(self) -> list[str]:
+        """The names of the engine's voices (its voice library)."""
+        return self.engine.dialect.voice_names(self.engine.transport)
+
     def register_voice(self, voice: RemoteVoice, name: str | None = None,
                        consent: str | None = None) -> RemoteVoice:
         """Register ``voice`` (from ``encode_voice``) in the engine's voice store as ``name``
@@ -132,24 +146,27 @@ class RemoteSynthesizer:
     def _run(self, jobs: list[tuple[str, Voice | None, int]], p: SamplingParams, max_bytes: int,
              on_progress: Progress | None, cancel) -> list[Reply]:
         """The requests ``(text, voice, seed)`` in order, with progress per received chunk in
-        frames (each request counted as ``max_new_tokens`` frames at most)."""
-        total = len(jobs) * p.max_new_tokens
-        if jobs:
-            self.engine.params(jobs[0][2], p, max_bytes)  # a refused field: before any request
+        frames: the total is what the texts are expected to take (``text.pace.Pace``, as
+        locally), corrected as requests finish, never the frame limit."""
+        for _, _, seed in jobs:
+            self.engine.params(seed, p, max_bytes)  # a refused field: before any request
+        pace = Pace([text for text, _, _ in jobs], self.sample_rate / FRAME_LENGTH,
+                    p.max_new_tokens)
         replies = []
-        for i, (text, voice, seed) in enumerate(jobs):
+        for text, voice, seed in jobs:
             received = [0]
 
-            def on_samples(n: int, i=i, received=received) -> None:
+            def on_samples(n: int, received=received) -> None:
                 received[0] += n
                 if on_progress is not None:
-                    done = min(received[0] // FRAME_LENGTH, p.max_new_tokens - 1)
-                    on_progress(i * p.max_new_tokens + done, total)
+                    on_progress(*pace.frame(received[0] // FRAME_LENGTH))
 
             params = self.engine.params(seed, p, max_bytes)
             replies.append(self._request(text, voice, params, cancel, on_samples))
+            pace.frame(math.ceil(replies[-1].wave.shape[0] / FRAME_LENGTH))
+            done = pace.end_batch()
             if on_progress is not None:
-                on_progress((i + 1) * p.max_new_tokens, total)
+                on_progress(*done)
         return replies
 
     # ------------------------------------------------------------------ the Synthesizer API
@@ -163,12 +180,13 @@ class RemoteSynthesizer:
         per piece between ``[pause:…]`` tags (piece b seeded take seed + b)."""
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
+        voice = self.voices.resolve(voice)
         one = single_voice(voice, "tts")
         params = SamplingParams.from_options(sampling, "tts")
         finishing = Finishing.of(loudness, speed, lexicon)
         batches = finishing.batches(text, as_voices(voice), None)
         self.check_speakers(text)
-        seed = pick_seed(seed)
+        seed = self.engine.pick_seed(seed)
         seeds = [batch_seed(seed, k) for k in range(count_takes(takes))]
         jobs = [(b.text, one, batch_seed(s, i)) for s in seeds for i, b in enumerate(batches)]
         replies = self._run(jobs, params, max_bytes, on_progress, cancel)
@@ -196,12 +214,13 @@ class RemoteSynthesizer:
         timeline then holds one segment, as a local conversation batch does); with
         ``turn_by_turn=True`` or a pause, one request per turn."""
         params = SamplingParams.from_options(sampling, "dialogue")
+        voices = self.voices.resolve(voices)
         if require_voices is None and self.spec.invents_voices:
             require_voices = False  # Drama 3 invents a voice for a speaker given none
         turns, voice_list = script_turns(script, voices, require_voices, pause,
                                          self.spec.max_speakers, self.spec.label)
         finishing = Finishing.of(loudness, speed, lexicon)
-        seed = pick_seed(seed)
+        seed = self.engine.pick_seed(seed)
         whole = not (turn_by_turn or pause > 0) and self.spec.family == "drama-3"
         if whole:
             script_voice = self.voices.script_voice(voice_list)
@@ -241,10 +260,11 @@ class RemoteSynthesizer:
         timeline code."""
         cues = textplan.parse_srt(srt)
         params = SamplingParams.from_options(sampling, "subtitles")
+        voice = self.voices.resolve(voice)
         one = single_voice(voice, "subtitles")
         finishing = Finishing.of(loudness, speed, lexicon)
         batches, owners = finishing.cue_batches(cues, as_voices(voice))
-        seed = pick_seed(seed)
+        seed = self.engine.pick_seed(seed)
         jobs = [(b.text, one, batch_seed(seed, i)) for i, b in enumerate(batches)]
         replies = self._run(jobs, params, textplan.DEFAULT_MAX_BYTES, on_progress, cancel)
         results = [self._result(r, b) for r, b in zip(replies, batches)]
@@ -268,11 +288,12 @@ class RemoteSynthesizer:
         if not textplan.check_text(text, "text").strip():
             raise ValueError("text is empty: nothing to say")
         params = SamplingParams.from_options(sampling, "stream")
+        voice = self.voices.resolve(voice)
         finishing = Finishing.of(loudness, speed, lexicon)
         batches = finishing.batches(text, as_voices(voice), None)
         self.check_speakers(text)
-        return RemoteStream(self, batches, single_voice(voice, "stream"),
-                            self.engine.params(pick_seed(seed), params, max_bytes), finishing)
+        request = self.engine.params(self.engine.pick_seed(seed), params, max_bytes)
+        return RemoteStream(self, batches, single_voice(voice, "stream"), request, finishing)
 
     # ------------------------------------------------------------------ results
     def _result(self, reply: Reply, batch: Batch) -> BatchResult:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import math
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Callable
 import torch
 
 from ..audio.wav import AudioFormatError, WavReader
-from ..params import DEFAULTS
+from ..params import MAX_SEED
 from .http import Response, Transport
 from .models import MAX_MODELS, MODELS_BYTES, model_ids
 from .pcm import S2_RATE, BodyReader, bounded_lines, chunk_audio
@@ -83,12 +82,16 @@ class Dialect:
     speech_path = "/v1/audio/speech"
     voices_path: str | None = None  # where saved voices are listed (None: no voice library)
     lists_models = True  # answers GET /v1/models
-    carries_seed = True
+    max_seed = MAX_SEED  # seeds past this are not the engine's own (a fresh one is drawn below)
     needs_consent = False  # registering a voice needs the speaker's stated consent
     max_clips = 8
 
     def check(self, p: Params) -> None:
         """Refuse, before sending, a field this engine cannot take (naming its limit)."""
+        if p.seed > self.max_seed:
+            raise ValueError(f"seed: the {self.name} engine takes seeds 0 .. {self.max_seed} "
+                             f"(a larger one is not its own seed), got {p.seed}; pick a seed "
+                             f"of at most {self.max_seed}")
 
     def body(self, text: str, clips: list[Clip], voice_id: str | None, p: Params) -> dict:
         raise NotImplementedError
@@ -273,6 +276,7 @@ class SGLangOmni(OmniVoices):
     max_top_k = 30
 
     def check(self, p):
+        super().check(p)
         if not 1 <= p.top_k <= self.max_top_k:
             raise ValueError(f"top_k: the {self.name} engine takes -1 (off) or 1 .. "
                              f"{self.max_top_k} (its CUDA-graph sampler's limit), got "
@@ -294,36 +298,26 @@ class SGLangOmni(OmniVoices):
 
 class VLLMOmni(OmniVoices):
     """vllm-project/vllm-omni ``docs/serving/speech_api.md`` at commit 078de2d (as read on
-    2026-12-01; one model per server, Fish output 44.1 kHz; Drama 3 since vllm-omni #8900):
-    ``ref_audio`` (a ``data:`` URL) + ``ref_text``, one reference; ``voice`` ``"default"`` for
-    Fish; ``max_new_tokens``; ``stream: true`` + ``stream_format: "audio"`` +
-    ``response_format: "pcm"`` → a raw chunked body of s16le mono PCM at the engine's rate (no
-    header). Versions before ``stream_format`` answer ``stream: true`` + ``pcm`` with that raw
-    body too; ``stream_format: "sse"`` (or ``stream`` alone on newer versions) gives OpenAI
-    ``speech.audio.delta`` events, also read, as is a whole WAV body (older versions). Seed
-    and sampling fields are not documented for Fish models there: not sent, so runs are not
-    seed-reproducible, and a temperature, top_p or top_k other than the defaults is an error
-    before sending (``check``)."""
+    2026-12-01; one model per server, Fish output 44.1 kHz; Drama 3 since vllm-omni #8900), and
+    vLLM-Omni 0.30.0 as run (``serving_speech.py``): ``ref_audio`` (a ``data:`` URL) +
+    ``ref_text``, one reference; ``voice`` ``"default"`` for Fish; ``max_new_tokens``;
+    ``seed`` (int64) and ``extra_params: {temperature, top_p, top_k}``, both applied to the
+    first stage, the slow AR (the residual codebooks are sampled with the deploy file's
+    settings); ``stream: true`` + ``stream_format: "audio"`` + ``response_format: "pcm"`` → a
+    raw chunked body of s16le mono PCM at the engine's rate (no header). Versions before
+    ``stream_format`` answer ``stream: true`` + ``pcm`` with that raw body too;
+    ``stream_format: "sse"`` (or ``stream`` alone on newer versions) gives OpenAI
+    ``speech.audio.delta`` events, also read, as is a whole WAV body (older versions)."""
 
     name = "vllm-omni"
-    carries_seed = False
     max_clips = 1
-
-    def check(self, p):
-        """No sampling field reaches the engine, so one set away from the defaults would be
-        silently ignored: refused instead, naming it. (Seeds are taken and not sent: no
-        remote engine but our serve is seed-compatible, see docs/engines.md.)"""
-        for name in ("temperature", "top_p", "top_k"):
-            value, default = getattr(p, name), getattr(DEFAULTS, name)
-            if not math.isclose(value, default, rel_tol=0, abs_tol=1e-6):
-                raise ValueError(f"{name}: the {self.name} engine takes no {name} for Fish "
-                                 f"models (it samples with its own settings), so {value} "
-                                 f"cannot be honoured there; leave {name} at {default}")
 
     def body(self, text, clips, voice_id, p):
         body = {"input": text, "response_format": "pcm", "stream": True,
                 "stream_format": "audio", "voice": voice_id or "default",
-                "max_new_tokens": p.max_new_tokens}
+                "max_new_tokens": p.max_new_tokens, "seed": p.seed,
+                "extra_params": {"temperature": p.temperature, "top_p": p.top_p,
+                                 "top_k": p.top_k}}
         if clips:
             body["ref_audio"] = clips[0].data_url()
             body["ref_text"] = clips[0].text
@@ -345,10 +339,27 @@ class FishSpeech(Dialect):
     speech_path = "/v1/tts"
     voices_path = "/v1/references/list"
     lists_models = False
+    max_seed = 1 << 31  # set_seed clamps larger seeds to this one: they would all sound alike
+    fixed_top_k = 30  # its sampler's top_k: no request field
+
+    def check(self, p):
+        """``ServeTTSRequest`` takes ``seed``, ``temperature`` and ``top_p`` (each 0.1 .. 1.0)
+        and ``max_new_tokens``; ``top_k`` is fixed in its sampler (30, ours by default)."""
+        super().check(p)
+        for name in ("temperature", "top_p"):
+            value = getattr(p, name)
+            if not 0.1 <= value <= 1.0:
+                raise ValueError(f"{name}: the {self.name} engine takes {name} 0.1 .. 1.0, "
+                                 f"got {value}")
+        if p.top_k != self.fixed_top_k:
+            raise ValueError(f"top_k: the {self.name} engine takes no top_k (its sampler keeps "
+                             f"{self.fixed_top_k}), so {p.top_k} cannot be honoured there; leave "
+                             f"top_k at {self.fixed_top_k}")
 
     def body(self, text, clips, voice_id, p):
         body = {"text": text, "format": "wav", "streaming": True, "chunk_length": p.max_bytes,
-                **sampling(p)}
+                "seed": p.seed, "temperature": p.temperature, "top_p": p.top_p,
+                "max_new_tokens": p.max_new_tokens}
         if clips:
             body["references"] = [{"audio": c.base64(), "text": c.text} for c in clips]
         if voice_id:

@@ -14,7 +14,7 @@ import torch
 
 from ..audio.files import SAMPLE_RATE
 from ..audio.wav import AudioFormatError
-from ..params import SamplingParams
+from ..params import SamplingParams, check_seed, random_seed
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
 from .http import RemoteUserError, Timeouts, Transport
 from .models import ModelSpec, choose, spec as model_spec
@@ -91,6 +91,13 @@ class RemoteEngine:
         that audio as 32-bit stereo, base64-inflated, plus framing). Reading stops with an
         error beyond it."""
         return reply_budget(max_new_tokens, self.sample_rate)
+
+    def pick_seed(self, seed: int | None) -> int:
+        """A call's base seed: ``seed`` (checked), or a fresh one the engine takes as its own
+        (below half its seed range, so the seeds of takes and pieces after it stay in range)."""
+        if seed is not None:
+            return check_seed(seed)
+        return random_seed() % (self.dialect.max_seed // 2 + 1)
 
     def params(self, seed: int, p: SamplingParams, max_bytes: int) -> Params:
         """One request's settings, checked against what the engine takes (before sending)."""

@@ -31,6 +31,8 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import logging
+import re
 import socket
 import threading
 import time
@@ -42,7 +44,16 @@ from ..access import is_loopback
 from ..params import Cancelled
 
 T = TypeVar("T")
+log = logging.getLogger("sailfish.remote")
 RETRY_STATUSES = {500, 502, 503, 504}
+# A replica that cannot serve until someone restarts it (vLLM-Omni: "Stage-0 has no live
+# replica", while its /v1/models still answers 200; a streamed request gets a 200 whose body
+# breaks before its first byte instead): taken out of the rotation.
+DEAD_REPLICA = re.compile(r"no live replica|no routable (upstream|worker)", re.IGNORECASE)
+DOWN_SECONDS = 30.0  # how long a replica marked down is tried only after the others
+PROBE_SECONDS = 5.0  # how often a down replica's /ready (a router's) is asked, at most
+READY_TIMEOUT = 2.0  # seconds for that question
+WORKER_HEADER = "X-SGLang-Omni-Worker"  # which worker behind sgl-omni-router answered
 CHUNK_BYTES = 1 << 15
 MAX_ANSWER_BYTES = 4 << 20  # an answer other than audio (voice lists, model lists)
 MAX_LINE_BYTES = 8 << 20  # one SSE or JSON line (an SSE line may carry a base64 audio chunk)
@@ -182,6 +193,8 @@ class Transport:
         self.backoff = backoff
         self._next = itertools.count()
         self._lock = threading.Lock()
+        self.down: dict[str, float] = {}  # endpoint url → until when it is tried last
+        self.probed: dict[str, float] = {}  # endpoint url → when its /ready was last asked
         self.needs_identity = False  # quote this engine only once it identified itself
         self.identified = False  # its /v1/models said Sailfish
         self.models_answer = None  # its /v1/models, read once (dialects.models_answer)
@@ -213,10 +226,7 @@ class Transport:
         raise at once."""
         if json_body is not None:
             body, content_type = json.dumps(json_body).encode(), "application/json"
-        with self._lock:
-            start = next(self._next)
-        order = ([endpoint] if endpoint is not None else
-            [self.endpoints[(start + i) % len(self.endpoints)] for i in range(len(self.endpoints))])
+        order = [endpoint] if endpoint is not None else self.order()
         attempts = max(self.retries + 1, len(order))
         failures = []
         for attempt in range(attempts):
@@ -232,6 +242,8 @@ class Transport:
                 failures.append(str(e))
             except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out
                 failures.append(f"{target.name}{path}: {describe(e)}")
+                if isinstance(e, ConnectionRefusedError):
+                    self.mark_down(target, "refused the connection")
         raise RemoteError(f"every attempt failed ({attempts}): " + "; ".join(failures))
 
     def _once(self, target: Endpoint, method: str, path: str, body, content_type, read,
@@ -250,18 +262,83 @@ class Transport:
                 headers.update(self.credential.header(target))
             conn.request(method, target.prefix + path, body=body, headers=headers)
             raw = conn.getresponse()
+            worker = raw.getheader(WORKER_HEADER)
+            if worker and self.shows_text:  # which worker behind a router answered
+                where += f" (worker {quote(worker)[:MAX_NAME_QUOTE]})"
             if 300 <= raw.status < 400:  # never followed: the key stays with its origins
                 raise RemoteUserError(
                     f"{where}: HTTP {raw.status}, a redirect; redirects are not followed "
                     "(the API key is bound to the configured URL). Configure the URL the "
                     "engine really answers on.", raw.status)
             if raw.status >= 400:
-                message = server_message(raw.read(MAX_ERROR_BYTES), self.quote)
+                data = raw.read(MAX_ERROR_BYTES)
+                message = server_message(data, self.quote)
+                if raw.status >= 500 and DEAD_REPLICA.search(server_message(data)):
+                    self.mark_down(target, f"answered HTTP {raw.status}: no live replica")
                 error = RemoteUserError if raw.status < 500 else RemoteError
                 raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
-            return read(Response(conn, raw, where, cancel, limit, self.quote))
+            if worker:
+                log.info("%s: HTTP %d", where, raw.status)
+            response = Response(conn, raw, where, cancel, limit, self.quote)
+            try:
+                return read(response)
+            except (http.client.IncompleteRead, ConnectionResetError):
+                if response.received == 0:  # a 200 that broke before its first byte: vLLM-Omni
+                    # streaming after a stage crashed ("no live replica" once it had answered)
+                    self.mark_down(target, "broke its answer before the first byte")
+                raise
         finally:
             conn.close()
+
+
+    # ------------------------------------------------------------------ health
+    def order(self) -> list[Endpoint]:
+        """The endpoints for the next request: round-robin, the ones marked down last (each
+        back once its cool-down passed or, behind a router, once its ``/ready`` says so)."""
+        with self._lock:
+            start = next(self._next)
+        turn = [self.endpoints[(start + i) % len(self.endpoints)]
+                for i in range(len(self.endpoints))]
+        down = [e for e in turn if self.is_down(e)]
+        return [e for e in turn if e not in down] + down
+
+    def mark_down(self, endpoint: Endpoint, why: str) -> None:
+        """Take ``endpoint`` out of the rotation for ``DOWN_SECONDS`` (tried after the others)."""
+        if len(self.endpoints) > 1:
+            log.warning("%s %s: tried after the other URLs for %.0f s", endpoint.name, why,
+                        DOWN_SECONDS)
+        self.down[endpoint.url] = time.monotonic() + DOWN_SECONDS
+
+    def is_down(self, endpoint: Endpoint) -> bool:
+        until = self.down.get(endpoint.url)
+        now = time.monotonic()
+        if until is None or now >= until:
+            self.down.pop(endpoint.url, None)
+            return False
+        if now - self.probed.get(endpoint.url, -PROBE_SECONDS) >= PROBE_SECONDS:
+            self.probed[endpoint.url] = now
+            if self.ready(endpoint):
+                self.down.pop(endpoint.url, None)
+                return False
+        return True
+
+    def ready(self, endpoint: Endpoint) -> bool | None:
+        """What ``endpoint``'s ``GET /ready`` says (sgl-omni-router: 200 while a worker is
+        routable, 503 while none is): True, False, or None where it has no ``/ready``."""
+        kind = http.client.HTTPSConnection if endpoint.scheme == "https" else \
+            http.client.HTTPConnection
+        conn = kind(endpoint.host, endpoint.port, timeout=READY_TIMEOUT)
+        try:
+            headers = {"Accept": "*/*"}
+            if self.credential is not None:
+                headers.update(self.credential.header(endpoint))
+            conn.request("GET", endpoint.prefix + "/ready", headers=headers)
+            status = conn.getresponse().status
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+        return True if status == 200 else (None if status in (404, 405) else False)
 
 
 def endpoint_label(name: str | None, index: int, count: int) -> str:

@@ -79,6 +79,35 @@ def choose(requested: str | None, available: list[str], where: str,
     if not requested:
         return available[0] if available else None
     if available and requested not in available:
-        raise UnknownModel(f"model {quote(requested)!r} is not served by {where}; it serves "
-                           f"{names(available)}")
+        served = served_as(requested, available)
+        if served is None:
+            raise UnknownModel(f"model {quote(requested)!r} is not served by {where}; it "
+                               f"serves {names(available)}")
+        return served
     return requested
+
+
+S2_NAME = re.compile(r"(^|[/_\-])(s2|fish|openaudio)", re.IGNORECASE)
+
+
+def base_name(name: str) -> str:
+    """The last part of a model path or repo id, lower case (``fishaudio/s2-pro`` → ``s2-pro``)."""
+    return name.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1].lower()
+
+
+def served_as(requested: str, available: list[str]) -> str | None:
+    """The one model of ``available`` that ``requested`` names although the engine lists it by
+    another name (engines list the path or repo id they were started with: ``fishaudio/s2-pro``,
+    ``/models/s2-pro``): the one whose last part is ``requested``'s, else the one model of its
+    family (S2 or Drama 3; among several S2-family names, the one that says S2); None when no
+    single model fits."""
+    same = [m for m in available if base_name(m) == base_name(requested)]
+    if len(same) == 1:
+        return same[0]
+    family = spec(requested).family
+    if family == "s2" and not S2_NAME.search(base_name(requested)):
+        return None  # a name that does not say which model it means is never guessed
+    kin = [m for m in available if spec(m).family == family]
+    if family == "s2" and len(kin) > 1:
+        kin = [m for m in kin if S2_NAME.search(base_name(m))]
+    return kin[0] if len(kin) == 1 else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..audio.files import load_audio, prepare_audio
 from ..speech.voices import Voice
@@ -85,6 +85,36 @@ class RemoteVoices:
         dialect.add_voice(transport, name, voice.references[0], consent)
         self._ids[name] = name
         return self.voice([], name)
+
+    def named(self, name: str) -> RemoteVoice:
+        """The engine's own voice ``name`` (one registered there, or built in): checked against
+        its voice list now; an unknown name is an error listing the engine's voices."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"voice: expected the name of one of the engine's voices, got "
+                             f"{name!r}")
+        name = name.strip()
+        if name not in self._ids:
+            engine = self.engine
+            known = engine.dialect.voice_names(engine.transport)  # raises: no voice library
+            if name not in known:
+                raise ValueError(
+                    f"voice {name[:60]!r} is not one of the voices of {engine.label}; it has "
+                    f"{engine.transport.quote_names(known) or 'none'}. Register it there first "
+                    "(`voice register`, register_voice, Voice Encode with a consent), or give "
+                    "a reference clip")
+            self._ids[name] = name
+        return self.voice([], name)
+
+    def resolve(self, voice):
+        """``voice`` with every name in it (a string: the engine's voice of that name, see
+        ``named``) made a voice; a ``Voice``, a list or a mapping of them passes through."""
+        if isinstance(voice, str):
+            return self.named(voice)
+        if isinstance(voice, (list, tuple)):
+            return [self.resolve(v) for v in voice]
+        if isinstance(voice, Mapping):
+            return {k: self.resolve(v) for k, v in voice.items()}
+        return voice
 
     def for_request(self, voice: Voice | None) -> tuple[list[Clip], str | None]:
         """What a request sends for ``voice``: reference clips, or an engine voice id."""
