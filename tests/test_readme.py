@@ -244,9 +244,12 @@ def test_the_test_commands_are_real():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash tests/run_all.sh" in ci
     # the same packages: what the README's reader installs is what CI tests with
-    readme_setup = full.split("&&")[0].split("pip install", 1)[1].split()
+    steps = [step.strip() for step in full.split("&&")]
+    readme_setup = next(s for s in steps if s.startswith("pip install")).split()[2:]
     ci_setup = re.search(r"pip install (.*?)\n\s*#", ci, re.DOTALL).group(1)
     ci_setup = [w for w in ci_setup.replace("\\", " ").split() if not w.startswith("--")]
     assert sorted(readme_setup) == sorted(ci_setup)
+    # both in a fresh virtual environment, as a contributor sets one up
+    assert steps[0] == "python3 -m venv .venv" and "python3 -m venv" in ci
     files = re.findall(r"tests/\S+\.py", quick)
     assert files and all((ROOT / f).is_file() for f in files)
