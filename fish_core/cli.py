@@ -463,7 +463,8 @@ def load_synth(args):
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
-        quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download)
+        quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download,
+        threads=args.threads)  # the count main() applied
 
 
 def load_codec(args, dtype: torch.dtype | None = None):
@@ -976,12 +977,25 @@ COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_cod
             "download": cmd_download}
 
 
+def apply_threads(args) -> int:
+    """The thread policy (``engine/threads.py``), applied; on a CPU the automatic choice is
+    shown (stderr), and more threads than cores warned about (by ``threads.apply``)."""
+    n, why = threads.choose(args.threads)
+    threads.apply(n)
+    local = not getattr(args, "remote", None)
+    automatic = not why.startswith(("asked", "$"))
+    if local and automatic and resolve_device(args.device).type == "cpu":
+        print(f"{n} CPU thread{'' if n == 1 else 's'} (auto: {why}; --threads N to choose)",
+              file=sys.stderr)
+    return n
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     try:
         check_request(args)
         if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
-            threads.apply(args.threads)
+            args.threads = apply_threads(args)
         message = COMMANDS[args.command](args)
         # With audio on stdout (say --stream -o -), the report goes to stderr.
         print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)

@@ -176,6 +176,11 @@ def without_torchao(monkeypatch):
     monkeypatch.setattr(importlib, "import_module", no_torchao)
 
 
+# The thread policy (Synthesizer.from_pretrained, the CLI, the nodes) follows this too; a test of
+# the policy itself removes it.
+os.environ.setdefault("SAILFISH_THREADS", "1")
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     # The goldens were recorded with one thread; keep reductions comparable and tests quiet.

@@ -117,7 +117,8 @@ def build_service(args, key: str | None = None):
             args.model, device=args.device, dtype=args.precision, compile=args.compile,
             compile_cache=args.compile_cache, quantization=args.quantization,
             models_dir=args.models_dir, download=not args.no_download,
-            context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb)
+            context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb,
+            threads=getattr(args, "threads", None))  # the CLI's count: a server keeps it
 
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,
