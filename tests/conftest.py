@@ -207,3 +207,15 @@ def clone_prompt(fixtures, ckpt_dir) -> torch.Tensor:
     encoder = PromptEncoder(FishTokenizer.from_dir(ckpt_dir), size.num_codebooks,
                             size.codebook_size)
     return encoder.encode(messages)  # [1 + K, T]
+
+
+@pytest.fixture(autouse=True)
+def _compiles_only_when_marked_slow(request):
+    """A test that runs torch.compile (minutes on a CPU) is marked ``slow`` (pyproject.toml), so
+    the README's quick subset (``-m "not slow"``) holds none; this catches one that is not."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    yield
+    if counters["stats"]["unique_graphs"] > before and not request.node.get_closest_marker("slow"):
+        pytest.fail("this test compiled a graph with torch.compile: mark it @pytest.mark.slow")

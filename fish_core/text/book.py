@@ -26,7 +26,7 @@ from .plan import check_text, read_text_file
 MAX_TITLE = 100
 MAX_CHAPTERS = 2000
 SUFFIXES = (".txt", ".md", ".markdown", ".epub")
-INSTALL = "pip install ebooklib  (or: pip install 'sailfish-tts[finishing]')"
+INSTALL = "pip install ebooklib (in the Python that runs Sailfish TTS; in ComfyUI, ComfyUI's)"
 
 
 class BookError(ValueError):
