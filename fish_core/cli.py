@@ -1102,6 +1102,8 @@ def stopped_note(args) -> str:
         return f"{args.out} holds the audio streamed so far"
     if args.command == "serve":
         return "server stopped"
+    if args.command == "download":
+        return "the files downloaded so far are kept; the same command resumes"
     return "nothing was written"
 
 

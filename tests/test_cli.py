@@ -434,7 +434,8 @@ def test_a_damaged_mp3_is_one_error_line_without_decoder_notes(ckpt_dir, tmp_pat
 @pytest.mark.parametrize("argv,note", [
     (["say", "hi", "-o", "x.wav"], "nothing was written"),
     (["book", "b.txt", "-o", "out"], "the chapters finished so far are in out; the same "
-                                     "command resumes with the next one")])
+                                     "command resumes with the next one"),
+    (["download"], "the files downloaded so far are kept; the same command resumes")])
 def test_ctrl_c_is_its_own_line_and_says_what_was_written(argv, note, monkeypatch, capsys,
                                                           tmp_path):
     def interrupted(args):
