@@ -176,8 +176,10 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
                    help="quantize the weights while loading (README: requirements)")
     g.add_argument("--compile", nargs="?", const="on", default="off", choices=("off", "on", "auto"),
                    help="torch.compile the decode step (--compile alone: on). On a CPU compiled "
-                        "decoding can be slower than eager (it warns); auto compiles on CUDA and, "
-                        "on a CPU, times both on the first frame, keeps the faster and says which")
+                        "decoding can be slower than eager (it warns), and bf16 weights (packed "
+                        "for oneDNN) do not compile: they decode eagerly, the faster there; auto "
+                        "compiles on CUDA and, on a CPU, times both on the first frame, keeps "
+                        "the faster and says which")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 
