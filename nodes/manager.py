@@ -82,7 +82,7 @@ def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
         context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb,
-        threads=torch.get_num_threads())  # the loader's `threads` already set them (model.py)
+        threads=False)  # the loader's `threads` input set them, or left them (model.py)
 
 
 class SailfishS2(torch.nn.Module):

@@ -145,3 +145,12 @@ def test_cli_threads_64_on_few_cores_warns(tmp_path):
     assert re.search(r"^warning: 4096 CPU threads on \d+ physical cores?: more threads than "
                      r"free cores is far slower .* the automatic choice here is \d+",
                      proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_threads_false_leaves_torch_alone(ckpt_dir, four_cores_one_busy):
+    """What the ComfyUI nodes pass: their loader's ``threads`` input already decided."""
+    from fish_core import Synthesizer
+
+    torch.set_num_threads(1)
+    Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", threads=False)
+    assert torch.get_num_threads() == 1  # not the policy's 3

@@ -83,11 +83,13 @@ class Synthesizer:
         prompt in the same voice (default 512 MB; 0 = off). ``threads``: torch's CPU threads,
         set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
-        N sets N (``torch.get_num_threads()`` keeps yours)."""
+        N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
+        ``threads`` input decides)."""
         from ..engine import threads as thread_policy
         from ..loading.hub import resolve
 
-        thread_policy.apply(threads)  # checked (and set) before anything loads
+        if threads is not False:
+            thread_policy.apply(threads)  # checked (and set) before anything loads
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
