@@ -308,9 +308,8 @@ def debug_flag() -> argparse.ArgumentParser:
 def build_parser() -> Parser:
     common = [debug_flag()]
     ap = Parser(prog=prog_name(), description=__doc__.replace("``", "`"), parents=common)
-    from . import __version__
-
-    ap.add_argument("--version", action="version", version=f"Sailfish TTS {__version__}")
+    version = sys.modules[__package__].__version__  # fish_core, imported before its cli
+    ap.add_argument("--version", action="version", version=f"Sailfish TTS {version}")
     sub = ap.add_subparsers(dest="command", metavar="command", required=True,
                             parser_class=Parser)
 
