@@ -39,7 +39,7 @@ from pathlib import Path
 try:
     import torch
 except ImportError:  # `pip install .` leaves torch to you (ComfyUI owns it in its environment)
-    raise SystemExit("error: Sailfish needs PyTorch, which `pip install .` does not install: "
+    raise SystemExit("error: Sailfish TTS needs PyTorch, which `pip install .` does not install: "
                      "pip install torch (https://pytorch.org/get-started/locally/ picks the "
                      "build for your GPU)") from None
 
