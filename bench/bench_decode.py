@@ -147,7 +147,7 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
         window = torch.zeros(1, 10, dtype=torch.long, device=device)
 
         slow = engine.slow_step
-        if mode == "compiled":
+        if mode == "compiled" and engine.compiled:  # not packed bf16 weights on a CPU (eager)
             compiled = torch.compile(Engine.slow_step, fullgraph=True)
             slow = lambda col, p: compiled(engine, col, p)  # noqa: E731
         if engine.cuda_graph:

@@ -39,7 +39,7 @@ from pathlib import Path
 try:
     import torch
 except ImportError:  # `pip install .` leaves torch to you (ComfyUI owns it in its environment)
-    raise SystemExit("error: Sailfish needs PyTorch, which `pip install .` does not install: "
+    raise SystemExit("error: Sailfish TTS needs PyTorch, which `pip install .` does not install: "
                      "pip install torch (https://pytorch.org/get-started/locally/ picks the "
                      "build for your GPU)") from None
 
@@ -99,7 +99,23 @@ class Parser(argparse.ArgumentParser):
     argv: list[str] = []  # what was typed (``parse``), for the flags a "required" error hides
 
     def error(self, message):
-        super().error(message + did_you_mean(self, message, Parser.argv))
+        """The mistake, its "did you mean", and a one-line usage (``--help`` has the rest)."""
+        hint = did_you_mean(self, message, Parser.argv)
+        self.exit(2, f"usage: {short_usage(self)}   ({self.prog} --help: every option)\n"
+                     f"{self.prog}: error: {message}{hint}\n")
+
+
+def short_usage(parser: argparse.ArgumentParser) -> str:
+    """``sailfish say [options] [text]``: the command and its positional arguments only."""
+    words = [parser.prog, "[options]"]
+    for action in parser._actions:
+        if action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        name = action.metavar or action.dest
+        if isinstance(action, argparse._SubParsersAction):
+            name = f"{name} ..."
+        words.append(f"[{name}]" if action.nargs in ("?", "*") else name)
+    return " ".join(words)
 
 
 def did_you_mean(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> str:
@@ -118,6 +134,11 @@ def did_you_mean(parser: argparse.ArgumentParser, message: str, argv: list[str])
         return ""
     hints = [m[0] for w in wrong if (m := difflib.get_close_matches(w, known, n=1, cutoff=0.6))]
     return f" (did you mean {' / '.join(dict.fromkeys(hints))}?)" if hints else ""
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 batch``, ``2 batches``, ``1 chapter``, ``3 chapters``."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def prog_name() -> str:
@@ -155,8 +176,10 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
                    help="quantize the weights while loading (README: requirements)")
     g.add_argument("--compile", nargs="?", const="on", default="off", choices=("off", "on", "auto"),
                    help="torch.compile the decode step (--compile alone: on). On a CPU compiled "
-                        "decoding can be slower than eager (it warns); auto compiles on CUDA and, "
-                        "on a CPU, times both on the first frame, keeps the faster and says which")
+                        "decoding can be slower than eager (it warns), and bf16 weights (packed "
+                        "for oneDNN) do not compile: they decode eagerly, the faster there; auto "
+                        "compiles on CUDA and, on a CPU, times both on the first frame, keeps "
+                        "the faster and says which")
     g.add_argument("--compile-cache", default=None,
                    help="persistent folder for compiled kernels ($SAILFISH_COMPILE_CACHE)")
 
@@ -286,7 +309,9 @@ def debug_flag() -> argparse.ArgumentParser:
 
 def build_parser() -> Parser:
     common = [debug_flag()]
-    ap = Parser(prog=prog_name(), description=__doc__, parents=common)
+    ap = Parser(prog=prog_name(), description=__doc__.replace("``", "`"), parents=common)
+    version = sys.modules[__package__].__version__  # fish_core, imported before its cli
+    ap.add_argument("--version", action="version", version=f"Sailfish TTS {version}")
     sub = ap.add_subparsers(dest="command", metavar="command", required=True,
                             parser_class=Parser)
 
@@ -295,7 +320,8 @@ def build_parser() -> Parser:
 
     p = add_command("say", "text to speech")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
-    p.add_argument("--text-file", metavar="FILE", help="read the text from this file (- : stdin)")
+    p.add_argument("--text-file", metavar="FILE",
+                   help="read the text from this file (- : stdin; piped text needs no flag)")
     p.add_argument("--script", metavar="FILE",
                    help="a multi-speaker script file ([speaker_1]: / Name: lines; - : stdin)")
     add_voice_args(p, many=True)
@@ -319,8 +345,10 @@ def build_parser() -> Parser:
     p = add_command("plan", help="print the text batches the model will read (after the "
                                  "lexicon, pauses and speaker tags); loads no model")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
-    p.add_argument("--text-file", help="read the text from this file")
-    p.add_argument("--script", help="a multi-speaker script file")
+    p.add_argument("--text-file", metavar="FILE",
+                   help="read the text from this file (- : stdin; piped text needs no flag)")
+    p.add_argument("--script", metavar="FILE",
+                   help="a multi-speaker script file (- : stdin)")
     p.add_argument("--voice", action="append", default=[],
                    help="voice .safetensors (names the script's speakers; its own lexicon)")
     p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
@@ -425,6 +453,9 @@ def parse(argv=None) -> argparse.Namespace:
     closest flag it has), not the top-level one."""
     parser = build_parser()
     Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    if not Parser.argv:  # `sailfish` alone: what it does, not an error
+        parser.print_help()
+        raise SystemExit(0)
     args, extra = parser.parse_known_args(argv)
     if extra:
         subparser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
@@ -433,19 +464,28 @@ def parse(argv=None) -> argparse.Namespace:
 
 # ---------------------------------------------------------------- progress
 class Bar:
-    """tqdm over generated frames (a frame is ~46 ms of audio) against the frames the text is
-    expected to take, a total that is corrected as batches end (``text/pace.py``)."""
+    """A progress bar in percent of the work: generated frames (a frame is ~46 ms of audio)
+    against the frames the text is expected to take, a guess corrected as batches end
+    (``text/pace.py``), or a book's characters. It shows no count, so a corrected guess moves
+    the percentage, never a total. Shown after half a second (a short run prints only its
+    result), redrawn at most every half second, gone when done; only on a terminal (a log or a
+    pipe gets no bar)."""
 
-    def __init__(self, desc: str = "speaking"):
+    STEPS = 1000
+    FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
+
+    def __init__(self, desc: str = "speaking", file=None):
         from tqdm import tqdm
 
-        # shown after half a second (a short run prints only its result), gone when done
-        self.bar = tqdm(desc=desc, unit="frame", dynamic_ncols=True, leave=False, delay=0.5)
+        file = sys.stderr if file is None else file
+        self.bar = tqdm(desc=desc, total=self.STEPS, dynamic_ncols=True, leave=False, delay=0.5,
+                        mininterval=0.5, bar_format=self.FORMAT, file=file,
+                        disable=not getattr(file, "isatty", lambda: False)())
 
     def __call__(self, done: int, total: int) -> None:
-        self.bar.total = max(total, done)
-        self.bar.n = done
-        self.bar.refresh()
+        step = self.STEPS * min(done, total) // total if total > 0 else 0
+        if step > self.bar.n:
+            self.bar.update(step - self.bar.n)  # rate-limited by mininterval
 
     def close(self):
         self.bar.close()
@@ -465,7 +505,8 @@ def load_synth(args):
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
-        quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download)
+        quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download,
+        threads=args.threads)  # the count main() applied
 
 
 def load_codec(args, dtype: torch.dtype | None = None):
@@ -529,7 +570,7 @@ def check_request(args) -> None:
         from .audio.stretch import check_speed, import_pedalboard
 
         check_speed(args.speed, "--speed")
-        import_pedalboard()
+        import_pedalboard("--speed")
     if "loudness" in options:
         from .audio.loudness import import_pyloudnorm
 
@@ -598,8 +639,8 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
                 f"words spoken in {Path(path).name}\" after it (one per clip, in order), or make "
                 f"a voice file once with `{prog_name()} voice encode {path} --text \"...\" -o "
                 f"{Path(path).stem}.safetensors`")
-        raise ValueError(f"{len(texts)} --voice-text for {len(clips)} --voice clip(s): give one "
-                         "--voice-text per audio clip (voice files need none)")
+        raise ValueError(f"{len(texts)} --voice-text for {plural(len(clips), '--voice clip')}: "
+                         "give one --voice-text per audio clip (voice files need none)")
     for i, text in zip(clips, texts):
         sources[i] = (sources[i][0], text)
     refs, ref_texts = getattr(args, "ref_audio", []), getattr(args, "ref_text", [])
@@ -678,17 +719,54 @@ def read_input(path: str, field: str) -> str:
 def read_text(args) -> str:
     if args.text_file:
         if args.text is not None:
-            raise ValueError("say takes the text as an argument or --text-file, not both")
+            raise ValueError(f"{args.command} takes the text as an argument or --text-file, "
+                             "not both")
         return read_input(args.text_file, "--text-file")
     if args.text is None:
-        raise ValueError("say needs a text, --text-file (- for stdin) or --script")
+        piped = piped_text()
+        if piped is not None and piped.strip():
+            return piped
+        raise ValueError(f"{args.command} needs a text, --text-file (- for stdin) or --script")
     return args.text
 
 
+def piped_text() -> str | None:
+    """Standard input when it is piped in (not a terminal), or None."""
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return None
+        data = sys.stdin.buffer.read()
+    except (AttributeError, OSError, ValueError):  # closed, or no real stdin (a test harness)
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"standard input is not UTF-8 text (bad byte at offset {e.start})"
+                         ) from None
+
+
 # ---------------------------------------------------------------- commands
+LONG_TEXT = 20_000  # characters (~20 minutes of speech): `book` is the better tool above this
+
+
+def long_text_note(text: str) -> str | None:
+    """For a text of hours, the hint that ``book`` speaks it chapter by chapter and resumes."""
+    if len(text) <= LONG_TEXT:
+        return None
+    from .text.pace import BYTES_PER_SECOND
+
+    minutes = len(text.encode("utf-8")) / BYTES_PER_SECOND / 60
+    return (f"note: {len(text):,} characters is about {minutes:,.0f} minutes of speech, in one "
+            f"file at the end; `{prog_name()} book FILE -o FOLDER` writes it chapter by chapter "
+            "and resumes after an interruption")
+
+
 def cmd_say(args) -> str:
     script = read_input(args.script, "--script") if args.script else None
     text = None if script is not None else read_text(args)
+    note = long_text_note(text or script or "")
+    if note:
+        print(note, file=sys.stderr)
     synth = load_synth(args)
     voices = load_voices(args, synth)
     if args.stream:
@@ -711,8 +789,9 @@ def cmd_say(args) -> str:
     for path, one in zip(paths, speeches):
         save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
     if len(speeches) == 1:
-        return (f"wrote {args.out}: {speech.duration:.2f} s in {len(speech.segments)} "
-                f"batch(es), seed {speech.seed}{finish_note(speech)}")
+        return (f"wrote {args.out}: {speech.duration:.2f} s in "
+                f"{plural(len(speech.segments), 'batch', 'batches')}, seed {speech.seed}"
+                f"{finish_note(speech)}")
     return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
                      f"{finish_note(s)}"
                      for k, (p, s) in enumerate(zip(paths, speeches)))
@@ -830,7 +909,7 @@ def cmd_srt(args) -> str:
                                    Path(args.srt_out), "SRT"))
     if any(notes):
         raise OutputError("; ".join(n for n in notes if n))
-    return f"wrote {args.out}: {result.duration:.2f} s, {len(result.cues)} cues"
+    return f"wrote {args.out}: {result.duration:.2f} s, {plural(len(result.cues), 'cue')}"
 
 
 def cmd_plan(args) -> str:
@@ -878,8 +957,6 @@ def check_book_folder(out: str) -> None:
 def cmd_book(args) -> str:
     """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
     an interrupted run resumes where it stopped."""
-    from tqdm import tqdm
-
     from .speech.audiobook import render_book
     from .text.book import read_book
 
@@ -888,22 +965,16 @@ def cmd_book(args) -> str:
     voices = load_voices(args, synth)
     voice = voices[0] if voices else None
     options = {k: v for k, v in sampling(args).items() if k != "seed"}
-    bar = tqdm(desc=book.title[:30] or "book", total=sum(len(c.text) for c in book.chapters),
-               unit="char", dynamic_ncols=True)
-
-    def progress(done: int, total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
+    bar = Bar(book.title[:30] or "book")
     try:
         result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
                              audio_format=args.format, model=str(args.remote or args.model),
-                             max_bytes=args.max_bytes, on_progress=progress, **options,
+                             max_bytes=args.max_bytes, on_progress=bar, **options,
                              **finishing(args))
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped
-    return (f"wrote {args.out}: {len(result.chapters)} chapters ({made} spoken, "
+    return (f"wrote {args.out}: {plural(len(result.chapters), 'chapter')} ({made} spoken, "
             f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
             "chapters.ffmetadata")
 
@@ -995,21 +1066,74 @@ COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_cod
             "download": cmd_download}
 
 
+def apply_threads(args) -> int:
+    """The thread policy (``engine/threads.py``), applied; on a CPU the automatic choice is
+    shown (stderr), and more threads than cores warned about (by ``threads.apply``)."""
+    n, why = threads.choose(args.threads)
+    threads.apply(n)
+    local = not getattr(args, "remote", None)
+    automatic = not why.startswith(("asked", "$"))
+    if local and automatic and resolve_device(args.device).type == "cpu":
+        print(f"{n} CPU thread{'' if n == 1 else 's'} (auto: {why}; --threads N to choose)",
+              file=sys.stderr)
+    return n
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning on the command line: ``warning: ...``, not a source path and line."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
+    if argv is None:  # the real command line (a test calling main keeps Python's warnings)
+        import warnings
+
+        warnings.showwarning = show_warning
     args = parse(argv)
     try:
         check_request(args)
         if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
-            threads.apply(args.threads)
+            args.threads = apply_threads(args)
         message = COMMANDS[args.command](args)
         # With audio on stdout (say --stream -o -), the report goes to stderr.
         print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)
+        sys.stdout.flush()  # a closed pipe fails here, where it is caught, not at exit
     except USER_ERRORS as e:
         if getattr(args, "debug", False):
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("stopped (Ctrl-C)", file=sys.stderr)
+        # on its own line (the bar's, or the terminal's ^C, may hold the cursor)
+        print(f"\nstopped (Ctrl-C): {stopped_note(args)}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sailfish plan ... | head -3`: the reader had enough
+        quiet_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports it
     return 0
+
+
+def stopped_note(args) -> str:
+    """What an interrupted command leaves behind."""
+    if args.command == "book":
+        return (f"the chapters finished so far are in {args.out}; the same command resumes "
+                "with the next one")
+    if getattr(args, "stream", False) and args.out != "-":
+        return f"{args.out} holds the audio streamed so far"
+    if args.command == "serve":
+        return "server stopped"
+    if args.command == "download":
+        return "the files downloaded so far are kept; the same command resumes"
+    return "nothing was written"
+
+
+def quiet_stdout() -> None:
+    """Point stdout at devnull, so that Python's flush at exit finds no broken pipe (which
+    would print a second traceback)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -81,7 +81,8 @@ def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
     return Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
-        context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb)
+        context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb,
+        threads=False)  # the loader's `threads` input set them, or left them (model.py)
 
 
 class SailfishS2(torch.nn.Module):

@@ -176,6 +176,11 @@ def without_torchao(monkeypatch):
     monkeypatch.setattr(importlib, "import_module", no_torchao)
 
 
+# The thread policy (Synthesizer.from_pretrained, the CLI, the nodes) follows this too; a test of
+# the policy itself removes it.
+os.environ.setdefault("SAILFISH_THREADS", "1")
+
+
 @pytest.fixture(autouse=True)
 def _single_thread_determinism():
     # The goldens were recorded with one thread; keep reductions comparable and tests quiet.
@@ -230,6 +235,19 @@ def measure_peak_growth(fn) -> int:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     return max(peak, resident)
+
+
+@pytest.fixture(autouse=True)
+def _compiles_only_when_marked_slow(request):
+    """A test that runs torch.compile (minutes on a CPU) is marked ``slow`` (pyproject.toml), so
+    the README's quick subset (``-m "not slow"``) holds none; this catches one that is not."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    yield
+    if counters["stats"]["unique_graphs"] > before and not request.node.get_closest_marker("slow"):
+        pytest.fail("this test compiled a graph with torch.compile: mark it @pytest.mark.slow")
+
 
 # The node tests' fixtures (tests/node_env.py), for every test module that names them. Imported
 # last: node_env imports helpers from this module.

@@ -149,6 +149,7 @@ def test_download_asks_only_for_the_variant_files(tmp_path, monkeypatch):
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(hub, "unreachable", lambda url: None)  # no network probe here
     path = hub.resolve("s2-pro", models_dir=tmp_path)
     assert path == tmp_path / "s2-pro"
     assert calls[0]["repo_id"] == "fishaudio/s2-pro"
@@ -351,3 +352,235 @@ def test_audio_outputs_in_every_format_serve_answers(suffix, tiny_synth, tmp_pat
         rate = formats.OPUS_RATE if fmt == "opus" else speech.sample_rate
         assert info.samplerate == rate and abs(info.duration - speech.duration) < 0.1
     assert same(speech.save(tmp_path / f"again{suffix}").read_bytes(), data)  # Speech.save
+
+
+# ---------------------------------------------------------------- the first hour's edges
+def run_piped(*args, stdin: str, cwd=ROOT):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "fish_core", *map(str, args)], cwd=cwd,
+                          env=env, input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_version(capsys):
+    from fish_core import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"Sailfish TTS {__version__}\n"
+
+
+@pytest.fixture
+def as_sailfish(monkeypatch):
+    """Run as the ``sailfish`` command (under ``python -m pytest`` argv[0] is a __main__.py)."""
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/sailfish"])
+
+
+def test_a_mistyped_flag_gets_a_short_usage_and_the_did_you_mean(capsys, as_sailfish):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["say", "hi", "-o", "x.wav", "--temprature", "0.5"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "usage: sailfish say [options] [text]   (sailfish say --help: every option)",
+        "sailfish say: error: unrecognized arguments: --temprature 0.5 (did you mean "
+        "--temperature?)"]
+    with pytest.raises(SystemExit):
+        cli.main(["sya", "hi"])
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith("usage: sailfish [options] [command ...]") or \
+        usage.startswith("usage: sailfish [options] command ...")
+    assert "invalid choice: 'sya'" in error and "(did you mean say?)" in error
+
+
+def test_sailfish_alone_prints_help(capsys, as_sailfish):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and out.startswith("usage: sailfish")
+    assert "say" in out and "book" in out and "plan" in out
+
+
+def test_piped_text_needs_no_text_file(monkeypatch, tmp_path):
+    proc = run_piped("plan", stdin="Piped in. Read without a flag.\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "batch 1: Piped in. Read without a flag.\n"
+    # say reads it the same way (one function); nothing piped is still the clear error
+    import io
+
+    args = cli.build_parser().parse_args(["say", "-o", str(tmp_path / "x.wav")])
+
+    class Piped(io.TextIOWrapper):
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr(sys, "stdin", Piped(io.BytesIO("Hello.".encode())))
+    assert cli.read_text(args) == "Hello."
+    monkeypatch.setattr(sys, "stdin", Piped(io.BytesIO(b"")))
+    with pytest.raises(ValueError, match="say needs a text, --text-file"):
+        cli.read_text(args)
+
+
+def test_a_damaged_mp3_is_one_error_line_without_decoder_notes(ckpt_dir, tmp_path):
+    bad = tmp_path / "me.mp3"
+    bad.write_bytes(b"\xff\xfb\x90\x00" + bytes(3000))  # an MP3 frame header, then nothing
+    proc = run_cli("say", "hi", "--voice", bad, "--voice-text", "Me.", "--model", ckpt_dir,
+                   "-o", tmp_path / "x.wav")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: --voice: {bad} starts like MP3 but cannot be decoded: it is corrupt, truncated "
+        "or in an encoding libsndfile does not read"]
+
+
+@pytest.mark.parametrize("argv,note", [
+    (["say", "hi", "-o", "x.wav"], "nothing was written"),
+    (["book", "b.txt", "-o", "out"], "the chapters finished so far are in out; the same "
+                                     "command resumes with the next one"),
+    (["download"], "the files downloaded so far are kept; the same command resumes")])
+def test_ctrl_c_is_its_own_line_and_says_what_was_written(argv, note, monkeypatch, capsys,
+                                                          tmp_path):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.txt").write_text("A book.\n")
+    monkeypatch.setattr(cli, "check_request", lambda args: None)
+    monkeypatch.setitem(cli.COMMANDS, argv[0], interrupted)
+    assert cli.main(argv) == 130
+    assert capsys.readouterr().err == f"\nstopped (Ctrl-C): {note}\n"
+
+
+def test_progress_bar_shows_percent_never_a_jumping_total():
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = cli.Bar(file=Terminal())
+    bar(1, 29)
+    early = str(bar.bar)
+    bar(16, 16)  # the guess corrected down at the end: the total is not shown, 100 % is
+    late = str(bar.bar)
+    bar.close()
+    assert re.search(r"\d+/\d+", early + late) is None
+    assert early.startswith("speaking:   3%|") and late.startswith("speaking: 100%|")
+    piped = cli.Bar(file=io.StringIO())  # a log or a pipe: no bar at all
+    assert piped.bar.disable
+    piped.close()
+
+
+def test_very_long_text_gets_a_hint_to_use_book(as_sailfish):
+    assert cli.long_text_note("Short.") is None
+    note = cli.long_text_note("A sentence of text. " * 13_000)
+    assert note.startswith("note: 260,000 characters is about 289 minutes of speech")
+    assert "sailfish book FILE -o FOLDER" in note
+
+
+def test_plurals():
+    assert [cli.plural(n, "chapter") for n in (0, 1, 2)] == ["0 chapters", "1 chapter",
+                                                             "2 chapters"]
+    assert cli.plural(1, "batch", "batches") == "1 batch"
+    assert cli.plural(3, "batch", "batches") == "3 batches"
+
+
+def test_book_says_one_chapter_and_draws_no_bar_into_a_log(ckpt_dir, tmp_path):
+    book = tmp_path / "b.md"
+    book.write_text("# One\n\nThe only chapter.\n")
+    proc = run_cli("book", book, "-o", tmp_path / "out", "--model", ckpt_dir,
+                   "--max-new-tokens", "6", "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"wrote {tmp_path / 'out'}: 1 chapter (1 spoken, 0 already")
+    assert "%|" not in proc.stderr  # stderr is a pipe here: no bar lines in it
+
+
+def every_parser(parser=None):
+    parser = parser or cli.build_parser()
+    yield parser
+    for action in parser._actions:
+        if action.choices and hasattr(action, "_name_parser_map"):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from every_parser(sub)
+
+
+def test_every_option_is_described_and_help_has_no_rst():
+    for parser in every_parser():
+        text = parser.format_help()
+        assert "``" not in text, parser.prog
+        for action in parser._actions:
+            if action.option_strings and action.help != "==SUPPRESS==":
+                assert action.help, f"{parser.prog} {action.option_strings[0]} has no help"
+    serve = next(p for p in every_parser() if p.prog.endswith(" serve")).format_help()
+    for flag in ("--port", "--max-text-length", "--max-body-mb", "--max-references",
+                 "--max-reference-seconds"):
+        described = re.search(rf"^\s+{flag} \S+\s+(\S.*)$", serve, re.MULTILINE)
+        assert described and not described.group(1).startswith("(default"), flag
+
+
+def test_plan_help_says_dash_reads_stdin():
+    plan = next(p for p in every_parser() if p.prog.endswith(" plan")).format_help()
+    text = " ".join(plan.split())
+    assert "--text-file FILE read the text from this file (- : stdin" in text
+    assert "--script FILE a multi-speaker script file (- : stdin)" in text
+
+
+def test_plan_into_head_ends_without_a_traceback(tmp_path):
+    story = tmp_path / "story.txt"
+    story.write_text("Sentence number one is here. " * 5000)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -m fish_core plan --text-file '
+                           f'"{story}" | head -1'], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.startswith("batch 1: Sentence number one is here.")
+    assert proc.stderr == ""  # no BrokenPipeError, not once, not twice
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens there once closed
+
+
+def test_a_failed_download_is_one_error_line_with_the_way_on(tmp_path):
+    """Offline without HF_HUB_OFFLINE (here: an endpoint that refuses at once; no network):
+    one ``error:`` line naming --model FOLDER and the tiny checkpoint, none of the hub's
+    retries."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{closed_port()}", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(ROOT))
+    env.pop("HF_HUB_OFFLINE", None)
+    proc = subprocess.run([sys.executable, "-m", "fish_core", "say", "hi", "-o",
+                           str(tmp_path / "x.wav"), "--models-dir", str(tmp_path / "models")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"error: could not download s2-pro (fishaudio/s2-pro) into "
+                           f"{tmp_path / 'models' / 's2-pro'}: 127.0.0.1 cannot be reached")
+    assert "--model FOLDER" in line and "--model tests/fixtures/tiny-s2" in line
+    assert "HF_HUB_OFFLINE=1" in line
+
+
+def test_a_download_is_announced_first(tmp_path, monkeypatch, capsys, ckpt_dir):
+    import shutil
+
+    import huggingface_hub
+
+    fetched = []
+
+    def fake_download(repo_id, revision, local_dir, allow_patterns):
+        fetched.append((repo_id, revision))
+        assert "downloading s2-pro" in capsys.readouterr().err  # said before it starts
+        shutil.copytree(ckpt_dir, local_dir, dirs_exist_ok=True)
+        return local_dir
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    monkeypatch.setattr(hub, "unreachable", lambda url: None)
+    target = tmp_path / "models"
+    assert hub.resolve("s2-pro", models_dir=target) == target / "s2-pro"
+    assert fetched == [("fishaudio/s2-pro", hub.VARIANTS["s2-pro"].revision)]
+    assert hub.announce(hub.VARIANTS["s2-pro"], target / "s2-pro") == (
+        f"downloading s2-pro (fishaudio/s2-pro at 1de9996b: official bf16 weights, 11.0 GB "
+        f"(9.1 GB weights + 1.9 GB codec)) into {target / 's2-pro'}; Ctrl-C stops it (it "
+        "resumes next time); --model FOLDER uses a checkpoint you already have")

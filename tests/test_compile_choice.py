@@ -80,6 +80,7 @@ def test_auto_keeps_the_faster_step(compiled_ms, eager_ms, expected):
             (expected == "eager"))
 
 
+@pytest.mark.slow  # torch.compile: minutes on a CPU; the quick subset leaves it out
 @pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
                     reason="torch.compile on CPU needs a C++ compiler")
 def test_auto_decodes_exactly_as_the_chosen_mode(model, golden, tmp_path):

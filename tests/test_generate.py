@@ -223,6 +223,7 @@ def _compiler_available():
     return shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
+@pytest.mark.slow  # torch.compile: minutes on a CPU; the quick subset leaves it out
 @pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_path):
     """One compile serves every request of a cache bucket, even with another (eager) engine

@@ -370,6 +370,7 @@ def test_end_of_speech_decision_is_kept(mode, quantized, fp32_model, fixtures, c
     assert float((ref - out).abs().max()) < EOS_MARGIN_ERR[mode]
 
 
+@pytest.mark.slow  # torch.compile: minutes on a CPU; the quick subset leaves it out
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_compiled_decode_through_the_int_layers_matches_eager(ckpt_dir, clone_prompt, mode):
     """fullgraph compile of the frame step through the int8 kernel (``int8``) and both kernels

@@ -58,3 +58,38 @@ def test_threads_input_sets_torch_threads_for_a_cpu_model(env, monkeypatch):
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads: threads must be a positive integer"):
         run_v1(env, "SailfishModelLoader", **{**LOADER, "threads": -3})
+
+
+def test_the_readmes_tiny_switch_runs_every_template_offline(env, monkeypatch, tmp_path):
+    """The README's line for ComfyUI (run in a ComfyUI folder, the pack in custom_nodes) links
+    the tiny checkpoint as ``models/fish_speech/s2-pro``; every template's model is then that
+    folder, loaded with no download (HF_HUB_OFFLINE would refuse one)."""
+    import json
+    import re
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    (line,) = re.findall(r"^mkdir -p models/fish_speech && ln .*$", readme, re.MULTILINE)
+    comfy = tmp_path / "ComfyUI"
+    (comfy / "custom_nodes").mkdir(parents=True)
+    (comfy / "custom_nodes" / "sailfish-tts").symlink_to(root)
+    subprocess.run(["bash", "-e", "-c", line], cwd=comfy, check=True, timeout=60)
+    linked = comfy / "models" / "fish_speech" / "s2-pro"
+    assert (linked / "config.json").is_file()
+    models = set()
+    for path in (root / "example_workflows").glob("*.json"):
+        for node in json.loads(path.read_text(encoding="utf-8"))["nodes"]:
+            if node["type"] == "SailfishModelLoader":
+                models.add(node["widgets_values"][0])
+    assert models == {"s2-pro (download)"}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (env.models / "s2-pro").symlink_to(linked.resolve(), target_is_directory=True)
+    try:
+        assert env.pack.nodes.paths.resolve_model("s2-pro (download)") == env.models / "s2-pro"
+        (handle,) = run_v1(env, "SailfishModelLoader", **{**LOADER, "model": "s2-pro (download)"})
+        assert handle is not None
+    finally:
+        (env.models / "s2-pro").unlink()
+        env.manager.unload()

@@ -4,14 +4,17 @@ checkout (``quant`` reached as a top-level package), and pyproject metadata the 
 accepts (``comfy node validate`` itself when comfy-cli is installed).
 
 Builds use the running Python's setuptools (``--no-build-isolation``: nothing is downloaded) on a
-copy of the tracked files, as a fresh clone has them; virtual environments see the system's
-packages (torch, numpy …) and get ours with ``--no-deps``."""
+copy of the tracked files, as a fresh clone has them; a throwaway virtual environment sees the
+running Python's packages (torch, numpy, setuptools …), whether that Python is a system one or
+a virtual environment of its own (the README's set-up), never the base interpreter's, and gets
+ours with ``--no-deps``."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -78,18 +81,51 @@ def wheel(source, tmp_path_factory) -> Path:
     return found
 
 
+def running_site_dirs() -> list[str]:
+    """The site folders the running Python imports from (a virtual environment's own, not its
+    base interpreter's, unless it includes them), user site included where it is on."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if d in sys.path]
+
+
 def venv(path: Path) -> Path:
-    """A fresh environment that sees the system's packages, this pip and this setuptools (none
-    of its own: a venv's seeded setuptools may predate SPDX licence fields)."""
-    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", path,
-        cwd=path.parent)
-    return path / "bin"
+    """A fresh environment that imports what the running Python imports (torch, this pip, this
+    setuptools) and nothing of the base interpreter's: ``python -m venv`` from inside a virtual
+    environment builds on the base interpreter, whose ``--system-site-packages`` may lack torch
+    and hold an old setuptools (one that rejects the SPDX ``license = "MIT"``). A ``.pth`` adds
+    the running Python's site folders (``site.addsitedir``: their own ``.pth`` files work)."""
+    run(sys.executable, "-m", "venv", "--without-pip", path, cwd=path.parent)
+    lib = next((path / "lib").glob("python3*")) if (path / "lib").is_dir() else path / "Lib"
+    packages = lib / "site-packages"
+    packages.mkdir(parents=True, exist_ok=True)
+    (packages / "zz_running_python.pth").write_text(
+        f"import site; list(map(site.addsitedir, {running_site_dirs()!r}))\n")
+    return path / ("Scripts" if os.name == "nt" else "bin")
 
 
 def requirements() -> list[str]:
     lines = [ln.split("#")[0].strip()
              for ln in (ROOT / "requirements.txt").read_text().splitlines()]
     return [ln for ln in lines if ln]
+
+
+def test_throwaway_venv_imports_the_running_pythons_packages(tmp_path):
+    """Run from a virtual environment (the README's set-up, CI's), the throwaway one imports
+    that environment's torch and setuptools, not the base interpreter's (or none)."""
+    import torch
+
+    bin_dir = venv(tmp_path / "venv")
+    seen = run(bin_dir / "python", "-c", "import sys, torch, pip; print(torch.__file__); "
+               "print(sys.prefix)", cwd=tmp_path).stdout.split()
+    assert seen == [torch.__file__, str(tmp_path / "venv")]  # installs still go to the venv
+    if setuptools_ok():
+        import setuptools
+
+        found = run(bin_dir / "python", "-c", "import setuptools; print(setuptools.__file__)",
+                    cwd=tmp_path).stdout.strip()
+        assert found == setuptools.__file__
 
 
 @needs_setuptools

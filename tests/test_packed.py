@@ -100,8 +100,35 @@ def test_compile_on_a_packed_model_decodes_eagerly_the_same(ckpt_dir, clone_prom
     monkeypatch.setattr(quant.packed, "MIN_WEIGHTS", 0)
     model = load_model(ckpt_dir, "cpu", torch.bfloat16)
     eager = Engine(model).generate(clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
-    engine = Engine(model, compile=True)
-    with pytest.warns(UserWarning):
-        out = engine.generate(clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
-    assert not engine.compiled and engine.fallbacks
+    # said plainly, before any compile is tried (not dynamo's "Unsupported: Observed exception")
+    with pytest.warns(UserWarning, match="bf16 weights packed for oneDNN do not compile; on a "
+                                         "CPU the eager step with them is the faster one"):
+        engine = Engine(model, compile=True)
+    out = engine.generate(clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    assert not engine.compiled and len(engine.fallbacks) == 1
     assert torch.equal(out.columns, eager.columns)
+    auto = Engine(model, compile="auto")  # --compile auto keeps eager, and says why
+    assert not auto.compiled
+    assert auto.compile_choice == "auto: eager: bf16 weights packed for oneDNN do not compile; " \
+        "on a CPU the eager step with them is the faster one"
+
+
+def test_bench_decode_compiled_mode_on_packed_weights_decodes_eagerly(ckpt_dir, monkeypatch,
+                                                                      tmp_path):
+    """``bench/bench_decode.py --modes compiled`` with bf16 on a CPU: the packed weights do
+    not compile, so the compiled mode reports an eager run and why, instead of crashing."""
+    import json
+    from pathlib import Path
+
+    monkeypatch.setattr(quant.packed, "MIN_WEIGHTS", 0)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_decode
+
+    out = tmp_path / "report.json"
+    with pytest.warns(UserWarning, match="packed for oneDNN do not compile"):
+        bench_decode.main(["--model", str(ckpt_dir), "--device", "cpu", "--dtype", "bfloat16",
+                           "--modes", "compiled", "--frames", "3", "--repeats", "1",
+                           "--prompt-len", "16", "--json", str(out)])
+    entry = json.loads(out.read_text())["modes"]["compiled"]
+    assert entry["compiled"] is False and "do not compile" in entry["fallbacks"][0]
+    assert entry["decode_frames_per_s"] > 0

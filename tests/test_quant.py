@@ -562,6 +562,7 @@ def test_s2_pro_fits_6_gb_in_fp8_and_3_gb_in_4_bit():
 
 
 # ---------------------------------------------------------------------------- compile
+@pytest.mark.slow  # torch.compile: minutes on a CPU; the quick subset leaves it out
 def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt):
     """torch.compile(fullgraph=True) of the frame step through FP8Linear (dequant path) and
     FP8Embedding. Activations in fp32: in bf16, fused kernels round differently from eager ones

@@ -244,9 +244,49 @@ def test_the_test_commands_are_real():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash tests/run_all.sh" in ci
     # the same packages: what the README's reader installs is what CI tests with
-    readme_setup = full.split("&&")[0].split("pip install", 1)[1].split()
+    steps = [step.strip() for step in full.split("&&")]
+    readme_setup = next(s for s in steps if s.startswith("pip install")).split()[2:]
     ci_setup = re.search(r"pip install (.*?)\n\s*#", ci, re.DOTALL).group(1)
     ci_setup = [w for w in ci_setup.replace("\\", " ").split() if not w.startswith("--")]
     assert sorted(readme_setup) == sorted(ci_setup)
+    # both in a fresh virtual environment, as a contributor sets one up
+    assert steps[0] == "python3 -m venv .venv" and "python3 -m venv" in ci
     files = re.findall(r"tests/\S+\.py", quick)
     assert files and all((ROOT / f).is_file() for f in files)
+
+
+def test_the_tiny_switch_runs_the_quick_starts(workdir, tmp_path):
+    """The README's one switch (a models folder in which ``s2-pro`` is the tiny checkpoint)
+    makes the quick starts load it: here without the test's own SAILFISH_MODELS_DIR, so
+    without the switch the first command would need the download HF_HUB_OFFLINE refuses."""
+    work, env = workdir
+    (switch,) = [b for b in blocks("Try it in two minutes", "bash") if "SAILFISH_MODELS_DIR" in b]
+    (block,) = blocks("Quick start: command line", "bash")
+    first = block.splitlines()[0]
+    env = {k: v for k, v in env.items() if k != "SAILFISH_MODELS_DIR"}
+    env["HOME"] = str(tmp_path / "home")
+    run_bash(f"{switch}\n{first}", work, env)
+    audio(work / "hello.wav")
+    assert (tmp_path / "home" / "sailfish-tiny" / "s2-pro" / "config.json").is_file()
+
+
+def test_the_command_list_is_every_command():
+    from fish_core import cli
+
+    text = " ".join(README.split())
+    listed = re.search(r"`sailfish --help` lists the commands \(([^)]*)\)", text).group(1)
+    assert sorted(re.findall(r"`([a-z]+)`", listed)) == sorted(cli.COMMANDS)
+
+
+def test_the_product_page_says_what_a_visitor_needs():
+    """The pitch's claims and the licence consequence, where a visitor reads them."""
+    top = README.split("## Try it in two minutes")[0]
+    assert "**Listen:**" in top and "https://huggingface.co/fishaudio/s2-pro" in top
+    assert "6.7 GB" in top and "non-commercial" in top and "MIT" in top
+    figures = computed_figures()
+    assert f"{figures['`fp8`']['gpu']:.1f} GB" == "6.7 GB"  # the pitch's figure is the table's
+    assert f"{figures['`int4`']['gpu']:.1f} GB" == "4.8 GB"
+    license_ = sections()["License"]
+    assert "commercial use of the weights needs a licence from Fish Audio" in license_
+    assert "the same audio bit for bit at the same thread count and device" in \
+        " ".join(sections()["Quick start: command line"].split())

@@ -377,3 +377,17 @@ def test_requests_arriving_together_are_batched(synth, voices_dir):
     for together, single in zip(results, alone):
         assert together.status_code == single.status_code == 200
         assert together.content == single.content
+
+
+def test_speed_without_pedalboard_is_a_422_naming_speed(server, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pedalboard", None)  # "import pedalboard" now fails
+    response = http(server, "POST", "/v1/audio/speech",
+                    json={"model": "s2-pro", "input": "Faster.", "speed": 1.5})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "speed"
+    assert error["message"].startswith("speed: a speaking rate other than 1 needs pedalboard")
+    assert "pip install pedalboard" in error["message"]
+    assert http(server, "GET", "/v1/health", key=None).status_code == 200

@@ -2,6 +2,8 @@
 mask, SMT siblings once, less the busy ones), what overrides it, and --threads / the Model
 Loader's threads wired to it."""
 
+import re
+
 import pytest
 import torch
 
@@ -72,9 +74,83 @@ def test_cli_threads_flag_on_every_model_command(monkeypatch):
     monkeypatch.setattr(threads, "apply", lambda value: applied.append(value))
     monkeypatch.setitem(cli.COMMANDS, "say", lambda args: "done")
     assert cli.main(["say", "hi", "-o", "x.wav", "--threads", "3"]) == 0
-    assert applied == ["3"]
+    assert applied == [3]  # parsed and chosen (threads.choose), then applied
 
 
 def test_cli_bad_threads_is_a_clear_error(capsys, tmp_path):
     assert cli.main(["say", "hi", "-o", str(tmp_path / "x.wav"), "--threads", "many"]) == 2
     assert "threads must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.fixture
+def four_cores_one_busy(monkeypatch):
+    """The policy on a 4-core machine with one core busy (3 threads), nothing set by the user."""
+    monkeypatch.setattr(threads, "physical_cores", lambda *a: 4)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 1.0)
+    monkeypatch.delenv("SAILFISH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_python_session_and_cli_pick_the_same_threads(ckpt_dir, tmp_path, four_cores_one_busy,
+                                                      monkeypatch, capsys):
+    from fish_core import Synthesizer
+
+    torch.set_num_threads(1)
+    Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32")
+    python_session = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "say",
+                        lambda args: seen.append((torch.get_num_threads(), args.threads)) or "ok")
+    assert cli.main(["say", "hi", "-o", str(tmp_path / "x.wav"), "--device", "cpu"]) == 0
+    assert python_session == 3 and seen == [(3, 3)]  # the CLI hands its count to from_pretrained
+    err = capsys.readouterr().err
+    assert "3 CPU threads (auto: 4 physical cores, load 1.0; --threads N to choose)" in err
+    # asked for: both take it, and the CLI says nothing about it
+    Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", threads=2)
+    assert torch.get_num_threads() == 2
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        Synthesizer.from_pretrained(ckpt_dir, device="cpu", threads="many")
+
+
+def test_too_many_threads_warn_with_the_automatic_choice(four_cores_one_busy, monkeypatch,
+                                                         caplog):
+    assert threads.too_many(4) is None
+    assert threads.too_many(64, cores=2) == (
+        "warning: 64 CPU threads on 2 physical cores: more threads than free cores is far "
+        "slower (each step waits on the slowest thread); the automatic choice here is "
+        f"{threads.default_threads(2)} (threads auto, docs/cpu.md)")
+    monkeypatch.setattr(threads, "WARNED", set())
+    with caplog.at_level("WARNING", logger="sailfish.engine"):
+        assert threads.apply(8) == 8 and threads.apply(8) == 8
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == \
+        [threads.too_many(8)]  # once
+
+
+def test_cli_threads_64_on_few_cores_warns(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from test_cli import ROOT
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "fish_core", "say", "hi", "-o",
+                           str(tmp_path / "x.wav"), "--threads", "4096", "--models-dir",
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2  # no model there; the threads came first
+    assert re.search(r"^warning: 4096 CPU threads on \d+ physical cores?: more threads than "
+                     r"free cores is far slower .* the automatic choice here is \d+",
+                     proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_threads_false_leaves_torch_alone(ckpt_dir, four_cores_one_busy):
+    """What the ComfyUI nodes pass: their loader's ``threads`` input already decided."""
+    from fish_core import Synthesizer
+
+    torch.set_num_threads(1)
+    Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", threads=False)
+    assert torch.get_num_threads() == 1  # not the policy's 3

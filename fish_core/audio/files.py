@@ -18,7 +18,12 @@ without them; using what needs one that is missing raises ``AudioError`` naming 
 from __future__ import annotations
 
 import io
+import os
+import sys
+import tempfile
+import threading
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +83,38 @@ def sniff(head: bytes) -> str | None:
     return next((kind for kind, test in _MAGIC if test(head)), None)
 
 
+_STDERR_LOCK = threading.Lock()
+
+
+@contextmanager
+def decoder_notes_hidden():
+    """libmpg123, inside libsndfile, prints ``Note: Illegal Audio-MPEG-Header ...`` lines
+    straight to the process's stderr (file descriptor 2) while it reads a damaged MP3, before
+    our own error says what is wrong. Here fd 2 is held in a temporary file; what else was
+    written to it meanwhile is passed on, the ``Note:`` lines are dropped. Where stderr is no
+    file descriptor (captured by a test, an embedding app) nothing changes."""
+    try:
+        sys.stderr.flush()
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    with _STDERR_LOCK, tempfile.TemporaryFile() as held:
+        saved = os.dup(fd)
+        os.dup2(held.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            held.seek(0)
+            rest = [line for line in held.read().decode("utf-8", "replace").splitlines(True)
+                    if not line.startswith("Note: ")]
+            if rest:
+                sys.stderr.write("".join(rest))
+                sys.stderr.flush()
+
+
 def check_audio_file(path, field: str = "audio"):
     """The soundfile ``info`` of an audio file, or an AudioError naming ``field`` that says
     what is wrong with it: missing, a folder, unreadable, empty, not audio at all, or audio of a
@@ -96,7 +133,8 @@ def check_audio_file(path, field: str = "audio"):
         raise AudioError(f"{field}: {path} is empty (0 bytes)")
     sf = import_soundfile()
     try:
-        return sf.info(str(path))
+        with decoder_notes_hidden():
+            return sf.info(str(path))
     except (sf.LibsndfileError, RuntimeError, TypeError):
         kind = sniff(head)
         if kind is None:  # libsndfile's own message can say "does not exist" here: it does
@@ -119,7 +157,8 @@ def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_S
         raise AudioError(f"{field}: {path} is {info.frames / info.samplerate:.1f} s long; "
                          f"the limit is {max_seconds:g} s")
     try:
-        data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
+        with decoder_notes_hidden():
+            data, sr = sf.read(str(path), dtype="float32", always_2d=True)  # [T, C]
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
         raise AudioError(f"{field}: {path} cannot be decoded past its header (corrupt or "
                          f"truncated: {e})") from None

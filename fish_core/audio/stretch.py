@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
-INSTALL = "pip install pedalboard  (or: pip install 'sailfish-tts[finishing]')"
+# What works wherever the user is: the package's own name, on PyPI (the `finishing` extra of
+# pyproject.toml exists only where Sailfish TTS was pip-installed, never in ComfyUI's Python).
+INSTALL = "pip install pedalboard (in the Python that runs Sailfish TTS; in ComfyUI, ComfyUI's)"
 
 
 class SpeedError(ValueError):
@@ -33,12 +35,12 @@ def check_speed(value, field: str = "speed") -> float:
     return float(value)
 
 
-def import_pedalboard():
+def import_pedalboard(field: str = "speed"):
     try:
         import pedalboard
     except ImportError:
-        raise SpeedError(f"a speaking rate other than 1 needs pedalboard (Rubber Band): {INSTALL}"
-                         ) from None
+        raise SpeedError(f"{field}: a speaking rate other than 1 needs pedalboard (Rubber "
+                         f"Band): {INSTALL}") from None
     return pedalboard
 
 

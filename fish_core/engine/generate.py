@@ -36,6 +36,15 @@ from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, ras_select, sample
 
 
+PACKED_NO_COMPILE = ("bf16 weights packed for oneDNN do not compile; on a CPU the eager step "
+                     "with them is the faster one")
+
+
+def packed_weights(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds weights in oneDNN's packed layout (``quant.packed``)."""
+    return any(p.is_mkldnn for p in model.parameters())
+
+
 class Engine:
     """Runs one ``DualAR`` model: its decode step and its KV cache. Not thread-safe: one decode
     at a time (``claim``).
@@ -76,13 +85,27 @@ class Engine:
         self._step = None
         self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
         self.compile_choice = compile_mode(compile)  # what was asked; "auto" says what it chose
-        if self.compile_choice != "off":
+        if self.compile_choice != "off" and packed_weights(model):
+            self.refuse_compile()
+        elif self.compile_choice != "off":
             self._step = torch.compile(Engine.decode_frame, fullgraph=True)
-        if self.compile_choice == "on":
+        if self.compile_choice == "on" and self._step is not None:
             warn_cpu_compile(self.device, self.dtype)
-        elif self.compile_choice == "auto":
+        elif self.compile_choice == "auto" and self._step is not None:
             self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+
+    def refuse_compile(self) -> None:
+        """Weights packed for oneDNN (bf16 on a CPU, ``quant.packed``) cannot be compiled: say
+        so plainly (not dynamo's "Unsupported: Observed exception") and decode eagerly, which
+        with packed weights is the faster step on a CPU anyway."""
+        if self.compile_choice == "auto":
+            self.compile_choice = f"auto: eager: {PACKED_NO_COMPILE}"
+            return
+        reason = (f"torch.compile of the decode step: {PACKED_NO_COMPILE}; decoding without "
+                  "compile (SAILFISH_CPU_PACK=0 leaves the weights plain, to compile them)")
+        self.fallbacks.append(reason)
+        warnings.warn(reason, stacklevel=3)
 
     def _chose_step(self, step, reason: str) -> None:
         """``compile="auto"``: the step it measured faster (``None``: eager) and why."""

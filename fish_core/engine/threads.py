@@ -89,14 +89,33 @@ def choose(value=None, environ=os.environ) -> tuple[int, str]:
     return default_threads(cores, busy), f"{cores} physical cores, load {busy:.1f}"
 
 
+def too_many(n: int, cores: int | None = None) -> str | None:
+    """What is wrong with ``n`` threads when it is more than the physical cores this process
+    may use (every thread then waits on the others), or None."""
+    cores = physical_cores() if cores is None else cores
+    if n <= cores:
+        return None
+    return (f"warning: {n} CPU threads on {cores} physical core{'' if cores == 1 else 's'}: "
+            "more threads than free cores is far slower (each step waits on the slowest "
+            f"thread); the automatic choice here is {default_threads(cores)} (threads auto, "
+            "docs/cpu.md)")
+
+
+WARNED: set[int] = set()  # counts already warned about (a process warns once per count)
+
+
 def apply(value=None) -> int:
-    """Set torch's intra-op threads (``choose``) and return how many; logged with the reason.
-    Process-wide: call it before the model runs (a thread that already ran parallel work keeps
-    its count)."""
+    """Set torch's intra-op threads (``choose``) and return how many; logged with the reason,
+    and a warning (once) for more threads than physical cores (``too_many``). Process-wide:
+    call it before the model runs (a thread that already ran parallel work keeps its count)."""
     import torch
 
     n, why = choose(value)
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     log.info("Sailfish: %d CPU thread%s (%s)", n, "" if n == 1 else "s", why)
+    warning = too_many(n) if n not in WARNED else None
+    if warning:
+        WARNED.add(n)
+        log.warning(warning)
     return n

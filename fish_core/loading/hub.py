@@ -80,7 +80,7 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
             raise ModelNotFound(f"model {spec!r}: no such folder, and not a known variant "
                                 f"({', '.join(VARIANTS)}) or a Hugging Face repo id "
                                 f"(owner/name){hint}")
-        variant = Variant(spec.split("/")[1], spec, REPO_FILES, "custom repo")
+        variant = Variant(spec.split("/")[1], spec, REPO_FILES, "a repo you named; size unknown")
     target = models / variant.name
     if is_model_dir(target, codec=True):
         return target
@@ -89,8 +89,52 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
     return fetch(variant, target)
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                   "all_proxy")
+YOURS = ("pass a checkpoint folder you have (--model FOLDER; `hf download` on a connected "
+         "machine makes one), or try the install on the tiny one (--model tests/fixtures/tiny-s2)")
+
+
+def endpoint() -> str:
+    """The Hugging Face endpoint the hub library talks to (``HF_ENDPOINT``)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def unreachable(url: str, timeout: float = 5.0) -> str | None:
+    """Why ``url``'s host cannot be reached (no network, no DNS, refused), or None. One quick
+    TCP connection, so an offline machine fails at once instead of after the hub's retries
+    (~25 s of them). Behind a proxy nothing is probed: the hub library goes through it."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return f"{parts.hostname} cannot be reached ({e.strerror or type(e).__name__})"
+
+
+def announce(variant: Variant, target: Path) -> str:
+    """The line said before a download: what, how big, where, how to stop or avoid it."""
+    at = f" at {variant.revision[:8]}" if variant.revision else ""
+    return (f"downloading {variant.name} ({variant.repo_id}{at}: {variant.note}) into {target}; "
+            "Ctrl-C stops it (it resumes next time); --model FOLDER uses a checkpoint you "
+            "already have")
+
+
 def fetch(variant: Variant, target: Path) -> Path:
-    """Download ``variant`` into ``target`` (only its files). Honours ``HF_HUB_OFFLINE``."""
+    """Download ``variant`` into ``target`` (only its files), said on stderr first. Honours
+    ``HF_HUB_OFFLINE``; a failure is one ``ModelNotFound`` line saying how to go on without it
+    (the hub's own retry warnings are held back)."""
+    import logging
+    import sys
+
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -104,15 +148,27 @@ def fetch(variant: Variant, target: Path) -> Path:
     if offline:
         raise ModelNotFound(
             f"model {variant.name!r} ({variant.repo_id}) is not in {target.parent} and "
-            "HF_HUB_OFFLINE is set, so it cannot be downloaded. Download it once online, or "
-            "pass a local checkpoint folder.")
+            f"HF_HUB_OFFLINE is set, so it cannot be downloaded: {YOURS}.")
+    failed = f"could not download {variant.name} ({variant.repo_id}) into {target}"
+    why = unreachable(endpoint())
+    if why:
+        raise ModelNotFound(f"{failed}: {why}. Offline, {YOURS}; HF_HUB_OFFLINE=1 skips the "
+                            "attempt.")
+    print(announce(variant, target), file=sys.stderr, flush=True)
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its "Retrying in 2s [Retry 2/5]" lines
     try:
         snapshot_download(repo_id=variant.repo_id, revision=variant.revision,
                           local_dir=str(target), allow_patterns=list(variant.files))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
-        raise ModelNotFound(f"could not download {variant.repo_id} into {target}: {e}") from None
+        reason = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                      type(e).__name__)
+        raise ModelNotFound(f"{failed}: {reason[:200]}. {YOURS[0].upper()}{YOURS[1:]}."
+                            ) from None
+    finally:
+        hub_log.setLevel(level)
     if not is_model_dir(target):
         raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
                             f"{' / '.join(REQUIRED_FILES)}")
     return target
-

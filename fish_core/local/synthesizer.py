@@ -75,14 +75,21 @@ class Synthesizer:
                         quantization: str | None = None, models_dir=None, download=True,
                         codec_dtype=None, context_length: int | None = None,
                         compile_cache: str | None = None,
-                        prefix_cache_mb: float | None = None) -> "Synthesizer":
+                        prefix_cache_mb: float | None = None, threads=None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768).
         ``prefix_cache_mb`` bounds the KV kept of recent voice prefixes, reused by the next
-        prompt in the same voice (default 512 MB; 0 = off)."""
+        prompt in the same voice (default 512 MB; 0 = off). ``threads``: torch's CPU threads,
+        set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
+        the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
+        N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
+        ``threads`` input decides)."""
+        from ..engine import threads as thread_policy
         from ..loading.hub import resolve
 
+        if threads is not False:
+            thread_policy.apply(threads)  # checked (and set) before anything loads
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)

@@ -26,7 +26,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback only); any other address needs an "
                         "API key or --allow-no-key")
-    g.add_argument("--port", type=int, default=8080)
+    g.add_argument("--port", type=int, default=8080, help="TCP port to listen on")
     keys = g.add_mutually_exclusive_group()
     keys.add_argument("--api-key-file", default=None, metavar="PATH",
                       help="require Authorization: Bearer KEY, KEY read from this file (first "
@@ -67,10 +67,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--context-length", type=int, default=None,
                    help="cap prompt + generated tokens (bounds the KV cache)")
     limits = Limits()
-    g.add_argument("--max-text-length", type=int, default=limits.max_text_chars)
-    g.add_argument("--max-body-mb", type=float, default=limits.max_body_bytes / 2**20)
-    g.add_argument("--max-references", type=int, default=limits.max_references)
-    g.add_argument("--max-reference-seconds", type=float, default=limits.max_reference_seconds)
+    g.add_argument("--max-text-length", type=int, default=limits.max_text_chars,
+                   help="characters of text one request may ask to speak (more: 400)")
+    g.add_argument("--max-body-mb", type=float, default=limits.max_body_bytes / 2**20,
+                   help="largest request body, MB, reference clips included (more: 413)")
+    g.add_argument("--max-references", type=int, default=limits.max_references,
+                   help="reference clips one request may send to clone a voice")
+    g.add_argument("--max-reference-seconds", type=float, default=limits.max_reference_seconds,
+                   help="longest reference clip a request may send, seconds")
     g.add_argument("--timeout", type=float, default=limits.timeout_seconds,
                    help="seconds a request may take, queueing included")
     g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
@@ -120,7 +124,8 @@ def build_service(args, key: str | None = None):
             args.model, device=args.device, dtype=args.precision, compile=args.compile,
             compile_cache=args.compile_cache, quantization=args.quantization,
             models_dir=args.models_dir, download=not args.no_download,
-            context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb)
+            context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb,
+            threads=getattr(args, "threads", None))  # the CLI's count: a server keeps it
 
     limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
                     max_text_chars=args.max_text_length, max_references=args.max_references,

@@ -40,7 +40,7 @@ MAX_ITEMS = 4 * MAX_SPINE  # entries of its manifest (documents, images, styles 
 MAX_ITEM_BYTES = 8 << 20  # one EPUB entry, inflated (a chapter's XHTML is far smaller)
 BOOK_ALLOWANCE = 64 << 20  # EPUB entries may inflate to twice the file plus this, in all
 SUFFIXES = (".txt", ".md", ".markdown", ".epub")
-INSTALL = "pip install ebooklib  (or: pip install 'sailfish-tts[finishing]')"
+INSTALL = "pip install ebooklib (in the Python that runs Sailfish TTS; in ComfyUI, ComfyUI's)"
 
 
 class BookError(ValueError):

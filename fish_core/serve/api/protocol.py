@@ -222,12 +222,16 @@ def finishing(body: dict, request: SpeechRequest, text_param: str) -> None:
     """``speed`` (0.5 … 2) and the extension ``loudness`` (LUFS); ``[pause:…]`` tags in the
     text checked now, so a bad one is a 400 naming the field."""
     from ...audio.loudness import HIGHEST, LOWEST
-    from ...audio.stretch import MAX_SPEED, MIN_SPEED
+    from ...audio.stretch import MAX_SPEED, MIN_SPEED, SpeedError, import_pedalboard
     from ...text.pauses import PauseError, split_pauses
 
     speed = body.get("speed", 1.0)
     if speed is not None and speed != 1.0:
         request.speed = number(body, "speed", 1.0, MIN_SPEED, MAX_SPEED)
+        try:  # a speed this server cannot make: 422 naming the field, before any work
+            import_pedalboard("speed")
+        except SpeedError as e:
+            raise ApiError(422, detail(e), "speed") from None
     if body.get("loudness") is not None:
         request.loudness = number(body, "loudness", None, LOWEST, HIGHEST)
     request.text_param = text_param
