@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fish_core.text.lexicon import Lexicon
+from fish_core.text.lexicon import Lexicon  # noqa: E402 - after the path set-up
 
 PROTECTED = re.compile(r"\[[^\[\]\n]*\]|<\|[^|]*\|>")
 

@@ -387,8 +387,8 @@ def test_a_mistyped_flag_gets_a_short_usage_and_the_did_you_mean(capsys, as_sail
     with pytest.raises(SystemExit):
         cli.main(["sya", "hi"])
     usage, error = capsys.readouterr().err.splitlines()
-    assert usage.startswith("usage: sailfish [options] [command ...]") or \
-        usage.startswith("usage: sailfish [options] command ...")
+    assert (usage.startswith("usage: sailfish [options] [command ...]") or
+            usage.startswith("usage: sailfish [options] command ..."))
     assert "invalid choice: 'sya'" in error and "(did you mean say?)" in error
 
 

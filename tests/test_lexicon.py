@@ -222,10 +222,10 @@ def test_any_case_is_unicode_case_folding_and_never_a_key_error():
     """Words match by case folding (what entries are keyed by): ``Straße`` is ``STRASSE``; the
     alternation matched by simple case mapping, so ``İstanbul`` matched ``istanbul`` and then
     found no entry for it (a KeyError, a traceback in the CLI and a 500 in serve)."""
-    assert Lexicon.parse("Straße\tShtrahsseh\n").apply("STRASSE, straße.") == \
-        "Shtrahsseh, Shtrahsseh."
-    assert Lexicon.parse("İstanbul\tIstanbul\n").apply("istanbul İSTANBUL") == \
-        "istanbul Istanbul"
+    assert (Lexicon.parse("Straße\tShtrahsseh\n").apply("STRASSE, straße.") ==
+            "Shtrahsseh, Shtrahsseh.")
+    assert (Lexicon.parse("İstanbul\tIstanbul\n").apply("istanbul İSTANBUL") ==
+            "istanbul Istanbul")
 
 
 def test_the_cli_says_the_growth_limit_in_one_line(tmp_path, capsys):

@@ -130,8 +130,12 @@ def whole_pyloudnorm(wave, sr):
 
 
 def with_pauses(sr, layout):
-    s = lambda seconds, level=0.05, seed=0: speechlike(seconds, level, seed)[:int(seconds * sr)]
-    z = lambda seconds: torch.zeros(int(seconds * sr))
+    def s(seconds, level=0.05, seed=0):
+        return speechlike(seconds, level, seed)[:int(seconds * sr)]
+
+    def z(seconds):
+        return torch.zeros(int(seconds * sr))
+
     return {"speech": s(4.0),
             "pauses": torch.cat([s(2.0), z(7.0), s(3.0, 0.2, 1), z(2.3), s(1.0, 0.01, 2), z(3)]),
             "lead": torch.cat([z(5.0), s(2.0)]),

@@ -109,8 +109,8 @@ def test_compile_on_a_packed_model_decodes_eagerly_the_same(ckpt_dir, clone_prom
     assert torch.equal(out.columns, eager.columns)
     auto = Engine(model, compile="auto")  # --compile auto keeps eager, and says why
     assert not auto.compiled
-    assert auto.compile_choice == "auto: eager: bf16 weights packed for oneDNN do not compile; " \
-        "on a CPU the eager step with them is the faster one"
+    assert auto.compile_choice == ("auto: eager: bf16 weights packed for oneDNN do not compile; "
+                                   "on a CPU the eager step with them is the faster one")
 
 
 def test_bench_decode_compiled_mode_on_packed_weights_decodes_eagerly(ckpt_dir, monkeypatch,

@@ -187,7 +187,9 @@ def test_a_served_answer_stays_within_its_budget(tiny_synth, voices_dir):
     sr = tiny_synth.sample_rate
     long = {"text": "[pause:6s] Hi.", "seed": 1, "max_new_tokens": 8, "format": "pcm"}
     with served(tiny_synth, voices_dir, limits=Limits(max_answer_seconds=5.0)) as server:
-        post = lambda path, body, **kw: httpx.post(server.url + path, json=body, timeout=120, **kw)
+        def post(path, body, **kw):
+            return httpx.post(server.url + path, json=body, timeout=120, **kw)
+
         whole = post("/v1/tts", long)
         assert whole.status_code == 422
         error = whole.json()["error"]

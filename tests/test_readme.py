@@ -288,5 +288,5 @@ def test_the_product_page_says_what_a_visitor_needs():
     assert f"{figures['`int4`']['gpu']:.1f} GB" == "4.8 GB"
     license_ = sections()["License"]
     assert "commercial use of the weights needs a licence from Fish Audio" in license_
-    assert "the same audio bit for bit at the same thread count and device" in \
-        " ".join(sections()["Quick start: command line"].split())
+    assert ("the same audio bit for bit at the same thread count and device" in
+            " ".join(sections()["Quick start: command line"].split()))

@@ -728,8 +728,8 @@ def sick_app(rate: int, ready: list[int] | None = None, worker: str | None = Non
 @pytest.mark.parametrize("broken", [False, True])
 def test_a_replica_with_no_live_replica_is_marked_down(sizes, broken):
     rate = sizes.sample_rate
-    with StandIn(sick_app(rate, broken=broken)) as sick, \
-            StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
+    with (StandIn(sick_app(rate, broken=broken)) as sick,
+          StandIn(sglang_app(rate, [tone(rate, 300)])) as well):
         synth = RemoteSynthesizer([sick.url, well.url], "sglang-omni", sample_rate=rate,
                                   retries=1, backoff=0.01)
         for _ in range(5):
@@ -741,8 +741,8 @@ def test_a_routers_ready_brings_a_replica_back(sizes):
     from fish_core.remote import http as remote_http
 
     rate = sizes.sample_rate
-    with StandIn(sick_app(rate, ready=[503, 200])) as router, \
-            StandIn(sglang_app(rate, [tone(rate, 300)])) as well:
+    with (StandIn(sick_app(rate, ready=[503, 200])) as router,
+          StandIn(sglang_app(rate, [tone(rate, 300)])) as well):
         synth = RemoteSynthesizer([router.url, well.url], "sglang-omni", sample_rate=rate,
                                   retries=1, backoff=0.01)
         synth.tts("Hi.", **FAST)

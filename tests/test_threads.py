@@ -126,8 +126,8 @@ def test_too_many_threads_warn_with_the_automatic_choice(four_cores_one_busy, mo
     monkeypatch.setattr(threads, "WARNED", set())
     with caplog.at_level("WARNING", logger="sailfish.engine"):
         assert threads.apply(8) == 8 and threads.apply(8) == 8
-    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == \
-        [threads.too_many(8)]  # once
+    assert ([r.getMessage() for r in caplog.records if r.levelname == "WARNING"] ==
+            [threads.too_many(8)])  # once
 
 
 def test_cli_threads_64_on_few_cores_warns(tmp_path):

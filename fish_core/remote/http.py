@@ -325,8 +325,8 @@ class Transport:
     def ready(self, endpoint: Endpoint) -> bool | None:
         """What ``endpoint``'s ``GET /ready`` says (sgl-omni-router: 200 while a worker is
         routable, 503 while none is): True, False, or None where it has no ``/ready``."""
-        kind = http.client.HTTPSConnection if endpoint.scheme == "https" else \
-            http.client.HTTPConnection
+        kind = (http.client.HTTPSConnection if endpoint.scheme == "https" else
+                http.client.HTTPConnection)
         conn = kind(endpoint.host, endpoint.port, timeout=READY_TIMEOUT)
         try:
             headers = {"Accept": "*/*"}
