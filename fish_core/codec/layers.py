@@ -100,7 +100,8 @@ class Snake(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:  # [B, C, L]
         y = torch.sin(self.alpha * x)
-        y.pow_(2).mul_((self.alpha + 1e-9).reciprocal())
+        # 1e-9 in fp32: in fp16 it would round to 0 (and a zero alpha divide by zero)
+        y.pow_(2).mul_((self.alpha.float() + 1e-9).reciprocal().to(x.dtype))
         return y.add_(x)
 
 
