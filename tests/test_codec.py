@@ -480,6 +480,31 @@ def test_reduced_precision_streamed_equals_whole(ckpt_dir, codec, long_codes, dt
     assert snr_db(got, ref) >= tolerance_db
 
 
+def _compiler_available() -> bool:
+    import shutil
+
+    return shutil.which("cc") is not None or shutil.which("gcc") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_activations_match_eager(ckpt_dir, gold, long_codes, codec):
+    """``compile_activations``: the goldens still hold, chunks of other lengths reuse the
+    kernel (no recompile), and the fast precision keeps its tolerance."""
+    torch._dynamo.reset()
+    compiled = Codec.from_file(ckpt_dir).compile_activations()
+    torch.testing.assert_close(compiled.decode(gold["codes"])[0, 0], gold["decode"], atol=1e-4,
+                               rtol=0)
+    assert torch.equal(compiled.encode(gold["wave"])[0], gold["codes"])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        chunked = compiled.decode(long_codes, chunk_frames=5)
+        whole = compiled.decode(long_codes, chunk_frames=None)
+    assert (chunked - whole).abs().max().item() <= 1e-5
+    assert (whole - codec.decode(long_codes, chunk_frames=None)).abs().max().item() <= 1e-4
+    fast = Codec.from_file(ckpt_dir, decode_dtype=CODEC_FAST_DECODE).compile_activations()
+    assert snr_db(fast.decode(long_codes, chunk_frames=5), whole) >= CODEC_FAST_SNR_DB
+
+
 def test_set_precision_names_a_bad_dtype(ckpt_dir):
     codec = Codec.from_file(ckpt_dir)
     with pytest.raises(ValueError, match="codec precision must be a float dtype"):
