@@ -363,6 +363,47 @@ def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, m
     assert CpuFrameGraph.released == 1  # the old one is freed with its cache
 
 
+def test_prefill_first_frame_graph_is_exact_and_captured_once_per_row(model, golden,
+                                                                      monkeypatch):
+    """A one-prompt join's first frame replays a graph captured per cache row: the golden
+    columns still come out, a second request in the same row reuses the graph, and a new cache
+    frees it."""
+    import fish_core.engine.generate as generate
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    engine = Engine(model)  # the CPU: no graph unless asked, as on a GPU with cuda_graph=False
+    assert not engine.prefill_graph
+    engine.prefill_graph = True
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    for _ in range(2):
+        result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+        assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    result = engine.generate(prompts["c_two_speakers.batch0.prompt"], greedy(9))[0]
+    assert torch.equal(result.columns, gen["c_two_speakers.batch0.raw_new_columns"])
+    assert engine.first_captures == 1 and CpuFrameGraph.captures == 1
+    engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    assert engine.first_captures == 2 and CpuFrameGraph.released == 1
+    assert not engine.fallbacks
+
+
+def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch):
+    import fish_core.engine.generate as generate
+
+    def broken(fn, args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(generate, "FrameGraph", broken)
+    engine = Engine(model)
+    engine.prefill_graph = True
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.warns(UserWarning, match="first frames without a graph"):
+        result = engine.generate(prompt, greedy(21))[0]
+    want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"]
+    assert torch.equal(result.columns, want)
+    assert not engine.prefill_graph and engine.first_captures == 0
+
+
 def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
                                                                           monkeypatch):
     import fish_core.engine.generate as generate

@@ -61,6 +61,8 @@ class Engine:
         self.caches: Caches | None = None
         self._views: dict[int, CacheRows] = {}  # rows 0 .. n - 1 of the caches, by n
         self._graph: FrameGraph | None = None  # for the current caches and weights
+        self._first_graphs: dict[int, FrameGraph] = {}  # by cache row (``first_column``)
+        self.first_captures = 0
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
         # Held through a decode's frame or prefill (``continuous.owning``) and a release: one
@@ -83,6 +85,9 @@ class Engine:
         elif self.compile_choice == "auto":
             self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
+        # from a CUDA graph per row (``first_column``); off after a failed capture.
+        self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
 
     def _chose_step(self, step, reason: str) -> None:
         """``compile="auto"``: the step it measured faster (``None``: eager) and why."""
@@ -162,6 +167,9 @@ class Engine:
         if self._graph is not None:
             self._graph.release()
             self._graph = None
+        for graph in self._first_graphs.values():
+            graph.release()
+        self._first_graphs.clear()
 
     def release(self) -> None:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
@@ -296,8 +304,34 @@ class Engine:
         """Prefill the prompts into cache rows ``rows`` and draw each one's first column
         ``[B, 1 + K]`` (``prefill``, then ``frame_tail`` without RAS in those rows)."""
         hidden = self.prefill(prompts, lengths, prefixes, rows)
-        return self.frame_tail(hidden, None, temperature, top_p, top_k, rand_main, rand_high,
-                               rand_fast, self.cache_rows(rows))
+        return self.first_column(hidden, list(rows), temperature, top_p, top_k, rand_main,
+                                 rand_high, rand_fast)
+
+    def first_column(self, hidden: Tensor, rows: list[int], *args: Tensor) -> Tensor:
+        """The prefill's frame tail (``frame_tail`` without RAS) in cache rows ``rows``.
+
+        With ``prefill_graph`` (CUDA graphs on CUDA) and one row, it is replayed from a graph
+        captured once per row for the current caches and weights: eager, its fast-AR passes
+        and samplers are ~1,000 small kernels launched one by one from Python, most of a
+        request's set-up on a big GPU. The replay runs the same kernels: the same column."""
+        caches = self.cache_rows(rows)
+        if not self.prefill_graph or len(rows) != 1:
+            return self.frame_tail(hidden, None, *args, caches)
+        graph = self._first_graphs.get(rows[0])
+        if graph is None:
+            def tail(hidden, *args):
+                return (self.frame_tail(hidden, None, *args, caches),)
+
+            try:
+                graph = FrameGraph(tail, (hidden, *args))
+            except Exception as e:  # noqa: BLE001 - no graph: run the first frame eagerly
+                self.fall_back("CUDA graph capture of a prefill's first frame", e,
+                               "running first frames without a graph")
+                self.prefill_graph = False
+                return self.frame_tail(hidden, None, *args, caches)
+            self._first_graphs[rows[0]] = graph
+            self.first_captures += 1
+        return graph(hidden, *args)[0].clone()
 
     def prefill(self, prompts: Tensor, lengths: Tensor | Sequence[int],
                 prefixes: Sequence[int] | None = None,
