@@ -60,7 +60,7 @@ class Engine:
         self.eos_check_every = eos_check_every
         self.caches: Caches | None = None
         self._views: dict[int, CacheRows] = {}  # rows 0 .. n - 1 of the caches, by n
-        self._graph: FrameGraph | None = None  # for the current caches and weights
+        self._graphs: dict[int, FrameGraph] = {}  # by row count, for these caches and weights
         self._first_graphs: dict[int, FrameGraph] = {}  # by cache row (``first_column``)
         self.first_captures = 0
         self._weights = None
@@ -100,9 +100,15 @@ class Engine:
 
     @property
     def fixed_rows(self) -> bool:
-        """Whether every frame must decode every cache row: a compiled step or a CUDA graph
-        keeps one shape (an eager step may decode the first rows only)."""
+        """Whether a frame decodes a bucket of rows (``row_bucket``: a power of two, or all
+        rows) rather than exactly the first busy ones: a compiled step or a CUDA graph keeps
+        one shape per bucket (an eager step may decode any number of first rows)."""
         return self.compiled or self.cuda_graph
+
+    @property
+    def graph_rows(self) -> list[int]:
+        """The row counts with a captured frame graph (for these caches and weights)."""
+        return sorted(self._graphs)
 
     def fall_back(self, what: str, error: Exception, instead: str) -> None:
         """Record (and warn about) a fallback: ``what`` failed with ``error``; ``instead`` runs."""
@@ -125,22 +131,27 @@ class Engine:
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
-        """One decode frame on every cache row: replayed from a CUDA graph when enabled
-        (captured on first use for the current caches and weights, which fix every argument's
-        shape and address), else ``run_step``. A graph that cannot be captured, or whose replay
-        differs from the direct run, is dropped and the fallback recorded. A graph's outputs
-        are its own buffers, overwritten by the next replay."""
+        """One decode frame on the first ``n`` cache rows (``n`` = the rows the arguments
+        hold): replayed from a CUDA graph when enabled (captured on first use per row count for
+        the current caches and weights, which fix every argument's shape and address), else
+        ``run_step``. A graph that cannot be captured, or whose replay differs from the direct
+        run, is dropped and the fallback recorded. A graph's outputs are its own buffers,
+        overwritten by the next replay."""
+        n = args[0].shape[0]
+        caches = self.first_rows(n)
         if not self.cuda_graph:
-            return self.run_step(*args)
-        if self._graph is None:
+            return self.run_step(*args, caches)
+        graph = self._graphs.get(n)
+        if graph is None:
             try:
-                self._graph = FrameGraph(self.run_step, args)
+                graph = FrameGraph(lambda *a: self.run_step(*a, caches), args)
             except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
                 self.fall_back("CUDA graph capture", e, "decoding without CUDA graphs")
                 self.cuda_graph = False
-                return self.run_step(*args)
+                return self.run_step(*args, caches)
+            self._graphs[n] = graph
             self.graph_captures += 1
-        return self._graph(*args)
+        return graph(*args)
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
@@ -164,11 +175,9 @@ class Engine:
                           type(wqkv).__name__, type(wqkv.weight).__name__)
 
     def release_graph(self) -> None:
-        if self._graph is not None:
-            self._graph.release()
-            self._graph = None
-        for graph in self._first_graphs.values():
+        for graph in [*self._graphs.values(), *self._first_graphs.values()]:
             graph.release()
+        self._graphs.clear()
         self._first_graphs.clear()
 
     def release(self) -> None:
@@ -233,13 +242,13 @@ class Engine:
               top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
               rand_fast: Tensor) -> tuple[Tensor, Tensor]:
         """One decode frame for cache rows ``0 .. n - 1`` (the arguments hold those rows;
-        ``fixed_rows``: every row, always). Returns the next columns ``[n, 1 + K]``, a tensor
-        the caller may keep, and the RAS windows (to copy out before the next frame)."""
+        ``fixed_rows``: ``n`` is a ``row_bucket``). Returns the next columns ``[n, 1 + K]``, a
+        tensor the caller may keep, and the RAS windows (to copy out before the next frame)."""
         args = (column, pos, window, temperature, top_p, top_k, rand_main, rand_high, rand_fast)
-        if n < self.caches.shape[0]:  # eager: the first rows only
+        if not self.fixed_rows:  # eager: any number of first rows
             return self.decode_frame(*args, caches=self.first_rows(n))
         column, window = self.step(*args)
-        return (column.clone() if self._graph is not None else column), window
+        return (column.clone() if n in self._graphs else column), window
 
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
                    top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
