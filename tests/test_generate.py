@@ -7,6 +7,7 @@ import torch
 
 from fish_core.loading.checkpoint import load_model
 from fish_core.engine.generate import Engine, cache_length
+from fish_core.engine.sampling import sample
 from fish_core.params import MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed, \
     random_seed
 
@@ -385,6 +386,25 @@ def test_prefill_first_frame_graph_is_exact_and_captured_once_per_row(model, gol
     engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert engine.first_captures == 2 and CpuFrameGraph.released == 1
     assert not engine.fallbacks
+
+
+def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatch):
+    """A prefill's first frame has no RAS window: it draws the main token once (not also the
+    high-temperature draw RAS would need) and each fast codebook once; the golden still holds."""
+    import fish_core.engine.generate as generate
+
+    calls = []
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return sample(*args)
+
+    monkeypatch.setattr(generate, "sample", counting)
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    result = Engine(model).generate(prompt, greedy(1))[0]
+    assert len(calls) == model.config.num_codebooks  # 1 main + (K - 1) fast codebooks
+    want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"][:, :1]
+    assert torch.equal(result.columns, want)
 
 
 def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch):

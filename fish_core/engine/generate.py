@@ -262,13 +262,14 @@ class Engine:
         caches = self.caches if caches is None else caches
         logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
         rand_main = rand_main.index_select(-1, self.allowed_ids)
-        rand_high = rand_high.index_select(-1, self.allowed_ids)
-        normal = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
-        high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
-        high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
-        high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
-        main = normal if window is None else ras_select(
-            normal, high, window, c.semantic_start_token_id, c.semantic_end_token_id)
+        main = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
+        if window is not None:  # RAS; a prefill has no window, so its high draw goes unused
+            high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
+            high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
+            rand_high = rand_high.index_select(-1, self.allowed_ids)
+            high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
+            main = ras_select(main, high, window, c.semantic_start_token_id,
+                              c.semantic_end_token_id)
 
         # Fast AR: position 0 is the slow hidden state, position 1 the semantic code c0; both
         # go in one pass (the reference runs them one by one and discards position 0's logits).
