@@ -264,6 +264,36 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
     assert environ() == before
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_rows_per_bucket_match_the_goldens(model, golden, monkeypatch):
+    """Serving compiled: the compiled step under the graph stand-in, one graph per bucket of
+    rows (a request alone in a 2-row batch, then a second joining it): each row's greedy
+    columns are the goldens."""
+    import fish_core.engine.generate as generate
+    from fish_core.engine.continuous import RowBatch
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    torch._dynamo.reset()
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    engine = Engine(model, compile=True, cuda_graph=True)
+    batch = RowBatch(engine, 2)
+    first, _ = batch.join(prompts["b_clone.batch0.prompt"], greedy(21), 0)
+    for _ in range(3):
+        batch.step()
+    assert engine.graph_rows == [1]
+    second, _ = batch.join(prompts["c_two_speakers.batch0.prompt"], greedy(9), 0)
+    got = {}
+    while batch.active:
+        batch.step()
+        for r in list(batch.active):
+            if batch.ended(r):
+                got[r] = batch.leave(r)
+    assert engine.graph_rows == [1, 2] and engine.compiled and not engine.fallbacks
+    assert torch.equal(got[first].columns, gen["b_clone.batch0.raw_new_columns"])
+    assert torch.equal(got[second].columns, gen["c_two_speakers.batch0.raw_new_columns"])
+
+
 def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
     import os
 
