@@ -8,10 +8,12 @@ inflates much less than wall time. The load average is recorded with the results
     python bench/bench_codec.py --config tiny                      # fixture codec (tests/fixtures)
     python bench/bench_codec.py --config real --long-repeats 1     # real size, random weights, fp32
     python bench/bench_codec.py --ckpt /path/to/s2-pro             # a real codec.pth
+    python bench/bench_codec.py --precision fp32 fp16 bf16 --snr   # per precision, SNR vs fp32
 """
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from fish_core.codec.model import DEFAULT_CHUNK_FRAMES, Codec, CodecConfig, build_codec  # noqa: E402
+from fish_core.engine.device import DTYPES  # noqa: E402
 
 
 def maxrss_mb() -> float:
@@ -62,6 +65,10 @@ def worker(args) -> dict:
     """One measurement in this process; prints a JSON line."""
     torch.set_num_threads(args.threads)
     codec = load(args)
+    dtype = DTYPES[args.precision[0]]
+    codec.set_precision(encode=dtype, decode=dtype)
+    if args.compile:
+        codec.compile_activations()
     frames = round(args.seconds * codec.sample_rate / codec.frame_length)
     gen = torch.Generator().manual_seed(1234)
     if args.op == "encode":
@@ -74,6 +81,18 @@ def worker(args) -> dict:
         data = (torch.rand(codec.num_codebooks, frames, generator=gen) * sizes[:, None]).long()
         run = lambda: codec.decode(data, chunk_frames=args.chunk_frames or None)  # noqa: E731
     rss_loaded = maxrss_mb()
+    snr = None
+    if args.snr and dtype != torch.float32:  # this precision's output against fp32's
+        ref = load(args)
+        out, want = run(), (ref.encode if args.op == "encode" else ref.decode)(
+            data, chunk_frames=args.chunk_frames or None)
+        if args.op == "encode":
+            snr = {"codes_equal_fraction": (out == want).float().mean().item()}
+        else:
+            noise = (out.double() - want.double()).pow(2).sum().item()
+            power = want.double().pow(2).sum().item()
+            snr = {"snr_db": 10 * math.log10(power / max(noise, 1e-300))}
+        del ref
     times, cpu = [], []
     for _ in range(args.repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -81,17 +100,21 @@ def worker(args) -> dict:
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     return {"times": times, "cpu": cpu, "rss_loaded_mb": rss_loaded, "rss_peak_mb": maxrss_mb(),
-            "frames": frames}
+            "frames": frames, "vs_fp32": snr}
 
 
-def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int) -> dict:
+def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int,
+            precision: str = "fp32") -> dict:
     cmd = [sys.executable, __file__, "--worker", "--op", op, "--seconds", str(seconds),
            "--chunk-frames", str(chunk_frames), "--repeats", str(repeats), "--threads", str(args.threads),
-           "--config", args.config] + (["--ckpt", args.ckpt] if args.ckpt else [])
+           "--config", args.config, "--precision", precision]
+    cmd += ["--ckpt", args.ckpt] if args.ckpt else []
+    cmd += ["--snr"] * args.snr + ["--compile"] * args.compile
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     result = json.loads(out.strip().splitlines()[-1])
     median = statistics.median(result["times"])
-    return {"op": op, "seconds": seconds, "mode": f"chunk {chunk_frames}" if chunk_frames else "whole",
+    return {"op": op, "seconds": seconds, "precision": precision, "vs_fp32": result["vs_fp32"],
+            "mode": f"chunk {chunk_frames}" if chunk_frames else "whole",
             "repeats": repeats, "median_s": median, "rtf": median / seconds,
             "median_cpu_s": statistics.median(result["cpu"]), "load_avg": os.getloadavg()[0],
             "peak_rss_mb": result["rss_peak_mb"], "activation_mb": result["rss_peak_mb"] - result["rss_loaded_mb"]}
@@ -109,6 +132,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (median)")
     parser.add_argument("--long-repeats", type=int, help="repeats for durations over 30 s (default --repeats)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--precision", nargs="+", choices=tuple(DTYPES), default=["fp32"],
+                        help="codec precisions to run (encode and decode alike)")
+    parser.add_argument("--snr", action="store_true",
+                        help="also the decode's SNR / encode's equal codes against fp32")
+    parser.add_argument("--compile", action="store_true", help="codec.compile_activations()")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", choices=("encode", "decode"), help=argparse.SUPPRESS)
@@ -116,21 +144,25 @@ def main():
 
     if args.worker:
         args.seconds = args.seconds[0]
+        args.precision = args.precision[:1]
         print(json.dumps(worker(args)))
         return
 
     rows = []
-    print(f"{'op':7} {'audio':>6} {'mode':>9} {'n':>2} {'median s':>9} {'RTF':>7} {'CPU s':>8} "
-          f"{'peak RSS MB':>12} {'activ. MB':>10} {'load':>5}")
+    print(f"{'op':7} {'prec':>5} {'audio':>6} {'mode':>9} {'n':>2} {'median s':>9} {'RTF':>7} "
+          f"{'CPU s':>8} {'peak RSS MB':>12} {'activ. MB':>10} {'load':>5}  vs fp32")
     for seconds in args.seconds:
         repeats = args.long_repeats if args.long_repeats and seconds > 30 else args.repeats
         for op in args.ops:
             for mode in args.modes:
-                row = measure(args, op, seconds, args.chunk_frames if mode == "chunked" else 0, repeats)
-                rows.append(row)
-                print(f"{op:7} {seconds:5.0f}s {row['mode']:>9} {repeats:2d} {row['median_s']:9.3f} "
-                      f"{row['rtf']:7.3f} {row['median_cpu_s']:8.2f} {row['peak_rss_mb']:12.0f} "
-                      f"{row['activation_mb']:10.0f} {row['load_avg']:5.1f}", flush=True)
+                for precision in args.precision:
+                    row = measure(args, op, seconds, args.chunk_frames if mode == "chunked" else 0,
+                                  repeats, precision)
+                    rows.append(row)
+                    print(f"{op:7} {precision:>5} {seconds:5.0f}s {row['mode']:>9} {repeats:2d} "
+                          f"{row['median_s']:9.3f} {row['rtf']:7.3f} {row['median_cpu_s']:8.2f} "
+                          f"{row['peak_rss_mb']:12.0f} {row['activation_mb']:10.0f} "
+                          f"{row['load_avg']:5.1f}  {row['vs_fp32'] or ''}", flush=True)
     if args.json:
         meta = {"config": args.ckpt or args.config, "threads": args.threads, "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))

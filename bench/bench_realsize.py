@@ -67,7 +67,7 @@ def one(args) -> dict:
     import quant
     from bench_cpu import frame_bytes, frame_rate, text_prompt
     from fish_core.codec.model import Codec
-    from fish_core.engine.device import codec_dtype_for
+    from fish_core.engine.device import codec_dtypes_for
     from fish_core.loading.checkpoint import load_model
     from fish_core.params import SamplingParams
     from fish_core.local.synthesizer import Synthesizer
@@ -98,7 +98,8 @@ def one(args) -> dict:
     if args.load_only:
         return out
 
-    codec = Codec.from_file(args.model, device, codec_dtype_for(device, dtype))
+    encode, decode = codec_dtypes_for(device)
+    codec = Codec.from_file(args.model, device, encode, decode_dtype=decode)
     synth = Synthesizer(model, FishTokenizer.from_dir(args.model), codec)
     engine = synth.engine
     prompt = text_prompt(args.model, args.text)

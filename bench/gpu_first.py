@@ -19,11 +19,19 @@ others with it; a stage that does not fit in what is left of the budget is skipp
     serving        continuous batching (engine rows joining a running decode): frames/s with
                    1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
                    join with and without KV reuse
-    realsize-load  a stand-in checkpoint in the real file layout written to a temporary folder
-                   (bench/make_standin.py, LLM only), then loaded by a fresh process per
-                   precision (bf16, int8, int4): load seconds, host peak RSS added by the
-                   load over the weights' bytes, VRAM (bench/bench_realsize.py --load-only)
+    ttfa           time to first audio (bf16, CUDA graph): prefill + first frame at several
+                   prompt lengths (no recompile, one first-frame graph), then prefill + the
+                   first chunk's frames + its codec decode (default precisions) for first
+                   chunks of 1-8 frames, split into its parts; ops and host syncs of a join
+    codec-fast     codec per precision (fp32, fp16, bf16; fp16 + compiled Snake on CUDA):
+                   encode / decode × real time, decode SNR against fp32, encode codes equal
     bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
+    realsize-load  (only when named in --stages: it needs ~150-280 s, more than the default
+                   budget leaves) a stand-in checkpoint in the real file layout written to a
+                   temporary folder (bench/make_standin.py, LLM only), then loaded by a fresh
+                   process per precision (bf16, int8, int4): load seconds, host peak RSS added
+                   by the load over the weights' bytes, VRAM (bench/bench_realsize.py
+                   --load-only)
 
 Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
 fraction of the copy bandwidth measured in preflight (bytes per frame / frame time against
@@ -71,6 +79,7 @@ class Stage:
     frames: int = 64
     repeats: int = 2
     needs: str | None = None  # an optional package the stage needs (from preflight)
+    default: bool = True  # run when --stages is not given
 
 
 STAGES = [
@@ -83,8 +92,10 @@ STAGES = [
     Stage("int4", 80, 30, "int4", needs="torchao"),
     Stage("codec", 60, 15),
     Stage("serving", 150, 45, "none", frames=32),
-    Stage("realsize-load", 280, 150),
+    Stage("ttfa", 120, 30, "none"),
+    Stage("codec-fast", 180, 30),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
+    Stage("realsize-load", 280, 150, default=False),
 ]
 BY_NAME = {s.name: s for s in STAGES}
 
@@ -357,6 +368,140 @@ def serving(args, stage: Stage) -> dict:
     return out
 
 
+# ------------------------------------------------- time to first audio, the codec's precisions
+TTFA_PROMPT_LENGTHS = (64, 128, 256, 512)
+TTFA_FIRST_FRAMES = (1, 2, 4, 8)
+
+
+def join_profile(engine, prompt, device) -> dict:
+    """What one prompt's join (prefill + first frame) runs: the ATen ops called from Python,
+    the host syncs among them and, on CUDA, the kernels launched."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from fish_core.params import SamplingParams
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                           else [])
+    with profile(activities=activities) as prof:
+        engine.generate(prompt, SamplingParams(max_new_tokens=1), seed=0)
+        sync(device)
+    events = prof.events()
+    top = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
+    out = {"aten_ops": len(top),  # values read on the host (.item(), .tolist())
+           "scalar_reads": sum(e.name == "aten::_local_scalar_dense" for e in events)}
+    if device.type == "cuda":
+        out["stream_syncs"] = sum(e.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+                                  for e in events)
+        out["kernel_launches"] = sum(e.name in ("cudaLaunchKernel", "cudaLaunchKernelExC",
+                                                "cuLaunchKernel", "cudaGraphLaunch")
+                                     for e in events)
+    return out
+
+
+def ttfa_stage(args) -> dict:
+    """Time to first audio at batch 1 (bf16, CUDA graph on CUDA), median of 3 after a warm-up:
+    prefill + first frame per prompt length, then per first-chunk size (``first_frames``, the
+    setting streams use: ``params.FIRST_FRAMES``) the whole and its parts: prefill + frames,
+    and the codec decode of those frames in the default precisions (``codec_dtypes_for``)."""
+    import torch
+
+    import bench_decode
+    from fish_core.engine.device import codec_dtypes_for
+    from fish_core.engine.generate import Engine
+    from fish_core.params import FIRST_FRAMES, SamplingParams
+
+    device = torch.device(args.device)
+    model = random_model(bench_decode.make_config(args.config), device, torch.bfloat16)
+    engine = Engine(model, cuda_graph=device.type == "cuda")
+
+    def median_s(fn) -> float:
+        fn()  # warm-up (a first-frame graph is captured here, once per row)
+        return round(statistics.median(bench_decode.timed(fn, device)[0] for _ in range(3)), 4)
+
+    one = SamplingParams(max_new_tokens=1)
+    lengths = [n for n in TTFA_PROMPT_LENGTHS if n < engine.max_context - 16]
+    prefill = {}
+    for n in lengths:
+        prompt = bench_decode.prompt_for(model.config, n)
+        prefill[n] = median_s(lambda: engine.generate(prompt, one, seed=0))
+    out = {"prefill_first_frame_s": prefill,
+           "prefill_tokens_per_s": {n: round(n / t, 1) for n, t in prefill.items()},
+           "first_frame_graphs": engine.first_captures}
+    prompt = bench_decode.prompt_for(model.config, args.prompt_len)
+    out["join_profile"] = join_profile(engine, prompt, device)
+
+    codec = make_codec(args, device)
+    encode_dtype, decode_dtype = codec_dtypes_for(device)
+    codec.set_precision(encode=encode_dtype, decode=decode_dtype)
+    out["codec_decode_dtype"] = str(decode_dtype).removeprefix("torch.")
+    rows = {}
+    for frames in TTFA_FIRST_FRAMES:
+        params = SamplingParams(max_new_tokens=frames)
+        codes = engine.generate(prompt, params, seed=0, stop_on_eos=False)[0].codes.to(device)
+        generate_s = median_s(lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False))
+        decode_s = median_s(lambda: codec.decode_chunk(codes[None], {}))
+        total = round(bench_decode.time_to_first_audio(engine, codec, prompt, frames, device, 3),
+                      4)
+        rows[frames] = {"ttfa_s": total, "prefill_and_frames_s": generate_s,
+                        "codec_decode_s": decode_s}
+    out.update(first_frames_setting=FIRST_FRAMES, by_first_frames=rows,
+               ttfa_s=rows.get(FIRST_FRAMES, {}).get("ttfa_s"),
+               graph_captures=engine.graph_captures, fallbacks=list(engine.fallbacks))
+    return out
+
+
+CODEC_PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def codec_precisions(args) -> dict:
+    """The codec in each precision (both paths), chunked as by default on the device: encode
+    and decode × real time (median of 3), the decode's SNR against fp32's and the fraction of
+    encode codes equal to fp32's; on CUDA also fp16 with ``compile_activations`` (its compile
+    seconds apart)."""
+    import math
+
+    import torch
+
+    import bench_decode
+    from fish_core.engine.device import DTYPES
+
+    device = torch.device(args.device)
+    codec = make_codec(args, device)
+    seconds = 10.0 if device.type == "cuda" else 1.0  # the CPU dry run: fp16 convs are slow
+    frames = round(seconds * codec.sample_rate / codec.frame_length)
+    gen = torch.Generator().manual_seed(0)
+    audio = 0.1 * torch.randn(frames * codec.frame_length, generator=gen)
+    audio_s = frames * codec.frame_length / codec.sample_rate
+    out = {"audio_s": round(audio_s, 2), "precisions": {}}
+    reference = None
+    runs = [(p, False) for p in CODEC_PRECISIONS] + [("fp16", True)] * (device.type == "cuda")
+    for precision, compiled in runs:
+        dtype = DTYPES[precision]
+        codec.set_precision(encode=dtype, decode=dtype)
+        row = {}
+        if compiled:
+            codec.compile_activations()
+        t0 = time.perf_counter()
+        codes = codec.encode(audio)[0]  # also the warm-up (and the compile)
+        wave = codec.decode(reference[0] if reference else codes)
+        sync(device)
+        if compiled:
+            row["compile_s"] = round(time.perf_counter() - t0, 1)
+        if reference is None:
+            reference = (codes, wave)
+        else:
+            noise = (wave.double() - reference[1].double()).pow(2).sum().item()
+            power = reference[1].double().pow(2).sum().item()
+            row["decode_snr_db"] = round(10 * math.log10(power / max(noise, 1e-300)), 1)
+            row["encode_codes_equal"] = round((codes == reference[0]).float().mean().item(), 4)
+        for op, run in (("encode", lambda: codec.encode(audio)),
+                        ("decode", lambda: codec.decode(reference[0]))):
+            median = statistics.median(bench_decode.timed(run, device)[0] for _ in range(3))
+            row[f"{op}_x_realtime"] = round(audio_s / median, 1)
+        out["precisions"][precision + ("-compiled" if compiled else "")] = row
+    return out
+
+
 def run_stage(args) -> dict:
     """The body of one stage, in this (child) process; warnings are recorded, not printed."""
     import torch
@@ -376,6 +521,10 @@ def run_stage(args) -> dict:
             out = serving(args, stage)
         elif stage.name == "realsize-load":
             out = realsize_load(args)
+        elif stage.name == "ttfa":
+            out = ttfa_stage(args)
+        elif stage.name == "codec-fast":
+            out = codec_precisions(args)
         else:
             out = decode(args, stage)
     messages = list(dict.fromkeys(str(w.message).splitlines()[0][:300] for w in caught))
@@ -419,7 +568,7 @@ def skip_reason(stage: Stage, left: float, preflight: dict | None) -> str | None
 
 
 def drive(args) -> dict:
-    names = args.stages.split(",") if args.stages else [s.name for s in STAGES]
+    names = args.stages.split(",") if args.stages else [s.name for s in STAGES if s.default]
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         sys.exit(f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
@@ -506,7 +655,9 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=300.0, help="seconds for all stages")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="GB/s for the fraction of the bound (default: measured in preflight)")
-    ap.add_argument("--stages", help=f"comma list, in order (default all: {','.join(BY_NAME)})")
+    defaults = ",".join(s.name for s in STAGES if s.default)
+    ap.add_argument("--stages", help=f"comma list, in order (default all but realsize-load: "
+                    f"{defaults})")
     ap.add_argument("--json", help="output file (default $OUT/gpu_first.json, else ./gpu_first.json)")
     ap.add_argument("--fail-stage", help="make this stage raise (to test that the others report)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)  # child: run one stage

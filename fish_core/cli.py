@@ -45,7 +45,7 @@ except ImportError:  # `pip install .` leaves torch to you (ComfyUI owns it in i
 
 from .loading import hub
 from .engine import threads
-from .engine.device import PRECISIONS, codec_dtype_for, resolve_device, resolve_dtype
+from .engine.device import PRECISIONS, codec_dtypes_for, resolve_device
 from .params import DEFAULTS, FIRST_FRAMES, Cancelled, SamplingParams, check_seed
 from .outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_audio_output, check_output, take_paths, write_audio, write_or_keep)
@@ -509,12 +509,14 @@ def load_synth(args):
         threads=args.threads)  # the count main() applied
 
 
-def load_codec(args, dtype: torch.dtype | None = None):
-    """Only the codec of ``--model`` (float32 unless ``dtype``)."""
+def load_codec(args):
+    """Only the codec of ``--model``, in its default precisions (``codec_dtypes_for``)."""
     from .codec.model import Codec
 
     folder = hub.resolve(args.model, models_dir=args.models_dir, download=not args.no_download)
-    return Codec.from_file(folder, resolve_device(args.device), dtype or torch.float32)
+    device = resolve_device(args.device)
+    encode, decode = codec_dtypes_for(device)
+    return Codec.from_file(folder, device, encode, decode_dtype=decode)
 
 
 def sampling(args) -> dict:
@@ -852,8 +854,7 @@ def cmd_voice(args) -> str:
     if args.voice_command == "register":
         return cmd_voice_register(args)
     lexicon = finishing(args).get("lexicon")
-    device = resolve_device(args.device)  # the codec as `say` would load it: same codes
-    codec = load_codec(args, codec_dtype_for(device, resolve_dtype(args.precision, device)))
+    codec = load_codec(args)  # as `say` loads it (codec_dtypes_for): the same codes
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     notes = []
     if args.voice_command == "from-take":

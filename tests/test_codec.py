@@ -12,11 +12,13 @@ import torch.nn.functional as F
 
 from conftest import read_sizes
 from fish_core.audio.files import load_audio
-from fish_core.codec.model import Codec, build_codec
+from fish_core.codec.model import (DEFAULT_CHUNK_FRAMES, GPU_CHUNK_FRAMES, Codec, build_codec,
+                                   chunk_frames_for)
 from fish_core.codec.checkpoint import read_checkpoint
 from fish_core.codec.config import CodecConfig, CodecLoadError
 from fish_core.codec.files import decode_to_file, encode_file
 from fish_core.codec.layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from fish_core.engine.device import CODEC_FAST_DECODE, CODEC_FAST_SNR_DB, codec_dtypes_for
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -418,6 +420,96 @@ def test_half_precision_runs(ckpt_dir, codec, dtype):
     rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
     assert rms(wave - ref) < 0.1 * rms(ref)  # measured: bf16 ~0.02, fp16 ~0.003
     assert half.encode(ref[0, 0]).shape == (1, codec.num_codebooks, codes.shape[-1])
+
+
+def snr_db(wave: torch.Tensor, ref: torch.Tensor) -> float:
+    """Signal-to-noise ratio of ``wave`` against ``ref`` in dB."""
+    noise = (wave.double() - ref.double()).pow(2).sum().item()
+    return 10 * math.log10(ref.double().pow(2).sum().item() / max(noise, 1e-300))
+
+
+@pytest.fixture(scope="module")
+def fast(ckpt_dir) -> Codec:
+    """The codec as a GPU loads it by default: fp32 encode, fast-precision decode."""
+    return Codec.from_file(ckpt_dir, decode_dtype=CODEC_FAST_DECODE)
+
+
+def test_default_precisions_by_device():
+    assert codec_dtypes_for(torch.device("cpu")) == (torch.float32, torch.float32)
+    assert codec_dtypes_for(torch.device("cuda")) == (torch.float32, CODEC_FAST_DECODE)
+    assert chunk_frames_for("cpu") == DEFAULT_CHUNK_FRAMES
+    assert chunk_frames_for(torch.device("cuda")) == GPU_CHUNK_FRAMES
+
+
+def test_fast_decode_within_tolerance_of_fp32(fast, codec, gold, long_codes):
+    """The stated tolerance that makes the fast precision the GPU default: its waveform within
+    CODEC_FAST_SNR_DB of fp32 (measured 52 dB in fp16 on the fixture, bf16 only 35 dB)."""
+    assert (fast.decode_dtype, fast.encode_dtype) == (CODEC_FAST_DECODE, torch.float32)
+    assert next(fast.decoder.parameters()).dtype == CODEC_FAST_DECODE
+    assert next(fast.quantizer.post_module.parameters()).dtype == CODEC_FAST_DECODE
+    wave = fast.decode(gold["codes"])
+    assert wave.dtype == torch.float32 and wave.shape == (1, 1, gold["decode"].numel())
+    assert snr_db(wave[0, 0], gold["decode"]) >= CODEC_FAST_SNR_DB
+    ref = codec.decode(long_codes, chunk_frames=None)
+    assert snr_db(fast.decode(long_codes, chunk_frames=None), ref) >= CODEC_FAST_SNR_DB
+
+
+def test_fast_codec_encodes_the_golden_codes_exactly(fast, gold):
+    """Encode stays fp32 beside a fast decode: a voice's codes do not depend on the device."""
+    assert torch.equal(fast.encode(gold["wave"])[0], gold["codes"])
+    assert torch.equal(fast.encode(gold["wave"], chunk_frames=3)[0], gold["codes"])
+
+
+@pytest.mark.parametrize("dtype,tolerance_db", [(CODEC_FAST_DECODE, CODEC_FAST_SNR_DB),
+                                                (torch.bfloat16, 30.0)])
+def test_reduced_precision_streamed_equals_whole(ckpt_dir, codec, long_codes, dtype,
+                                                 tolerance_db):
+    """Streamed = whole in every precision, within that precision's tolerance (rounding differs
+    with the chunk's length; fp32 holds to 1e-5 above)."""
+    half = Codec.from_file(ckpt_dir, decode_dtype=dtype)
+    whole = half.decode(long_codes, chunk_frames=None)
+    for chunk in (1, 5):
+        assert snr_db(half.decode(long_codes, chunk_frames=chunk), whole) >= tolerance_db
+    state, pieces, start = {}, [], 0
+    for size in (1, 4, 2, 9, 3):
+        pieces.append(half.decode_chunk(long_codes[..., start:start + size], state))
+        start += size
+    got = torch.cat(pieces, dim=-1)
+    assert snr_db(got, whole[..., : got.shape[-1]]) >= tolerance_db
+    ref = codec.decode(long_codes[..., :start], chunk_frames=None)
+    assert snr_db(got, ref) >= tolerance_db
+
+
+def _compiler_available() -> bool:
+    import shutil
+
+    return shutil.which("cc") is not None or shutil.which("gcc") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_activations_match_eager(ckpt_dir, gold, long_codes, codec):
+    """``compile_activations``: the goldens still hold, chunks of other lengths reuse the
+    kernel (no recompile), and the fast precision keeps its tolerance."""
+    torch._dynamo.reset()
+    compiled = Codec.from_file(ckpt_dir).compile_activations()
+    torch.testing.assert_close(compiled.decode(gold["codes"])[0, 0], gold["decode"], atol=1e-4,
+                               rtol=0)
+    assert torch.equal(compiled.encode(gold["wave"])[0], gold["codes"])
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        chunked = compiled.decode(long_codes, chunk_frames=5)
+        whole = compiled.decode(long_codes, chunk_frames=None)
+    assert (chunked - whole).abs().max().item() <= 1e-5
+    assert (whole - codec.decode(long_codes, chunk_frames=None)).abs().max().item() <= 1e-4
+    fast = Codec.from_file(ckpt_dir, decode_dtype=CODEC_FAST_DECODE).compile_activations()
+    assert snr_db(fast.decode(long_codes, chunk_frames=5), whole) >= CODEC_FAST_SNR_DB
+
+
+def test_set_precision_names_a_bad_dtype(ckpt_dir):
+    codec = Codec.from_file(ckpt_dir)
+    with pytest.raises(ValueError, match="codec precision must be a float dtype"):
+        codec.set_precision(decode=torch.int8)
+    assert codec.decode_dtype == torch.float32  # nothing cast
 
 
 def test_encode_file_and_decode_to_file(codec, gold, tmp_path):

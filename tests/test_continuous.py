@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from fish_core.engine.continuous import RowBatch
+from fish_core.engine.continuous import RowBatch, row_bucket
 from fish_core.engine.generate import Engine
 from fish_core.params import GenerationError, SamplingParams
 from fish_core.local.driver import JobRows, SpeechJob
@@ -217,10 +217,48 @@ def test_rows_on_the_graph_path_are_exact_and_capture_once_per_cache(tiny_synth,
     for i, r in enumerate(rows):
         assert torch.equal(got[r].columns, alone(tiny_synth, ps[i], params[i], 60 + i).columns)
     assert torch.equal(got["late"].columns, alone(tiny_synth, ps[3], SAMPLED, 63).columns)
-    assert CpuFrameGraph.captures == 1 and engine.graph_captures == 1
+    buckets = engine.graph_rows  # one capture per bucket of rows used (row_bucket)
+    assert 3 in buckets and set(buckets) <= {1, 2, 3}
+    assert CpuFrameGraph.captures == engine.graph_captures == len(buckets)
     batch.join(ps[0], SamplingParams(0.8, 0.8, 30, engine.caches.shape[1]), 64)  # grows
     batch.step()
-    assert CpuFrameGraph.captures == 2 and CpuFrameGraph.released == 1
+    assert CpuFrameGraph.captures == len(buckets) + 1
+    assert CpuFrameGraph.released == len(buckets) and engine.graph_rows == [1]
+
+
+def test_row_buckets():
+    assert [row_bucket(n, 8) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
+    assert row_bucket(5, 6) == 6 and row_bucket(1, 1) == 1
+
+
+def test_graph_per_row_bucket_is_exact_and_joins_run_beside(tiny_synth, voice, monkeypatch):
+    """An 8-row batch decodes only the bucket of rows in use (1, then 4 once three rows run):
+    one graph per bucket, and every row still makes its single-run codes."""
+    import fish_core.engine.generate as generate
+    from test_generate import CpuFrameGraph
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    ps = prompts(tiny_synth, voice)
+    engine = Engine(tiny_synth.model, cuda_graph=True)
+    batch = RowBatch(engine, 8)
+    params = SamplingParams(0.8, 0.8, 30, 8)
+    first, _ = batch.join(ps[0], params, 70)
+    for _ in range(3):
+        batch.step()
+    assert engine.graph_rows == [1]
+    later, _ = batch.join_many(ps[1:3], [params, params], [71, 72])
+    assert later == [1, 2]
+    got = {}
+    while batch.active:
+        batch.step()
+        for r in list(batch.active):
+            if batch.ended(r):
+                got[r] = batch.leave(r)
+    assert engine.graph_rows == [1, 4]  # rows 1 and 2 run to the end together
+    assert CpuFrameGraph.captures == engine.graph_captures == len(engine.graph_rows)
+    for r, i in ((first, 0), (1, 1), (2, 2)):
+        assert torch.equal(got[r].columns, alone(tiny_synth, ps[i], params, 70 + i).columns)
 
 
 def test_a_newer_decode_or_a_release_stops_an_older_one(tiny_synth, voice):

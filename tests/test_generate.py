@@ -7,6 +7,7 @@ import torch
 
 from fish_core.loading.checkpoint import load_model
 from fish_core.engine.generate import Engine, cache_length
+from fish_core.engine.sampling import sample
 from fish_core.params import (MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed,
                               random_seed)
 
@@ -264,6 +265,36 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
     assert environ() == before
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _compiler_available(), reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_rows_per_bucket_match_the_goldens(model, golden, monkeypatch):
+    """Serving compiled: the compiled step under the graph stand-in, one graph per bucket of
+    rows (a request alone in a 2-row batch, then a second joining it): each row's greedy
+    columns are the goldens."""
+    import fish_core.engine.generate as generate
+    from fish_core.engine.continuous import RowBatch
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    torch._dynamo.reset()
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    engine = Engine(model, compile=True, cuda_graph=True)
+    batch = RowBatch(engine, 2)
+    first, _ = batch.join(prompts["b_clone.batch0.prompt"], greedy(21), 0)
+    for _ in range(3):
+        batch.step()
+    assert engine.graph_rows == [1]
+    second, _ = batch.join(prompts["c_two_speakers.batch0.prompt"], greedy(9), 0)
+    got = {}
+    while batch.active:
+        batch.step()
+        for r in list(batch.active):
+            if batch.ended(r):
+                got[r] = batch.leave(r)
+    assert engine.graph_rows == [1, 2] and engine.compiled and not engine.fallbacks
+    assert torch.equal(got[first].columns, gen["b_clone.batch0.raw_new_columns"])
+    assert torch.equal(got[second].columns, gen["c_two_speakers.batch0.raw_new_columns"])
+
+
 def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
     import os
 
@@ -362,6 +393,66 @@ def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, m
     engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert CpuFrameGraph.captures == 2  # a bigger cache: a new graph
     assert CpuFrameGraph.released == 1  # the old one is freed with its cache
+
+
+def test_prefill_first_frame_graph_is_exact_and_captured_once_per_row(model, golden,
+                                                                      monkeypatch):
+    """A one-prompt join's first frame replays a graph captured per cache row: the golden
+    columns still come out, a second request in the same row reuses the graph, and a new cache
+    frees it."""
+    import fish_core.engine.generate as generate
+
+    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    engine = Engine(model)  # the CPU: no graph unless asked, as on a GPU with cuda_graph=False
+    assert not engine.prefill_graph
+    engine.prefill_graph = True
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    for _ in range(2):
+        result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+        assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
+    result = engine.generate(prompts["c_two_speakers.batch0.prompt"], greedy(9))[0]
+    assert torch.equal(result.columns, gen["c_two_speakers.batch0.raw_new_columns"])
+    assert engine.first_captures == 1 and CpuFrameGraph.captures == 1
+    engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    assert engine.first_captures == 2 and CpuFrameGraph.released == 1
+    assert not engine.fallbacks
+
+
+def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatch):
+    """A prefill's first frame has no RAS window: it draws the main token once (not also the
+    high-temperature draw RAS would need) and each fast codebook once; the golden still holds."""
+    import fish_core.engine.generate as generate
+
+    calls = []
+
+    def counting(*args):
+        calls.append(args[0].shape)
+        return sample(*args)
+
+    monkeypatch.setattr(generate, "sample", counting)
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    result = Engine(model).generate(prompt, greedy(1))[0]
+    assert len(calls) == model.config.num_codebooks  # 1 main + (K - 1) fast codebooks
+    want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"][:, :1]
+    assert torch.equal(result.columns, want)
+
+
+def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch):
+    import fish_core.engine.generate as generate
+
+    def broken(fn, args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(generate, "FrameGraph", broken)
+    engine = Engine(model)
+    engine.prefill_graph = True
+    prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
+    with pytest.warns(UserWarning, match="first frames without a graph"):
+        result = engine.generate(prompt, greedy(21))[0]
+    want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"]
+    assert torch.equal(result.columns, want)
+    assert not engine.prefill_graph and engine.first_captures == 0
 
 
 def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,

@@ -79,3 +79,44 @@ def test_realsize_load_stage_dry_run(tmp_path):
         assert load["load_added_over_weights"] > 0
     assert row["loads"]["int4"]["weight_bytes"] < row["loads"]["bf16"]["weight_bytes"]
     assert "| realsize-load | ok |" in stdout
+
+
+def test_ttfa_and_codec_precision_stages_dry_run(tmp_path):
+    """Time to first audio by prompt length and first-chunk size, split into its parts, and the
+    codec per precision against fp32 (the CPU dry run: short audio, no compile)."""
+    from fish_core.engine.device import CODEC_FAST_SNR_DB
+    from fish_core.params import FIRST_FRAMES
+
+    report, stdout = run(tmp_path, "--stages", "ttfa,codec-fast", "--budget", "800")
+    ttfa = report["stages"]["ttfa"]
+    assert ttfa["status"] == "ok", ttfa
+    row = ttfa["result"]
+    prefill = row["prefill_first_frame_s"]
+    assert prefill and all(t > 0 for t in prefill.values())
+    assert row["first_frame_graphs"] == 0  # no CUDA graph on the CPU
+    assert row["join_profile"]["aten_ops"] > 0 and row["codec_decode_dtype"] == "float32"
+    assert list(row["by_first_frames"]) == ["1", "2", "4", "8"]
+    for parts in row["by_first_frames"].values():
+        assert parts["ttfa_s"] > 0 and parts["prefill_and_frames_s"] > 0
+        assert parts["codec_decode_s"] > 0
+    assert row["first_frames_setting"] == FIRST_FRAMES
+    assert row["ttfa_s"] == row["by_first_frames"][str(FIRST_FRAMES)]["ttfa_s"]
+
+    codec = report["stages"]["codec-fast"]
+    assert codec["status"] == "ok", codec
+    precisions = codec["result"]["precisions"]
+    assert list(precisions) == ["fp32", "fp16", "bf16"]  # compiled only on CUDA
+    assert precisions["fp16"]["decode_snr_db"] >= CODEC_FAST_SNR_DB
+    assert 0 <= precisions["bf16"]["encode_codes_equal"] <= 1
+    assert all(p["encode_x_realtime"] > 0 and p["decode_x_realtime"] > 0
+               for p in precisions.values())
+    assert "| ttfa | ok |" in stdout and "| codec-fast | ok |" in stdout
+
+
+def test_realsize_load_runs_only_when_named():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_first
+
+    defaults = [s.name for s in gpu_first.STAGES if s.default]
+    assert "realsize-load" not in defaults and "ttfa" in defaults and "codec-fast" in defaults
+    assert "realsize-load" in gpu_first.BY_NAME

@@ -267,3 +267,13 @@ def test_timeline_json_has_one_shape(synth, voice):
     srt = "1\n00:00:00,200 --> 00:00:01,000\nHi.\n"
     subtitles = json.loads(timeline_json([synth.subtitles(srt, voice, seed=1, **FAST)]))
     assert set(subtitles) == set(data) and set(subtitles["takes"][0]) == set(data["takes"][0])
+
+
+def test_codec_precision_default_and_choice(synth, ckpt_dir):
+    """The codec loads in codec_dtypes_for(device) (fp32 on the CPU) unless ``codec_dtype``
+    names one precision for both paths (a name or a torch dtype)."""
+    assert (synth.codec.encode_dtype, synth.codec.decode_dtype) == (torch.float32, torch.float32)
+    half = Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", codec_dtype="fp16")
+    assert (half.codec.encode_dtype, half.codec.decode_dtype) == (torch.float16, torch.float16)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", codec_dtype="fp12")

@@ -8,18 +8,18 @@ from pathlib import Path
 from torch import Tensor
 
 from ..audio.files import MAX_SECONDS, load_audio, save_audio
-from .model import DEFAULT_CHUNK_FRAMES, Codec
+from .model import Codec
 
 
 def encode_file(codec: Codec, path, *, max_seconds: float = MAX_SECONDS,
-                chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> Tensor:
+                chunk_frames: int | str | None = "auto") -> Tensor:
     """Audio file -> codes [num_codebooks, n] (int64, CPU). Raises AudioError for unusable audio."""
     wave = load_audio(path, target_sr=codec.sample_rate, max_seconds=max_seconds)
     return codec.encode(wave, chunk_frames=chunk_frames)[0].cpu()
 
 
 def decode_to_file(codec: Codec, codes: Tensor, path, *, subtype: str | None = None,
-                   chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> Path:
+                   chunk_frames: int | str | None = "auto") -> Path:
     """Codes [num_codebooks, n] -> audio file (.wav/.flac, 16-bit PCM by default). Returns the
     path."""
     if codes.ndim != 2:

@@ -91,16 +91,28 @@ class CausalConvTranspose1d(Stateful, nn.Module):
         return self.conv(x)[..., skip:skip + length]
 
 
+def snake(x: Tensor, alpha: Tensor, inverse: Tensor) -> Tensor:
+    """The Snake activation as one expression (what ``Codec.compile_activations`` compiles into
+    one fused kernel); ``inverse`` is 1 / (alpha + 1e-9)."""
+    return x + torch.sin(alpha * x).pow(2) * inverse
+
+
 class Snake(nn.Module):
     """x + sin(alpha * x)^2 / (alpha + 1e-9), per channel."""
+
+    compiled = None  # torch.compile(snake), set by Codec.compile_activations
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: Tensor) -> Tensor:  # [B, C, L]
-        y = torch.sin(self.alpha * x)
-        y.pow_(2).mul_((self.alpha + 1e-9).reciprocal())
+        # 1e-9 in fp32: in fp16 it would round to 0 (and a zero alpha divide by zero)
+        inverse = (self.alpha.float() + 1e-9).reciprocal().to(x.dtype)
+        if self.compiled is not None:
+            return self.compiled(x, self.alpha, inverse)
+        y = torch.sin(self.alpha * x)  # eager: in place, two [B, C, L] buffers at most
+        y.pow_(2).mul_(inverse)
         return y.add_(x)
 
 

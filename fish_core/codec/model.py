@@ -36,14 +36,22 @@ from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize
                          read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
-                     State, Stateful)
+                     State, Stateful, snake)
 from .quantizer import Quantizer
 from .transformer import WindowedTransformer
 
 CHECKPOINT_NAME = "codec.pth"
-# Frames per chunk when encode/decode chunk automatically: ~1.5 s of audio, ~1 GB of fp32
-# activations for the real decoder on CPU, no slower than larger chunks (bench/bench_codec.py).
+# Frames per chunk when encode/decode chunk automatically (``chunk_frames="auto"``). CPU: ~1.5 s
+# of audio, ~1 GB of fp32 activations for the real decoder, no slower than larger chunks
+# (bench/bench_codec.py). GPU: ~6 s, ~2 GB of fp16 activations for the real decoder; larger
+# chunks keep a big GPU busy (bench/gpu_first.py's codec stage times both).
 DEFAULT_CHUNK_FRAMES = 32
+GPU_CHUNK_FRAMES = 128
+
+
+def chunk_frames_for(device: torch.device) -> int:
+    """Frames per chunk of an automatically chunked encode/decode on ``device``."""
+    return DEFAULT_CHUNK_FRAMES if torch.device(device).type == "cpu" else GPU_CHUNK_FRAMES
 
 
 class Encoder(Block):
@@ -89,8 +97,8 @@ class Decoder(Stateful, nn.Module):
 class Codec(nn.Module):
     """The S2-Pro audio codec. ``encode``: audio -> codes; ``decode``: codes -> audio.
 
-    Both run chunk by chunk (``chunk_frames`` frames of 2048 samples, default
-    ``DEFAULT_CHUNK_FRAMES``; ``None`` = one chunk) and give the whole-input result.
+    Both run chunk by chunk (``chunk_frames`` frames of 2048 samples; ``"auto"``:
+    ``chunk_frames_for(device)``; ``None`` = one chunk) and give the whole-input result.
     For streaming, call ``encode_chunk`` / ``decode_chunk`` with one ``state = {}`` per stream.
     """
 
@@ -120,18 +128,63 @@ class Codec(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
+        """The decode precision (``decode_dtype``)."""
+        return self.decode_dtype
+
+    @property
+    def decode_dtype(self) -> torch.dtype:
+        """Precision of the decode path (post transformer, upsample, decoder)."""
         return self.decoder.model[0].conv.weight.dtype
 
+    @property
+    def encode_dtype(self) -> torch.dtype:
+        """Precision of the encode path (encoder, downsample, pre transformer, VQ codebooks)."""
+        return self.encoder.block[0].conv.weight.dtype
+
+    def set_precision(self, encode: torch.dtype | None = None,
+                      decode: torch.dtype | None = None) -> "Codec":
+        """Cast the encode path to ``encode`` and the decode path to ``decode`` (None: keep).
+
+        The two paths share no weights but the VQ codebooks, which run with the encode path, so
+        each can have its own precision: on a GPU, decode in fp16 (fast, within a tested
+        tolerance of fp32) and encode in fp32 (codes exactly as fp32 gives them: one flipped
+        nearest-codebook choice changes the voice's codes). Returns ``self``."""
+        quantizer = self.quantizer
+        groups = {encode: (self.encoder, quantizer.downsample, quantizer.pre_module,
+                           quantizer.semantic_quantizer, quantizer.quantizer),
+                  decode: (quantizer.post_module, quantizer.upsample, self.decoder)}
+        for dtype in (encode, decode):
+            if dtype is not None and not dtype.is_floating_point:
+                raise ValueError(f"codec precision must be a float dtype, got {dtype}")
+        for dtype, modules in groups.items():
+            for module in modules if dtype is not None else ():
+                module.to(dtype)
+        return self
+
+    def compile_activations(self) -> "Codec":
+        """Run every Snake activation as one kernel compiled by ``torch.compile`` (eager runs it
+        as five passes over the activations; the convolutions are cuDNN's/oneDNN's either way).
+        Shapes are dynamic: chunks of any length share the compiled kernel (one per dtype). The
+        result is within rounding of eager (the fused kernel's sin and products round in a
+        different order). The first call pays the compile. Returns ``self``."""
+        compiled = torch.compile(snake, dynamic=True)
+        for module in self.modules():
+            if isinstance(module, Snake):
+                module.compiled = compiled
+        return self
+
     @classmethod
-    def from_file(cls, path, device="cpu", dtype=torch.float32) -> "Codec":
+    def from_file(cls, path, device="cpu", dtype=torch.float32,
+                  decode_dtype: torch.dtype | None = None) -> "Codec":
         """Load ``codec.pth`` (a file, or a folder holding it) and ``codec_config.json`` beside
-        it."""
+        it, in ``dtype`` (the decode path in ``decode_dtype`` if given: ``set_precision``)."""
         path = Path(path)
         if path.is_dir():
             path = path / CHECKPOINT_NAME
         config_path = path.with_name(CONFIG_NAME)
         config = CodecConfig.from_json(config_path) if config_path.is_file() else CodecConfig()
-        return cls.from_state_dict(read_checkpoint(path), config, device, dtype, name=str(path))
+        codec = cls.from_state_dict(read_checkpoint(path), config, device, dtype, name=str(path))
+        return codec.set_precision(decode=decode_dtype)
 
     @classmethod
     def from_state_dict(cls, state_dict: dict, config: CodecConfig | None = None, device="cpu",
@@ -169,7 +222,7 @@ class Codec(nn.Module):
         return torch.minimum(codes.long(), limits)
 
     @torch.no_grad()
-    def encode(self, audio: Tensor, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> Tensor:
+    def encode(self, audio: Tensor, chunk_frames: int | str | None = "auto") -> Tensor:
         """audio [T], [B, T] or [B, 1, T] at ``sample_rate`` -> codes [B, 10, ceil(T / 2048)]."""
         if audio.ndim == 1:
             audio = audio[None]
@@ -183,13 +236,16 @@ class Codec(nn.Module):
                              f"got {list(audio.shape)} (use fish_core.audio.files.prepare_audio to "
                              "downmix)")
         frames = -(-audio.shape[-1] // self.frame_length)
-        audio = audio.to(self.device, self.dtype)
+        audio = audio.to(self.device, self.encode_dtype)
         audio = F.pad(audio, (0, frames * self.frame_length - audio.shape[-1]))
-        state, step = {}, chunk_frames or frames
+        state, step = {}, self._chunk(chunk_frames) or frames
         length = self.frame_length
         chunks = [self.encode_chunk(audio[..., i * length:(i + step) * length], state)
                   for i in range(0, frames, step)]
         return torch.cat(chunks, dim=-1)
+
+    def _chunk(self, chunk_frames: int | str | None) -> int | None:
+        return chunk_frames_for(self.device) if chunk_frames == "auto" else chunk_frames
 
     @torch.no_grad()
     def encode_chunk(self, audio: Tensor, state: State) -> Tensor:
@@ -197,15 +253,15 @@ class Codec(nn.Module):
         if audio.shape[-1] == 0 or audio.shape[-1] % self.frame_length:
             raise ValueError(f"a stream chunk must be a whole number of {self.frame_length}-sample "
                              f"frames, got {audio.shape[-1]} samples")
-        return self.quantizer.encode(self.encoder(audio, state), state)
+        return self.quantizer.encode(self.encoder(audio.to(self.encode_dtype), state), state)
 
     @torch.no_grad()
-    def decode(self, codes: Tensor, chunk_frames: int | None = DEFAULT_CHUNK_FRAMES) -> Tensor:
+    def decode(self, codes: Tensor, chunk_frames: int | str | None = "auto") -> Tensor:
         """codes [10, n] or [B, 10, n] -> float32 audio [B, 1, n * 2048]. Out-of-range codes are
         clamped on a copy; the caller's tensor is never modified."""
         codes = self.clamp_codes(codes)  # validates before any work
         codes = codes[None] if codes.ndim == 2 else codes
-        state, step = {}, chunk_frames or codes.shape[-1]
+        state, step = {}, self._chunk(chunk_frames) or codes.shape[-1]
         chunks = [self._decode_clamped(codes[..., i:i + step], state)
                   for i in range(0, codes.shape[-1], step)]
         return torch.cat(chunks, dim=-1)

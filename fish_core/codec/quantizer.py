@@ -93,12 +93,18 @@ class Quantizer(nn.Module):
 
     def encode(self, z: Tensor, state: State) -> Tensor:  # [B, D, 4n] -> codes [B, 10, n]
         z = self.pre_module(self.downsample(z, state), state)
-        semantic, residual = self.semantic_quantizer.encode(z)
+        semantic, residual = self.semantic_quantizer.encode(z.to(_dtype(self.semantic_quantizer)))
         acoustic, _ = self.quantizer.encode(residual)
         return torch.cat([semantic, acoustic], dim=1)
 
     def decode(self, codes: Tensor, state: State) -> Tensor:
         # in-range codes [B, 10, n] -> [B, D, 4n]
         z = self.semantic_quantizer.decode(codes[:, :1]) + self.quantizer.decode(codes[:, 1:])
-        return self.upsample(self.post_module(z, state), state)
+        return self.upsample(self.post_module(z.to(_dtype(self.post_module)), state), state)
+
+
+def _dtype(module: nn.Module) -> torch.dtype:
+    """The precision ``module`` runs in (that of its first parameter): the codec's encode and
+    decode paths may run in different precisions (``Codec.set_precision``)."""
+    return next(module.parameters()).dtype
 

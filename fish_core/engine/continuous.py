@@ -54,6 +54,12 @@ from .sampling import RAS_WINDOW
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 
 
+def row_bucket(n: int, rows: int) -> int:
+    """The rows a fixed-shape frame decodes when rows ``0 .. n - 1`` are needed: the next power
+    of two, at most ``rows`` (so a batch of 8 rows keeps at most 4 graphs: 1, 2, 4, 8)."""
+    return min(rows, 1 << max(n - 1, 0).bit_length())
+
+
 def cache_length(needed: int, limit: int) -> int:
     """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
     compiled decode step sees few distinct cache shapes."""
@@ -268,7 +274,9 @@ class RowBatch:
         engine = self.engine
         self.check()
         busy = self.active
-        n = self.rows if engine.fixed_rows else (busy[-1] + 1 if busy else 1)
+        n = busy[-1] + 1 if busy else 1
+        if engine.fixed_rows:  # one shape (a graph, a compiled kernel) per bucket of rows
+            n = row_bucket(n, self.rows)
         running = [r for r in busy if not self.slots[r].ended]
         for d in self.draws:
             if any(row is not None and not row.ended for row in self.slots[d.rows]):

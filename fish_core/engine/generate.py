@@ -69,7 +69,9 @@ class Engine:
         self.eos_check_every = eos_check_every
         self.caches: Caches | None = None
         self._views: dict[int, CacheRows] = {}  # rows 0 .. n - 1 of the caches, by n
-        self._graph: FrameGraph | None = None  # for the current caches and weights
+        self._graphs: dict[int, FrameGraph] = {}  # by row count, for these caches and weights
+        self._first_graphs: dict[int, FrameGraph] = {}  # by cache row (``first_column``)
+        self.first_captures = 0
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
         # Held through a decode's frame or prefill (``continuous.owning``) and a release: one
@@ -94,6 +96,9 @@ class Engine:
         elif self.compile_choice == "auto" and self._step is not None:
             self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
+        # from a CUDA graph per row (``first_column``); off after a failed capture.
+        self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
 
     def refuse_compile(self) -> None:
         """Weights packed for oneDNN (bf16 on a CPU, ``quant.packed``) cannot be compiled: say
@@ -118,9 +123,15 @@ class Engine:
 
     @property
     def fixed_rows(self) -> bool:
-        """Whether every frame must decode every cache row: a compiled step or a CUDA graph
-        keeps one shape (an eager step may decode the first rows only)."""
+        """Whether a frame decodes a bucket of rows (``row_bucket``: a power of two, or all
+        rows) rather than exactly the first busy ones: a compiled step or a CUDA graph keeps
+        one shape per bucket (an eager step may decode any number of first rows)."""
         return self.compiled or self.cuda_graph
+
+    @property
+    def graph_rows(self) -> list[int]:
+        """The row counts with a captured frame graph (for these caches and weights)."""
+        return sorted(self._graphs)
 
     def fall_back(self, what: str, error: Exception, instead: str) -> None:
         """Record (and warn about) a fallback: ``what`` failed with ``error``; ``instead`` runs."""
@@ -143,22 +154,27 @@ class Engine:
             return self.decode_frame(*args)
 
     def step(self, *args) -> tuple[Tensor, Tensor]:
-        """One decode frame on every cache row: replayed from a CUDA graph when enabled
-        (captured on first use for the current caches and weights, which fix every argument's
-        shape and address), else ``run_step``. A graph that cannot be captured, or whose replay
-        differs from the direct run, is dropped and the fallback recorded. A graph's outputs
-        are its own buffers, overwritten by the next replay."""
+        """One decode frame on the first ``n`` cache rows (``n`` = the rows the arguments
+        hold): replayed from a CUDA graph when enabled (captured on first use per row count for
+        the current caches and weights, which fix every argument's shape and address), else
+        ``run_step``. A graph that cannot be captured, or whose replay differs from the direct
+        run, is dropped and the fallback recorded. A graph's outputs are its own buffers,
+        overwritten by the next replay."""
+        n = args[0].shape[0]
+        caches = self.first_rows(n)
         if not self.cuda_graph:
-            return self.run_step(*args)
-        if self._graph is None:
+            return self.run_step(*args, caches)
+        graph = self._graphs.get(n)
+        if graph is None:
             try:
-                self._graph = FrameGraph(self.run_step, args)
+                graph = FrameGraph(lambda *a: self.run_step(*a, caches), args)
             except Exception as e:  # noqa: BLE001 - no graph: keep decoding without one
                 self.fall_back("CUDA graph capture", e, "decoding without CUDA graphs")
                 self.cuda_graph = False
-                return self.run_step(*args)
+                return self.run_step(*args, caches)
+            self._graphs[n] = graph
             self.graph_captures += 1
-        return self._graph(*args)
+        return graph(*args)
 
     def follow_model(self) -> None:
         """Re-derive the device-side state (head rows, ids) after the model's weights were moved
@@ -182,9 +198,10 @@ class Engine:
                           type(wqkv).__name__, type(wqkv.weight).__name__)
 
     def release_graph(self) -> None:
-        if self._graph is not None:
-            self._graph.release()
-            self._graph = None
+        for graph in [*self._graphs.values(), *self._first_graphs.values()]:
+            graph.release()
+        self._graphs.clear()
+        self._first_graphs.clear()
 
     def release(self) -> None:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
@@ -248,13 +265,13 @@ class Engine:
               top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
               rand_fast: Tensor) -> tuple[Tensor, Tensor]:
         """One decode frame for cache rows ``0 .. n - 1`` (the arguments hold those rows;
-        ``fixed_rows``: every row, always). Returns the next columns ``[n, 1 + K]``, a tensor
-        the caller may keep, and the RAS windows (to copy out before the next frame)."""
+        ``fixed_rows``: ``n`` is a ``row_bucket``). Returns the next columns ``[n, 1 + K]``, a
+        tensor the caller may keep, and the RAS windows (to copy out before the next frame)."""
         args = (column, pos, window, temperature, top_p, top_k, rand_main, rand_high, rand_fast)
-        if n < self.caches.shape[0]:  # eager: the first rows only
+        if not self.fixed_rows:  # eager: any number of first rows
             return self.decode_frame(*args, caches=self.first_rows(n))
         column, window = self.step(*args)
-        return (column.clone() if self._graph is not None else column), window
+        return (column.clone() if n in self._graphs else column), window
 
     def frame_tail(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
                    top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor,
@@ -268,13 +285,14 @@ class Engine:
         caches = self.caches if caches is None else caches
         logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
         rand_main = rand_main.index_select(-1, self.allowed_ids)
-        rand_high = rand_high.index_select(-1, self.allowed_ids)
-        normal = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
-        high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
-        high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
-        high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
-        main = normal if window is None else ras_select(
-            normal, high, window, c.semantic_start_token_id, c.semantic_end_token_id)
+        main = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
+        if window is not None:  # RAS; a prefill has no window, so its high draw goes unused
+            high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
+            high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
+            rand_high = rand_high.index_select(-1, self.allowed_ids)
+            high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
+            main = ras_select(main, high, window, c.semantic_start_token_id,
+                              c.semantic_end_token_id)
 
         # Fast AR: position 0 is the slow hidden state, position 1 the semantic code c0; both
         # go in one pass (the reference runs them one by one and discards position 0's logits).
@@ -319,8 +337,34 @@ class Engine:
         """Prefill the prompts into cache rows ``rows`` and draw each one's first column
         ``[B, 1 + K]`` (``prefill``, then ``frame_tail`` without RAS in those rows)."""
         hidden = self.prefill(prompts, lengths, prefixes, rows)
-        return self.frame_tail(hidden, None, temperature, top_p, top_k, rand_main, rand_high,
-                               rand_fast, self.cache_rows(rows))
+        return self.first_column(hidden, list(rows), temperature, top_p, top_k, rand_main,
+                                 rand_high, rand_fast)
+
+    def first_column(self, hidden: Tensor, rows: list[int], *args: Tensor) -> Tensor:
+        """The prefill's frame tail (``frame_tail`` without RAS) in cache rows ``rows``.
+
+        With ``prefill_graph`` (CUDA graphs on CUDA) and one row, it is replayed from a graph
+        captured once per row for the current caches and weights: eager, its fast-AR passes
+        and samplers are ~1,000 small kernels launched one by one from Python, most of a
+        request's set-up on a big GPU. The replay runs the same kernels: the same column."""
+        caches = self.cache_rows(rows)
+        if not self.prefill_graph or len(rows) != 1:
+            return self.frame_tail(hidden, None, *args, caches)
+        graph = self._first_graphs.get(rows[0])
+        if graph is None:
+            def tail(hidden, *args):
+                return (self.frame_tail(hidden, None, *args, caches),)
+
+            try:
+                graph = FrameGraph(tail, (hidden, *args))
+            except Exception as e:  # noqa: BLE001 - no graph: run the first frame eagerly
+                self.fall_back("CUDA graph capture of a prefill's first frame", e,
+                               "running first frames without a graph")
+                self.prefill_graph = False
+                return self.frame_tail(hidden, None, *args, caches)
+            self._first_graphs[rows[0]] = graph
+            self.first_captures += 1
+        return graph(hidden, *args)[0].clone()
 
     def prefill(self, prompts: Tensor, lengths: Tensor | Sequence[int],
                 prefixes: Sequence[int] | None = None,

@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..codec.model import CHECKPOINT_NAME, Codec
-from ..engine.device import codec_dtype_for, resolve_device, resolve_dtype
+from ..engine.device import codec_dtypes_for, resolve_device, resolve_dtype
 from ..engine.model import DualAR
 from ..loading.checkpoint import load_model
 from ..params import CHUNK_FRAMES, FIRST_FRAMES, SamplingParams, batch_seed, pick_seed
@@ -80,7 +80,10 @@ class Synthesizer:
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768).
         ``prefix_cache_mb`` bounds the KV kept of recent voice prefixes, reused by the next
-        prompt in the same voice (default 512 MB; 0 = off). ``threads``: torch's CPU threads,
+        prompt in the same voice (default 512 MB; 0 = off).
+        ``codec_dtype``: the codec's precision (a name or a torch dtype) for encode and decode;
+        default (None or ``"auto"``) ``codec_dtypes_for(device)``: fp32 on the CPU, on a GPU
+        fp32 encode and fp16 decode (within 40 dB SNR of fp32: docs/gpu.md). ``threads``: torch's CPU threads,
         set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
         N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
@@ -93,11 +96,13 @@ class Synthesizer:
         folder = resolve(spec, models_dir=models_dir, download=download)
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
+        encode, decode = (codec_dtypes_for(device) if codec_dtype in (None, "auto")
+                          else (resolve_dtype(codec_dtype),) * 2)  # checked before loading
         model = load_model(folder, device, dtype, quantization)
         tokenizer = FishTokenizer.from_dir(folder)
         codec = None
         if (folder / CHECKPOINT_NAME).is_file():
-            codec = Codec.from_file(folder, device, codec_dtype or codec_dtype_for(device, dtype))
+            codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
 
