@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import cpu_gemv
+from .fp8 import divided
 
 GROUP = 128  # int4: columns per (scale, zero) pair; K must be a multiple
 INT4_ROWS = 16  # int4: the packing takes N a multiple of this
@@ -122,7 +123,7 @@ def quantize_int8(w: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     for i in range(0, w.shape[0], step):
         rows = w[i: i + step].float()
         amax = rows.abs().amax(dim=1)
-        scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(dtype)
+        scale = torch.where(amax > 0, divided(amax, 127), torch.ones_like(amax)).to(dtype)
         codes[i: i + step] = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
         scales[i: i + step] = scale
     return codes, scales
@@ -229,7 +230,7 @@ def pack_int4(codes: Tensor) -> Tensor:
 def _int4_grid(g: Tensor, lo: Tensor, hi: Tensor, dtype: torch.dtype):
     """Codes (as floats), scale and zero (fp32 values of ``dtype`` numbers) for groups ``g``
     mapped onto 16 levels spanning [lo, hi]."""
-    scale = ((hi - lo) / INT4_MAX).clamp(min=1e-12).to(dtype).float()
+    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float()
     zero = (lo + 8 * scale).to(dtype).float()
     q = torch.round((g - zero) / scale + 8).clamp(0, INT4_MAX)
     return q, scale, zero
