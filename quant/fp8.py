@@ -22,7 +22,8 @@ How a layer runs (``FP8Linear.path``, fixed per layer so compiled graphs stay st
   memory, but ~21 bytes moved per weight and call). Any device with float8 tensors.
 - ``"gemv"``: weight-only through the Triton GEMV of ``fp8_gemv.py``, which reads each e4m3 code
   once (~1 byte per weight, against 2 for bf16) for up to ``fp8_gemv.MAX_ROWS`` rows of
-  activations (decode); more rows (prefill) dequantize as ``"dequant"``. CUDA >= 8.9 with Triton.
+  activations (decode); more rows (prefill) dequantize as ``"dequant"``. CUDA >= 8.0 with Triton
+  (below 8.9 the kernel decodes the e4m3 bits itself: ``fp8_gemv.decode_mode``).
 - ``"scaled_mm"``: W8A8 through ``torch._scaled_mm`` with a per-row activation scale (FP8 tensor
   cores on compute capability >= 8.9; also runs, slowly, on CPU). Activations are quantized too,
   so it is only ever used when asked for by name (as torchao's ``fp8-dynamic`` mode).
