@@ -88,6 +88,8 @@ STAGES = [  # in order of what a short budget should measure first (the rest is 
     Stage("int8", 80, 30, "int8", needs="torchao", env=TORCHAO_INT),
     Stage("int4", 80, 30, "int4", needs="torchao", env=TORCHAO_INT),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
+    Stage("bf16-compiled-tuned", 240, 120, "none", mode="compiled",
+          env=(("SAILFISH_COMPILE_TUNING", "on"),)),
     # a second process on the compile cache bf16-compiled left: seconds to its first frame
     Stage("bf16-compiled-warm", 120, 30, "none", mode="compiled", repeats=1),
     Stage("fp8-compiled", 240, 120, "fp8", "auto", mode="compiled"),
@@ -208,6 +210,10 @@ def decode(args, stage: Stage) -> dict:
         from quant.fp8 import resolve_path
 
         out["fp8_path"] = resolve_path(stage.fp8_path, device)
+    if stage.quantization in ("int8", "int4"):
+        from quant.convert import int_kernel
+
+        out["int_kernel"] = int_kernel(device)
     if device.type == "cuda":
         out["vram_model_GB"] = round(torch.cuda.memory_allocated(device) / 1e9, 2)
         torch.cuda.reset_peak_memory_stats(device)

@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..params import Generated, SamplingParams
 from . import continuous
-from .compile_choice import MeasuredStep, compile_mode, warn_cpu_compile
+from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
 from .continuous import cache_length  # noqa: F401 - where callers have always found it
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
@@ -77,7 +77,8 @@ class Engine:
         self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
         self.compile_choice = compile_mode(compile)  # what was asked; "auto" says what it chose
         if self.compile_choice != "off":
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True)
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True,
+                                       options=compile_options(model))
         if self.compile_choice == "on":
             warn_cpu_compile(self.device, self.dtype)
         elif self.compile_choice == "auto":
