@@ -23,7 +23,23 @@ others with it; a stage that does not fit in what is left of the budget is skipp
                    (bench/make_standin.py, LLM only), then loaded by a fresh process per
                    precision (bf16, int8, int4): load seconds, host peak RSS added by the
                    load over the weights' bytes, VRAM (bench/bench_realsize.py --load-only)
-    bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
+    bf16-compiled  torch.compile + CUDA graph
+    fp8-gemv-bits  the FP8 GEMV decoding e4m3 with bit operations (what compute capability 8.0-8.6
+                   runs), forced (SAILFISH_FP8_DECODE=bits)
+    int8-gemv, int4-gemv   our Triton weight-only GEMVs (SAILFISH_INT_KERNEL=triton)
+    bf16-compiled-tuned    compiled with the scoped Inductor options (SAILFISH_COMPILE_TUNING=on)
+    bf16-compiled-warm     a second process on the compile cache the first left (one cache for
+                   all stages): seconds from its start to its first frame
+    fp8-compiled, int8-compiled, int4-compiled (ours), int4-torchao-compiled
+
+The default budget (540 s) fits a 9-minute device call; stages run in the order of ``STAGES``
+and those that no longer fit are skipped (``--stages`` picks others for a second call).
+
+Every decode row also carries a diagnosis: one frame under ``torch.profiler`` (kernels and
+launch calls per frame, the top 15 kernels by time with their share, the time of GEMV/GEMM
+kernels against everything else) and, per distinct Linear (class, weight type, shape, FP8
+path), the kernels one eager call really launches: a dequantize-then-matmul shows up there.
+On the CPU dry run the same is reported for aten ops.
 
 Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
 fraction of the copy bandwidth measured in preflight (bytes per frame / frame time against
