@@ -98,7 +98,7 @@ STAGES = [  # in order of what a short budget should measure first (the rest is 
     Stage("preflight", 60, 10),
     Stage("bf16-graph", 100, 30, "none"),
     Stage("fp8-gemv", 100, 30, "fp8", "auto"),
-    Stage("fp8-gemv-bits", 100, 30, "fp8", "gemv", env=FP8_BITS),
+    Stage("fp8-gemv-bits", 100, 30, "fp8", "auto", env=FP8_BITS),
     Stage("int8-gemv", 80, 30, "int8", env=TRITON_INT),
     Stage("int4-gemv", 80, 30, "int4", env=TRITON_INT),
     Stage("int8", 80, 30, "int8", needs="torchao", env=TORCHAO_INT),
