@@ -243,6 +243,7 @@ def decode(args, stage: Stage) -> dict:
         lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False, on_frame=first_frame),
         device)
     out["process_to_first_frame_s"] = first_frame.seconds
+    out["process_to_first_decode_step_s"] = first_frame.step_seconds
     runs = [bench_decode.measure(engine, prompt, SimpleNamespace(frames=stage.frames), device)
             for _ in range(stage.repeats)]
     fps = statistics.median(r["decode_fps"] for r in runs)
@@ -279,15 +280,21 @@ LAUNCH_NAMES = re.compile(r"^cu(?:da)?(?:Graph)?Launch", re.IGNORECASE)
 
 
 class FirstFrame:
-    """``on_frame`` callback noting the seconds from the process start to the first frame."""
+    """``on_frame`` callback noting the seconds from the process start to the first frame (made
+    by the prefill) and to the second (the first decode step: its compile and CUDA graph
+    capture included)."""
 
     def __init__(self, device):
-        self.device, self.seconds = device, None
+        self.device, self.seconds, self.step_seconds = device, None, None
 
     def __call__(self, done: int, total: int) -> None:
-        if self.seconds is None:
+        if self.seconds is None or (done == 2 and self.step_seconds is None):
             sync(self.device)
-            self.seconds = round(time.perf_counter() - PROCESS_START, 2)
+            now = round(time.perf_counter() - PROCESS_START, 2)
+            if self.seconds is None:
+                self.seconds = now
+            else:
+                self.step_seconds = now
 
 
 def device_events(prof, device) -> list[tuple[str, float]]:
