@@ -25,13 +25,30 @@ others with it; a stage that does not fit in what is left of the budget is skipp
                    chunks of 1-8 frames, split into its parts; ops and host syncs of a join
     codec-fast     codec per precision (fp32, fp16, bf16; fp16 + compiled Snake on CUDA):
                    encode / decode × real time, decode SNR against fp32, encode codes equal
-    bf16-compiled  torch.compile + CUDA graph, last, only if enough time is left
+    bf16-compiled  torch.compile + CUDA graph
+    fp8-gemv-bits  the FP8 GEMV decoding e4m3 with bit operations (what compute capability 8.0-8.6
+                   runs), forced (SAILFISH_FP8_DECODE=bits)
+    int8-gemv, int4-gemv   our Triton weight-only GEMVs (SAILFISH_INT_KERNEL=triton)
+    bf16-compiled-tuned    compiled with the scoped Inductor options (SAILFISH_COMPILE_TUNING=on)
+    bf16-compiled-warm     a second process on the compile cache the first left (one cache for
+                   all stages): seconds from its start to its first frame
+    fp8-compiled, int8-compiled, int4-compiled (ours), int4-torchao-compiled
+
     realsize-load  (only when named in --stages: it needs ~150-280 s, more than the default
                    budget leaves) a stand-in checkpoint in the real file layout written to a
                    temporary folder (bench/make_standin.py, LLM only), then loaded by a fresh
                    process per precision (bf16, int8, int4): load seconds, host peak RSS added
                    by the load over the weights' bytes, VRAM (bench/bench_realsize.py
                    --load-only)
+
+The default budget (540 s) fits a 9-minute device call; stages run in the order of ``STAGES``
+and those that no longer fit are skipped (``--stages`` picks others for a second call).
+
+Every decode row also carries a diagnosis: one frame under ``torch.profiler`` (kernels and
+launch calls per frame, the top 15 kernels by time with their share, the time of GEMV/GEMM
+kernels against everything else) and, per distinct Linear (class, weight type, shape, FP8
+path), the kernels one eager call really launches: a dequantize-then-matmul shows up there.
+On the CPU dry run the same is reported for aten ops.
 
 Decode rows: frames/s (median of the repeats), bytes read per frame, effective GB/s and its
 fraction of the copy bandwidth measured in preflight (bytes per frame / frame time against
@@ -46,6 +63,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -80,21 +98,37 @@ class Stage:
     repeats: int = 2
     needs: str | None = None  # an optional package the stage needs (from preflight)
     default: bool = True  # run when --stages is not given
+    env: tuple[tuple[str, str], ...] = ()  # environment the stage's process runs with
 
 
-STAGES = [
+TRITON_INT = (("SAILFISH_INT_KERNEL", "triton"),)  # int8/int4 through our Triton GEMV
+TORCHAO_INT = (("SAILFISH_INT_KERNEL", "torchao"),)  # int8/int4 through torchao's tensors
+FP8_BITS = (("SAILFISH_FP8_DECODE", "bits"),)  # the GEMV decoding e4m3 with bit operations
+STAGES = [  # in order of what a short budget should measure first (the rest is skipped)
     Stage("preflight", 60, 10),
     Stage("bf16-graph", 100, 30, "none"),
-    Stage("bf16-eager", 60, 20, "none", mode="eager", frames=16, repeats=1),
     Stage("fp8-gemv", 100, 30, "fp8", "auto"),
+    Stage("fp8-gemv-bits", 100, 30, "fp8", "auto", env=FP8_BITS),
+    Stage("int8-gemv", 80, 30, "int8", env=TRITON_INT),
+    Stage("int4-gemv", 80, 30, "int4", env=TRITON_INT),
+    Stage("int8", 80, 30, "int8", needs="torchao", env=TORCHAO_INT),
+    Stage("int4", 80, 30, "int4", needs="torchao", env=TORCHAO_INT),
+    Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
+    Stage("bf16-compiled-tuned", 240, 120, "none", mode="compiled",
+          env=(("SAILFISH_COMPILE_TUNING", "on"),)),
+    # a second process on the compile cache bf16-compiled left: seconds to its first frame
+    Stage("bf16-compiled-warm", 120, 30, "none", mode="compiled", repeats=1),
+    Stage("fp8-compiled", 240, 120, "fp8", "auto", mode="compiled"),
+    Stage("int4-compiled", 240, 120, "int4", mode="compiled", env=TRITON_INT),
+    Stage("int8-compiled", 240, 120, "int8", mode="compiled", env=TRITON_INT),
+    Stage("int4-torchao-compiled", 240, 120, "int4", mode="compiled", needs="torchao",
+          env=TORCHAO_INT),
+    Stage("bf16-eager", 60, 20, "none", mode="eager", frames=16, repeats=1),
     Stage("fp8-dequant", 80, 30, "fp8", "dequant"),
-    Stage("int8", 80, 30, "int8", needs="torchao"),
-    Stage("int4", 80, 30, "int4", needs="torchao"),
     Stage("codec", 60, 15),
     Stage("serving", 150, 45, "none", frames=32),
     Stage("ttfa", 120, 30, "none"),
     Stage("codec-fast", 180, 30),
-    Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
     Stage("realsize-load", 280, 150, default=False),
 ]
 BY_NAME = {s.name: s for s in STAGES}
@@ -204,6 +238,10 @@ def decode(args, stage: Stage) -> dict:
         from quant.fp8 import resolve_path
 
         out["fp8_path"] = resolve_path(stage.fp8_path, device)
+    if stage.quantization in ("int8", "int4"):
+        from quant.convert import int_kernel
+
+        out["int_kernel"] = int_kernel(device)
     if device.type == "cuda":
         out["vram_model_GB"] = round(torch.cuda.memory_allocated(device) / 1e9, 2)
         torch.cuda.reset_peak_memory_stats(device)
@@ -212,8 +250,12 @@ def decode(args, stage: Stage) -> dict:
                     cuda_graph=stage.mode != "eager" and device.type == "cuda")
     prompt = bench_decode.prompt_for(model.config, args.prompt_len)
     params = SamplingParams(max_new_tokens=stage.frames)
+    first_frame = FirstFrame(device)
     first_s, _ = bench_decode.timed(
-        lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False), device)
+        lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False, on_frame=first_frame),
+        device)
+    out["process_to_first_frame_s"] = first_frame.seconds
+    out["process_to_first_decode_step_s"] = first_frame.step_seconds
     runs = [bench_decode.measure(engine, prompt, SimpleNamespace(frames=stage.frames), device)
             for _ in range(stage.repeats)]
     fps = statistics.median(r["decode_fps"] for r in runs)
@@ -233,6 +275,150 @@ def decode(args, stage: Stage) -> dict:
         except Exception as e:  # noqa: BLE001 - recorded in the row
             out["time_to_first_audio_error"] = f"{type(e).__name__}: {e}"[:300]
     out.update(what_ran(engine, model))
+    out["diagnosis"] = diagnosis(engine, model, prompt, device, dtype)
+    return out
+
+
+# ---------------------------------------------------------------------------- diagnosis
+PROCESS_START = time.perf_counter()  # the stage's process (a child) imported this module
+DIAGNOSIS_TOP = 15
+# Kernels (CUDA) or ops (the CPU dry run) that are a Linear's product: GEMV/GEMM of any origin
+# (cuBLAS, CUTLASS, tinygemm, our Triton GEMVs, Inductor's decomposed mm reductions are not
+# recognisable by name and count as "other").
+GEMV_NAMES = re.compile(r"gemv|gemm|xmma|cutlass|cublas|tinygemm|int4pack|int8pack|splitk|"
+                        r"sm\d+_.*(?:h|b)mma|_mm\b|_mm_|aten::(?:mm|addmm|bmm|linear|_weight)",
+                        re.IGNORECASE)
+LAUNCH_NAMES = re.compile(r"^cu(?:da)?(?:Graph)?Launch", re.IGNORECASE)
+
+
+class FirstFrame:
+    """``on_frame`` callback noting the seconds from the process start to the first frame (made
+    by the prefill) and to the second (the first decode step: its compile and CUDA graph
+    capture included)."""
+
+    def __init__(self, device):
+        self.device, self.seconds, self.step_seconds = device, None, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.seconds is None or (done == 2 and self.step_seconds is None):
+            sync(self.device)
+            now = round(time.perf_counter() - PROCESS_START, 2)
+            if self.seconds is None:
+                self.seconds = now
+            else:
+                self.step_seconds = now
+
+
+def device_events(prof, device) -> list[tuple[str, float]]:
+    """(name, microseconds) of what ran on the device: CUDA kernels (memcpy/memset included),
+    or, on the CPU dry run, every aten op's self time."""
+    from torch.autograd import DeviceType
+
+    if device.type == "cuda":
+        return [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+                if e.device_type == DeviceType.CUDA]
+    return [(e.name, e.self_cpu_time_total) for e in prof.events()
+            if e.name.startswith("aten::")]
+
+
+def launch_calls(prof) -> int:
+    """Host calls that launch device work (a CUDA graph's replay is one)."""
+    return sum(1 for e in prof.events() if LAUNCH_NAMES.match(e.name))
+
+
+def summarize(events: list[tuple[str, float]], launches: int) -> dict:
+    """Kernels per frame, launches, the top ``DIAGNOSIS_TOP`` kernels by time with their share,
+    and the Linear products' (GEMV/GEMM) time against everything else."""
+    total = sum(us for _, us in events) or 1e-9
+    time_by, calls_by = Counter(), Counter()
+    for name, us in events:
+        time_by[name] += us
+        calls_by[name] += 1
+    gemv_us = sum(us for name, us in events if GEMV_NAMES.search(name))
+    return {"kernels_per_frame": len(events), "launch_calls_per_frame": launches,
+            "device_us_per_frame": round(total, 1), "gemv_us": round(gemv_us, 1),
+            "other_us": round(total - gemv_us, 1), "gemv_share": round(gemv_us / total, 3),
+            "top": [{"kernel": name[:160], "calls": calls_by[name], "us": round(us, 1),
+                     "share": round(us / total, 3)}
+                    for name, us in time_by.most_common(DIAGNOSIS_TOP)]}
+
+
+def profiler(device):
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    return profile(activities=activities)
+
+
+def profile_frame(engine, prompt, device, at: int = 2) -> dict:
+    """One decode frame (the step between the ``at``-th and the next frame of a generation, run
+    as the stage runs it: eager, CUDA graph or compiled) under ``torch.profiler``."""
+    from fish_core.params import SamplingParams
+
+    prof = profiler(device)
+    seen = {}
+
+    def on_frame(done: int, total: int) -> None:
+        sync(device)
+        if done == at:
+            prof.start()
+            seen["t0"] = time.perf_counter()
+        elif done == at + 1:
+            prof.stop()
+            seen["wall_us"] = round((time.perf_counter() - seen["t0"]) * 1e6, 1)
+
+    engine.generate(prompt, SamplingParams(max_new_tokens=at + 2), seed=0, stop_on_eos=False,
+                    on_frame=on_frame)
+    if "wall_us" not in seen:
+        raise RuntimeError(f"the generation ended before frame {at + 1}")
+    return {"wall_us_per_frame": seen["wall_us"],
+            **summarize(device_events(prof, device), launch_calls(prof))}
+
+
+def linear_kernels(model, device, dtype) -> list[dict]:
+    """Per distinct Linear (class, weight type, shape, FP8 path): the kernels one eager call on a
+    ``[1, 1, K]`` activation really launches (a dequantize-then-matmul shows up here), with how
+    many layers of the model are alike."""
+    import torch
+
+    found: dict[tuple, dict] = {}
+    for name, m in model.named_modules():
+        weight = getattr(m, "weight", None)
+        if not (hasattr(m, "in_features") and hasattr(m, "out_features")
+                and isinstance(weight, torch.Tensor)):
+            continue
+        key = (type(m).__name__, type(weight).__name__, m.out_features, m.in_features,
+               getattr(m, "path", None))
+        if key in found:
+            found[key]["layers"] += 1
+            continue
+        x = torch.randn(1, 1, m.in_features, device=device).to(dtype)
+        with torch.inference_mode():
+            m(x)  # warm-up: autotuning, lazy builds
+            sync(device)
+            prof = profiler(device)
+            with prof:
+                m(x)
+                sync(device)
+        events = device_events(prof, device)
+        found[key] = {"layer": name, "class": key[0], "weight": key[1], "shape": [key[2], key[3]],
+                      "path": key[4], "layers": 1,
+                      "kernels": list(dict.fromkeys(n[:120] for n, _ in events)),
+                      "us": round(sum(us for _, us in events), 1)}
+    return list(found.values())
+
+
+def diagnosis(engine, model, prompt, device, dtype) -> dict:
+    """``profile_frame`` and ``linear_kernels``; a failure is recorded, never fatal."""
+    out = {}
+    for key, run in (("frame", lambda: profile_frame(engine, prompt, device)),
+                     ("linears", lambda: linear_kernels(model, device, dtype))):
+        try:
+            out[key] = run()
+        except Exception as e:  # noqa: BLE001 - recorded in the row
+            out[key + "_error"] = f"{type(e).__name__}: {e}"[:300]
     return out
 
 
@@ -507,6 +693,7 @@ def run_stage(args) -> dict:
     import torch
 
     stage = BY_NAME[args.stage]
+    os.environ.update(dict(stage.env))
     if args.device == "cpu":  # a dry run of the GPU command, not a CPU benchmark: one thread
         torch.set_num_threads(1)
     if args.fail_stage == stage.name:
@@ -578,6 +765,8 @@ def drive(args) -> dict:
               "stages": {}}
     start, preflight_result, bandwidth = time.perf_counter(), None, args.bandwidth
     with tempfile.TemporaryDirectory() as tmp:
+        # one compile cache for every stage: the warm stage starts on what a cold one left
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tmp) / "inductor"))
         for stage in (BY_NAME[n] for n in names):
             left = args.budget - (time.perf_counter() - start)
             reason = skip_reason(stage, left, preflight_result)
@@ -597,6 +786,7 @@ def drive(args) -> dict:
             print(f"[{report['elapsed_s']:6.1f} s] {stage.name}: "
                   f"{report['stages'][stage.name]['status']}", flush=True)
     print_table(report)
+    print_diagnosis(report)
     print(f"JSON: {out_path}")
     return report
 
@@ -646,13 +836,36 @@ def print_table(report: dict) -> None:
               f"{'; '.join(r['fallbacks'])[:120]} |")
 
 
+def print_diagnosis(report: dict) -> None:
+    """Per decode stage: kernels and launches per frame, the GEMV share, the top 3 kernels, and
+    the kernels of each distinct quantized Linear."""
+    print("| stage | kernels/frame | launches/frame | device us/frame | GEMV share | top kernels |")
+    print("|---|---|---|---|---|---|")
+    for name, entry in report["stages"].items():
+        d = entry.get("result", {}).get("diagnosis")
+        if not d:
+            continue
+        f = d.get("frame")
+        if not f:
+            print(f"| {name} | {d.get('frame_error', '')[:150]} |")
+            continue
+        top = "; ".join(f"{t['kernel'][:50]} {t['share']:.0%}" for t in f["top"][:3])
+        print(f"| {name} | {f['kernels_per_frame']} | {f['launch_calls_per_frame']} | "
+              f"{f['device_us_per_frame']} | {f['gemv_share']} | {top} |")
+    for name, entry in report["stages"].items():
+        for layer in entry.get("result", {}).get("diagnosis", {}).get("linears", []):
+            if layer["class"] != "Linear" or layer["weight"] not in ("Parameter", "Tensor"):
+                print(f"  {name}: {layer['class']}/{layer['weight']} {layer['shape']} "
+                      f"x{layer['layers']}: {', '.join(layer['kernels'])[:200]}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--config", default="real", choices=["tiny", "medium", "real"])
     ap.add_argument("--prompt-len", type=int, default=256)
-    ap.add_argument("--budget", type=float, default=300.0, help="seconds for all stages")
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds for all stages")
     ap.add_argument("--bandwidth", type=float, default=None,
                     help="GB/s for the fraction of the bound (default: measured in preflight)")
     defaults = ",".join(s.name for s in STAGES if s.default)

@@ -10,13 +10,14 @@ in their ``nn.Linear`` / ``nn.Embedding`` as is; ``finish`` then swaps those mod
 
 from __future__ import annotations
 
+import os
 from fnmatch import fnmatchcase
 from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from . import cpu_gemv, int_linear, packed, torchao_modes
+from . import cpu_gemv, int_gemv, int_linear, packed, torchao_modes
 from .fp8 import (FP8, FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, fake_quantize,
                   float8_supported, quantize_rows, resolve_path, settle_path)
 
@@ -42,6 +43,26 @@ CPU_LAYERS = ("int8", "int4")
 # its codes and the end of speech as int8 has them (``bench/bench_cpu.py --errors``).
 MIXED: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {
     "int4": ((("fast_layers.*", "fast_output"), "int8"),)}
+
+
+# Which kernels int8 / int4 run on CUDA (``$SAILFISH_INT_KERNEL``): "triton", our weight-only
+# GEMVs (``int_gemv.py``, layers ``Int8Linear`` / ``Int4GemvLinear``), or "torchao", its tensors
+# (every torchao mode stays selectable). "auto" is torchao until the next GPU run measures
+# both (bench/gpu_first.py: stages int8/int4 against int8-gemv/int4-gemv; docs/quantization.md).
+INT_KERNELS = ("auto", "triton", "torchao")
+AUTO_INT_KERNEL = "torchao"
+
+
+def int_kernel(device) -> str:
+    """``"cpu"`` (``int_linear``'s CPU layers) on the CPU; elsewhere ``"triton"`` or
+    ``"torchao"`` as ``$SAILFISH_INT_KERNEL`` asks (default ``AUTO_INT_KERNEL``)."""
+    if torch.device(device).type == "cpu":
+        return "cpu"
+    asked = os.environ.get("SAILFISH_INT_KERNEL") or "auto"
+    if asked not in INT_KERNELS:
+        raise QuantizationError(f"SAILFISH_INT_KERNEL must be one of {', '.join(INT_KERNELS)}, "
+                                f"got {asked!r}")
+    return AUTO_INT_KERNEL if asked == "auto" else asked
 
 
 def normalize_mode(quantization: str | None) -> str:
@@ -118,7 +139,14 @@ class Converter:
         self.fp8_tables = bool(self.embeddings) and float8_supported(self.device)
         self.fp8_path = resolve_path(fp8_path, self.device) if mode in ("none", "fp8") else "load"
         self.mixed = MIXED.get(mode, ()) if mixed is None else tuple(mixed)
-        self.cpu_layers = mode in CPU_LAYERS and self.device.type == "cpu"
+        # our layers: int_linear's on the CPU, the Triton GEMVs' where asked (int_kernel)
+        self.int_kernel = int_kernel(self.device) if mode in CPU_LAYERS else None
+        self.cpu_layers = self.int_kernel in ("cpu", "triton")
+        if self.int_kernel == "triton":
+            reason = int_gemv.unavailable(self.device)
+            if reason:
+                raise QuantizationError(f"{mode} with SAILFISH_INT_KERNEL=triton cannot run on "
+                                        f"{self.device}: {reason}. Use SAILFISH_INT_KERNEL=torchao")
         self.configs = {}  # torchao mode → its config
         if mode in torchao_modes.MODES and not self.cpu_layers:
             for m in {mode, *(m for _, m in self.mixed)} - {"none"}:
@@ -198,8 +226,14 @@ class Converter:
         if mode == "none":
             return weight
         if self.cpu_layers:
-            if mode == "int4" and not int_linear.int4_fits(shape):
+            on_cpu = self.int_kernel == "cpu"
+            fits = int_linear.int4_fits if on_cpu else int_linear.int4_gemv_fits
+            if mode == "int4" and not fits(shape):
                 mode = "int8"  # K not a multiple of the group: the next precision up
+            if mode == "int4" and not on_cpu:
+                codes, params = int_linear.quantize_int4(weight, self.dtype)
+                self.layers[name] = lambda q: int_linear.Int4GemvLinear.holding(q, params)
+                return int_gemv.pack(codes)
             if mode == "int4":
                 codes, params = int_linear.quantize_int4(weight, self.dtype)
                 self.layers[name] = lambda q: int_linear.Int4Linear.holding(q, params)

@@ -22,7 +22,8 @@ How a layer runs (``FP8Linear.path``, fixed per layer so compiled graphs stay st
   memory, but ~21 bytes moved per weight and call). Any device with float8 tensors.
 - ``"gemv"``: weight-only through the Triton GEMV of ``fp8_gemv.py``, which reads each e4m3 code
   once (~1 byte per weight, against 2 for bf16) for up to ``fp8_gemv.MAX_ROWS`` rows of
-  activations (decode); more rows (prefill) dequantize as ``"dequant"``. CUDA >= 8.9 with Triton.
+  activations (decode); more rows (prefill) dequantize as ``"dequant"``. CUDA >= 8.0 with Triton
+  (below 8.9 the kernel decodes the e4m3 bits itself: ``fp8_gemv.decode_mode``).
 - ``"scaled_mm"``: W8A8 through ``torch._scaled_mm`` with a per-row activation scale (FP8 tensor
   cores on compute capability >= 8.9; also runs, slowly, on CPU). Activations are quantized too,
   so it is only ever used when asked for by name (as torchao's ``fp8-dynamic`` mode).
@@ -78,11 +79,27 @@ def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
         return q, scale
     w = w.float()
     amax = w.abs().amax(dim=-1, keepdim=True)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    # Clamp: a value a hair over 448 after the division would otherwise become NaN (e4m3fn has
-    # no infinity).
-    q = (w / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-    return q, scale
+    scale = torch.where(amax > 0, divided(amax, FP8_MAX), torch.ones_like(amax))
+    return codes_for(w, scale), scale
+
+
+def divided(t: Tensor, divisor: float) -> Tensor:
+    """``t / divisor`` correctly rounded on every device.
+
+    A tensor divided by a Python number is computed on CUDA as a multiplication by the number's
+    rounded reciprocal (``amax * fl(1/448)``), which is not always the correctly rounded quotient
+    the CPU gives: the same bf16 weight got scales 1 ulp apart, and so other codes, on a GPU.
+    Divided by a tensor of the same device, both compute the IEEE quotient."""
+    return t / torch.full_like(t, divisor)
+
+
+def codes_for(w: Tensor, scale: Tensor) -> Tensor:
+    """The e4m3 codes of fp32 ``w [N, K]`` for fp32 ``scale [N, 1]``, the same bits everywhere:
+    the fp32 quotient ``w / scale`` (tensor by tensor: IEEE division on every device), clamped to
+    ±448 (a value a hair over 448 would otherwise become NaN: e4m3fn has no infinity) and
+    rounded to the nearest e4m3 value, ties to even (torch's cast, one bit-exact routine on
+    every device)."""
+    return (w / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
 def dequantize_rows(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:

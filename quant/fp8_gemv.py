@@ -15,10 +15,22 @@ within fp32 rounding (closer to it than the ``dequant`` path, which rounds the w
 
 Each program computes ``BLOCK_N`` outputs of one row of ``x`` (grid: ``N / BLOCK_N`` × ``M``);
 for M > 1 the codes are read again from L2. Larger M (prefill) is compute-bound: there the layer
-dequantizes and calls cuBLAS (``MAX_ROWS``). Triton's native e4m3 conversion needs compute
-capability >= 8.9; ``unavailable`` says why the kernel cannot run on a device. The op is
-registered with a fake (meta) implementation, so it traces under ``torch.compile(fullgraph=True)``
-and FakeTensor, where ``check`` enforces the same constraints as a real call.
+dequantizes and calls cuBLAS (``MAX_ROWS``). The op is registered with a fake (meta)
+implementation, so it traces under ``torch.compile(fullgraph=True)`` and FakeTensor, where
+``check`` enforces the same constraints as a real call.
+
+Block shapes (``CONFIGS``): a memory-bound GEMV is as fast as the bytes it keeps in flight. The
+big parts (H100/H200: >= 100 multiprocessors) get wide blocks and more warps and stages, so
+every multiprocessor has tens of KB of loads outstanding; consumer cards (20-80 SMs, smaller L2)
+get narrower rows so that even N = 2560 makes several waves. Triton times the configurations of
+the device's class once per (N, K) on the first call.
+
+Decoding the codes (``decode_mode``): Triton converts e4m3 natively on compute capability >= 8.9.
+Below (A100, RTX 30xx: 8.0-8.6) the kernel decodes them itself with bit operations: the sign and
+the 7 exponent-mantissa bits placed into an fp16 (``s eeee mmm`` → ``s 0eeee mmm0000000``) give
+the e4m3 value times 2^-8 exactly, subnormals included, and the 2^8 goes into the row scale
+(exact: a power of two). ``SAILFISH_FP8_DECODE=bits`` forces it on any device (to measure it on
+an H100/H200), ``native`` forbids it; default ``auto``.
 """
 
 from __future__ import annotations
@@ -45,6 +57,26 @@ class GemvError(ValueError):
     """The GEMV cannot take these tensors (shape, dtype, layout) or cannot run on this device."""
 
 
+DECODE_MODES = ("auto", "native", "bits")
+NATIVE_CAPABILITY = (8, 9)  # Triton converts e4m3 itself from here on
+BITS_CAPABILITY = (8, 0)  # the bit decode's oldest target (A100)
+
+
+def decode_mode(device: torch.device) -> str:
+    """``"native"`` (Triton's e4m3 conversion) or ``"bits"`` (our bit decode) on ``device``:
+    ``$SAILFISH_FP8_DECODE`` when set to one of them, else native where the device has it."""
+    asked = os.environ.get("SAILFISH_FP8_DECODE") or "auto"
+    if asked not in DECODE_MODES:
+        raise GemvError(f"SAILFISH_FP8_DECODE must be one of {', '.join(DECODE_MODES)}, "
+                        f"got {asked!r}")
+    if asked != "auto":
+        return asked
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < NATIVE_CAPABILITY:
+        return "bits"
+    return "native"
+
+
 def unavailable(device: torch.device) -> str | None:
     """Why the kernel cannot run on ``device`` (None: it can)."""
     device = torch.device(device)
@@ -54,9 +86,16 @@ def unavailable(device: torch.device) -> str | None:
         return None if INTERPRETED else "the Triton GEMV runs on CUDA (CPU only under TRITON_INTERPRET=1)"
     if device.type != "cuda":
         return f"the Triton GEMV runs on CUDA, not {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) < (8, 9):
-        return f"e4m3 conversion in Triton needs compute capability >= 8.9, {device} has {major}.{minor}"
+    cap = torch.cuda.get_device_capability(device)
+    try:
+        mode = decode_mode(device)
+    except GemvError as e:
+        return str(e)
+    if mode == "native" and cap < NATIVE_CAPABILITY:
+        return (f"e4m3 conversion in Triton needs compute capability >= 8.9, {device} has "
+                f"{cap[0]}.{cap[1]} (SAILFISH_FP8_DECODE=native; 'auto' decodes the bits)")
+    if cap < BITS_CAPABILITY:
+        return (f"the GEMV needs compute capability >= 8.0, {device} has {cap[0]}.{cap[1]}")
     return None
 
 
@@ -84,15 +123,49 @@ def check(x: Tensor, q: Tensor, scale: Tensor) -> None:
         raise GemvError("fp8_gemv: " + "; ".join(problems))
 
 
-if triton is not None:
-    # Configurations tried once per (N, K) on the first call; the interpreter takes the first.
-    CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=s)
-               for n, k, s in [(8, 512, 3), (16, 256, 4), (16, 512, 3), (32, 256, 3),
-                               (4, 1024, 3), (32, 128, 4)]]
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) per device class, tried on the first call per (N, K)
+# on a device of that class. Rows of 2048 codes are 16-byte loads for each of 128 threads;
+# BLOCK_N <= 16 keeps the narrowest S2-Pro layer (N = 2560) at >= 160 programs: a full wave on
+# 132 multiprocessors, two on a consumer card's <= 80.
+BIG_GPU_SMS = 100  # H100 (114-132 SMs), H200 (132), B200 (148): "datacenter"
+CLASS_CONFIGS = {
+    "datacenter": [(8, 1024, 4, 3), (16, 512, 4, 4), (4, 2048, 4, 3), (8, 2048, 8, 3),
+                   (16, 1024, 8, 3), (4, 1024, 8, 4), (2, 2048, 4, 4)],
+    "consumer": [(8, 512, 4, 3), (4, 1024, 4, 3), (16, 256, 4, 4), (2, 2048, 4, 3),
+                 (8, 1024, 4, 2), (4, 512, 2, 4)],
+}
 
-    @triton.autotune(configs=CONFIGS[:1] if INTERPRETED else CONFIGS, key=["N", "K"])
+
+def device_class(device: torch.device) -> str:
+    """``"datacenter"`` (>= ``BIG_GPU_SMS`` multiprocessors) or ``"consumer"``."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "consumer"
+    return ("datacenter" if torch.cuda.get_device_properties(device).multi_processor_count
+            >= BIG_GPU_SMS else "consumer")
+
+
+def grid_for(n: int, m: int, block_n: int) -> tuple[int, int]:
+    """Programs of a launch: ``ceil(N / BLOCK_N)`` blocks of outputs × ``M`` rows."""
+    return (-(-n // block_n), m)
+
+
+if triton is not None:
+    CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=st)
+               for cls in CLASS_CONFIGS.values() for n, k, w, st in cls]
+    _CLASS_KEYS = {cls: {(n, k, w, st) for n, k, w, st in rows}
+                   for cls, rows in CLASS_CONFIGS.items()}
+
+    def _prune(configs, named_args, **kwargs):
+        """Keep the configurations of the device class of ``x``'s device."""
+        x = named_args.get("x_ptr")
+        keys = _CLASS_KEYS[device_class(x.device) if isinstance(x, Tensor) else "consumer"]
+        kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps,
+                                       c.num_stages) in keys]
+        return kept or configs
+
     @triton.jit
-    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, K: tl.constexpr,
+    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, K: tl.constexpr, BITS: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         row = tl.program_id(1)  # which row of x
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output features
@@ -103,27 +176,55 @@ if triton is not None:
             ks = k0 + cols
             in_k = ks < K
             x = tl.load(x_ptr + row * K + ks, mask=in_k, other=0.0).to(tl.float32)  # [BLOCK_K]
-            codes = tl.load(q_ptr + outs[:, None] * K + ks[None, :],
-                            mask=live[:, None] & in_k[None, :], other=0.0)  # [BLOCK_N, BLOCK_K]
-            acc += codes.to(tl.float32) * x[None, :]
+            where = q_ptr + outs[:, None] * K + ks[None, :]  # [BLOCK_N, BLOCK_K] codes
+            inside = live[:, None] & in_k[None, :]
+            if BITS:  # uint8 codes: s eeee mmm → fp16 s 0eeee mmm0000000 = value * 2^-8
+                b = tl.load(where, mask=inside, other=0).to(tl.uint16)
+                half = ((b & 0x80) << 8) | ((b & 0x7F) << 7)
+                w = half.to(tl.float16, bitcast=True).to(tl.float32)
+            else:
+                w = tl.load(where, mask=inside, other=0.0).to(tl.float32)
+            acc += w * x[None, :]
         scale = tl.load(scale_ptr + outs, mask=live, other=0.0)  # [BLOCK_N]
+        if BITS:
+            scale = scale * 256.0  # the 2^-8 of the decode, exactly
         y = tl.sum(acc, axis=1) * scale
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
+    _tuned_kernel = triton.autotune(configs=CONFIGS[:1] if INTERPRETED else CONFIGS,
+                                    key=["N", "K", "BITS"],
+                                    prune_configs_by={"early_config_prune": _prune})(_gemv_kernel)
 
-def _launch(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
+
+def _launch(x: Tensor, q: Tensor, scale: Tensor, config: tuple | None = None) -> Tensor:
+    """The kernel on ``x``, ``q``, ``scale``; ``config`` (``(BLOCK_N, BLOCK_K, warps, stages)``)
+    instead of the tuned choice (tests run every one)."""
     check(x, q, scale)
     reason = unavailable(x.device)
     if reason:
         raise GemvError(f"fp8_gemv cannot run: {reason}")
     (m, k), n = x.shape, q.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-
-    def grid(meta):
-        return (triton.cdiv(n, meta["BLOCK_N"]), m)
-
-    _gemv_kernel[grid](x, q, scale, y, n, k)
+    bits = decode_mode(x.device) == "bits"
+    codes = q.view(torch.uint8) if bits else q
+    if config is None:
+        _tuned_kernel[lambda meta: grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y, n, k,
+                                                                    bits)
+    else:
+        block_n, block_k, warps, stages = config
+        _gemv_kernel[grid_for(n, m, block_n)](x, codes, scale, y, n, k, bits, BLOCK_N=block_n,
+                                              BLOCK_K=block_k, num_warps=warps,
+                                              num_stages=stages)
     return y
+
+
+def launch_with(x: Tensor, q: Tensor, scale: Tensor, config: tuple) -> Tensor:
+    """``fp8_gemv`` with a given ``(BLOCK_N, BLOCK_K, num_warps, num_stages)`` (tests, tuning)."""
+    return _launch(x, q, scale, config)
+
+
+def _run(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
+    return _launch(x, q, scale)
 
 
 def _fake(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
@@ -138,7 +239,7 @@ def _register():
         return torch.ops.sailfish.fp8_gemv
     except (AttributeError, RuntimeError):
         pass
-    op = torch.library.custom_op("sailfish::fp8_gemv", _launch, mutates_args=())
+    op = torch.library.custom_op("sailfish::fp8_gemv", _run, mutates_args=())
     op.register_fake(_fake)
     return torch.ops.sailfish.fp8_gemv
 

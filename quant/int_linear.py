@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import cpu_gemv
+from . import cpu_gemv, int_gemv
+from .fp8 import divided
 
 GROUP = 128  # int4: columns per (scale, zero) pair; K must be a multiple
 INT4_ROWS = 16  # int4: the packing takes N a multiple of this
@@ -122,7 +123,7 @@ def quantize_int8(w: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     for i in range(0, w.shape[0], step):
         rows = w[i: i + step].float()
         amax = rows.abs().amax(dim=1)
-        scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax)).to(dtype)
+        scale = torch.where(amax > 0, divided(amax, 127), torch.ones_like(amax)).to(dtype)
         codes[i: i + step] = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
         scales[i: i + step] = scale
     return codes, scales
@@ -158,6 +159,8 @@ class Int8Linear(IntLinear):
         return (self.weight.float() * self.scale.float()[:, None]).to(dtype)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.weight.device.type != "cpu":  # CUDA: our Triton GEMV (int_gemv.py)
+            return self._device_forward(x)
         scale = self.scale if self.scale.dtype == x.dtype else self.scale.to(x.dtype)
         rows = x.numel() // x.shape[-1]
         if rows > PREFILL_ROWS and not torch.compiler.is_compiling():
@@ -174,6 +177,13 @@ class Int8Linear(IntLinear):
             return y if y.dtype == x.dtype else y.to(x.dtype)
         return _rows_through(lambda x2: torch._weight_int8pack_mm(x2.contiguous(), self.weight,
                                                                    scale), x, self.out_features)
+
+    def _device_forward(self, x: Tensor) -> Tensor:
+        """Up to ``int_gemv.MAX_ROWS`` rows: the int8 GEMV; more (prefill): the matmul on the
+        codes cast to the activation dtype (exact: integers of at most 127), then the scale."""
+        if x.numel() // x.shape[-1] <= int_gemv.MAX_ROWS:
+            return _gemv_rows(int_gemv.int8_gemv, x, self.weight, self.scale, self.out_features)
+        return F.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
 
     torch_kernel = False  # True: never ``cpu_gemv`` (benchmarks compare the two)
 
@@ -229,7 +239,7 @@ def pack_int4(codes: Tensor) -> Tensor:
 def _int4_grid(g: Tensor, lo: Tensor, hi: Tensor, dtype: torch.dtype):
     """Codes (as floats), scale and zero (fp32 values of ``dtype`` numbers) for groups ``g``
     mapped onto 16 levels spanning [lo, hi]."""
-    scale = ((hi - lo) / INT4_MAX).clamp(min=1e-12).to(dtype).float()
+    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float()
     zero = (lo + 8 * scale).to(dtype).float()
     q = torch.round((g - zero) / scale + 8).clamp(0, INT4_MAX)
     return q, scale, zero
@@ -284,6 +294,67 @@ class Int4Linear(IntLinear):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"int4 g{GROUP}")
+
+
+def _gemv_rows(gemv, x: Tensor, weight: Tensor, params: Tensor, out_features: int) -> Tensor:
+    """``gemv(x2 [M, K], weight, params) → [M, N]`` over ``x [..., K]``."""
+    shape = x.shape
+    y = gemv(x.reshape(-1, shape[-1]).contiguous(), weight, params)
+    return y.reshape(*shape[:-1], out_features)
+
+
+def int4_gemv_fits(shape: tuple[int, int]) -> bool:
+    """Whether a ``[N, K]`` weight can be held by ``Int4GemvLinear`` (K a multiple of
+    ``int_gemv.K_MULTIPLE``)."""
+    n, k = shape
+    return k % int_gemv.K_MULTIPLE == 0 and n > 0
+
+
+class Int4GemvLinear(IntLinear):
+    """int4 on CUDA: ``weight [N, K / 2]`` uint8 in ``int_gemv.pack``'s layout and
+    ``scales_and_zeros [K / GROUP, N, 2]`` (``quantize_int4``'s, activation dtype); decode rows
+    through ``int_gemv.int4_gemv``, prefill through the dequantized weight."""
+
+    PARAMS = "scales_and_zeros"
+
+    def __init__(self, in_features: int, out_features: int, dtype=torch.bfloat16, device=None):
+        super().__init__()
+        if not int4_gemv_fits((out_features, in_features)):
+            raise ValueError(f"Int4GemvLinear needs in_features a multiple of "
+                             f"{int_gemv.K_MULTIPLE}, got {in_features}")
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features // 2, dtype=torch.uint8,
+                                               device=device), requires_grad=False)
+        self.scales_and_zeros = nn.Parameter(
+            torch.zeros(in_features // GROUP, out_features, 2, dtype=dtype, device=device),
+            requires_grad=False)
+
+    @classmethod
+    def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> Int4GemvLinear:
+        codes, params = quantize_int4(w, dtype or w.dtype)
+        return cls.holding(int_gemv.pack(codes), params)
+
+    @staticmethod
+    def features(packed: Tensor, scales_and_zeros: Tensor) -> tuple[int, int]:
+        """(in, out) of ``int_gemv.pack``'s codes and ``quantize_int4``'s parameters."""
+        return scales_and_zeros.shape[0] * GROUP, packed.shape[0]
+
+    def dequantized(self, dtype: torch.dtype) -> Tensor:
+        """``[N, K]`` in ``dtype``: ``(q - 8) · scale + zero`` in fp32, rounded once."""
+        n, k = self.out_features, self.in_features
+        q = int_gemv.unpack(self.weight).float().reshape(n, k // GROUP, GROUP)
+        scale, zero = self.scales_and_zeros.float().transpose(0, 1).unbind(-1)  # [N, K / GROUP]
+        return ((q - 8) * scale.unsqueeze(-1) + zero.unsqueeze(-1)).reshape(n, k).to(dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.numel() // x.shape[-1] <= int_gemv.MAX_ROWS:
+            return _gemv_rows(int_gemv.int4_gemv, x, self.weight, self.scales_and_zeros,
+                              self.out_features)
+        return F.linear(x, self.dequantized(x.dtype))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"int4 g{GROUP} (Triton GEMV)")
 
 
 def int8_bytes(shape: tuple[int, int], scale_bytes: int = 2) -> int:

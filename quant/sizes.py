@@ -10,8 +10,8 @@ from __future__ import annotations
 from torch import nn
 
 from . import int_linear, torchao_modes
-from .convert import (CPU_LAYERS, EMBEDDINGS_BY_MODE, embedding_weights, layer_mode,
-                      linear_weights, normalize_mode, skipped)
+from .convert import (CPU_LAYERS, EMBEDDINGS_BY_MODE, embedding_weights, int_kernel,
+                      layer_mode, linear_weights, normalize_mode, skipped)
 
 
 def tensor_bytes(t) -> int:
@@ -63,18 +63,22 @@ def planned_bytes(model: nn.Module, mode: str, skip=(), quantize_embeddings: boo
             total += fp8_rows_bytes(linears[name])
         else:
             total += quantized_bytes(layer_mode(name, mode), linears[name], p.element_size(),
-                                     str(device).startswith("cpu") and mode in CPU_LAYERS)
+                                     mode in CPU_LAYERS and int_kernel(device) != "torchao",
+                                     int_kernel(device) == "triton")
     return total
 
 
-def quantized_bytes(mode: str, shape: tuple[int, int], plain_size: int, cpu: bool) -> int:
+def quantized_bytes(mode: str, shape: tuple[int, int], plain_size: int, cpu: bool,
+                    gemv: bool = False) -> int:
     """Bytes of one ``[N, K]`` Linear weight held in ``mode`` (``plain_size`` bytes a weight
-    when it stays unquantized) by ``int_linear`` (``cpu``) or torchao."""
+    when it stays unquantized) by ``int_linear`` (``cpu``; its CUDA GEMV layers: ``gemv``) or
+    torchao."""
     n, k = shape
     if mode == "none":
         return n * k * plain_size
     if cpu:
-        if mode == "int4" and int_linear.int4_fits(shape):
+        fits = int_linear.int4_gemv_fits if gemv else int_linear.int4_fits
+        if mode == "int4" and fits(shape):
             return int_linear.int4_bytes(shape, plain_size)
         return int_linear.int8_bytes(shape, plain_size)
     if torchao_modes.fits(mode, shape):

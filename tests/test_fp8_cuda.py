@@ -155,3 +155,100 @@ def test_gemv_equals_the_fp32_matmul_on_dequantized_weights(ckpt_dir):
         out_round = 2.0 ** -7 * ref if case["dtype"] == "torch.bfloat16" else 0
         assert (err <= fp32_bound + out_round).all()
 
+
+
+# ---------------------------------------------------------------------------- block shapes, decode
+def test_every_config_keeps_the_narrowest_real_layer_a_full_wave():
+    """Each device class's block shapes give every real S2-Pro Linear at least one program per
+    multiprocessor of the class's largest part (H200: 132; consumer: two waves of 80)."""
+    shapes = real_linear_shapes()
+    for cls, sms in (("datacenter", 132), ("consumer", 2 * 80)):
+        for block_n, block_k, warps, stages in fp8_gemv.CLASS_CONFIGS[cls]:
+            assert block_k % fp8_gemv.K_MULTIPLE == 0 and warps in (2, 4, 8) and stages >= 2
+            for n, _ in shapes:
+                programs, rows = fp8_gemv.grid_for(n, 1, block_n)
+                assert programs >= sms and rows == 1, (cls, block_n, n, programs)
+
+
+@pytest.mark.parametrize("capability,forced,mode,reason", [
+    ((9, 0), None, "native", None), ((8, 9), None, "native", None),
+    ((8, 6), None, "bits", None), ((8, 0), None, "bits", None),
+    ((9, 0), "bits", "bits", None),
+    ((8, 6), "native", "native", "needs compute capability >= 8.9"),
+    ((7, 5), None, "bits", "needs compute capability >= 8.0")])
+def test_decode_mode_by_capability_and_flag(monkeypatch, capability, forced, mode, reason):
+    pytest.importorskip("triton")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    if forced:
+        monkeypatch.setenv("SAILFISH_FP8_DECODE", forced)
+    else:
+        monkeypatch.delenv("SAILFISH_FP8_DECODE", raising=False)
+    cuda = torch.device("cuda")
+    assert fp8_gemv.decode_mode(cuda) == mode
+    found = fp8_gemv.unavailable(cuda)
+    assert (found is None) if reason is None else (reason in found)
+    if reason is None:  # "auto" keeps the GEMV on 8.0-8.6 too: no per-call dequant fallback
+        monkeypatch.setattr(fp8mod, "FALLBACKS", [])
+        assert fp8mod.resolve_path("auto", cuda) == "gemv"
+
+
+def test_a_wrong_decode_flag_is_named(monkeypatch):
+    monkeypatch.setenv("SAILFISH_FP8_DECODE", "fast")
+    with pytest.raises(fp8_gemv.GemvError, match="SAILFISH_FP8_DECODE must be one of"):
+        fp8_gemv.decode_mode(torch.device("cpu"))
+
+
+CONFIG_CHECK = r"""
+import json, os, sys, torch
+import torch.nn.functional as F
+from quant import fp8_gemv
+from quant.fp8 import quantize_rows
+n, k = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(1)
+w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+w[0, :16] = 2.0 ** -9 * torch.arange(16) * w[0].abs().max() / 448  # subnormal codes
+q, scale = quantize_rows(w)
+x = torch.randn(2, k, generator=g)
+ref = F.linear(x.double(), q.double() * scale.double())
+slack = x.abs().double() @ (q.double() * scale.double()).abs().T
+worst = {}
+for mode in ("native", "bits"):
+    os.environ["SAILFISH_FP8_DECODE"] = mode
+    configs = [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows]
+    for config in [None] + configs:
+        y = (fp8_gemv.gemv_linear(x, q, scale) if config is None
+             else fp8_gemv.launch_with(x, q, scale, config))
+        worst[f"{mode} {config}"] = float(((y.double() - ref).abs() / slack).max())
+# every finite e4m3 code decoded alone: row r holds code r in column 0, x = e_0, scale 1
+codes = torch.arange(256, dtype=torch.int32)
+codes[(codes & 0x7F) == 0x7F] = 0  # the two NaN codes (never produced: codes are clamped)
+table = torch.zeros(256, 16, dtype=torch.uint8)
+table[:, 0] = codes.to(torch.uint8)
+table = table.view(torch.float8_e4m3fn)
+e0 = torch.zeros(1, 16)
+e0[0, 0] = 1
+decoded = {}
+for mode in ("native", "bits"):
+    os.environ["SAILFISH_FP8_DECODE"] = mode
+    y = fp8_gemv.gemv_linear(e0, table, torch.ones(256, 1))[0]
+    decoded[mode] = bool(torch.equal(y, table[:, 0].float()))
+print(json.dumps({"worst": worst, "decoded": decoded}))
+"""
+
+
+def test_every_config_and_both_decodes_equal_the_fp32_matmul(ckpt_dir):
+    """Under Triton's interpreter: each block shape of both device classes, with Triton's e4m3
+    conversion and with the bit decode, gives the fp32 matmul on the dequantized weights
+    (subnormal codes included); the bit decode gives every finite e4m3 value exactly."""
+    pytest.importorskip("triton")
+    text = ModelConfig.from_file(ckpt_dir).text
+    n, k = text.intermediate_size, -(-text.dim // 16) * 16
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", CONFIG_CHECK, json.dumps([n, k])], cwd=ROOT,
+                         env=env, check=False, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["decoded"] == {"native": True, "bits": True}
+    assert len(out["worst"]) == 2 * (1 + sum(map(len, fp8_gemv.CLASS_CONFIGS.values())))
+    for case, worst in out["worst"].items():
+        assert worst <= 1e-5, case  # fp32 products and sums, relative to |x|·|ŵ|

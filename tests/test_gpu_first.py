@@ -43,6 +43,22 @@ def test_dry_run_reports_every_stage_even_after_one_fails(tmp_path):
     assert row["compiled"] is False and row["cuda_graph"] is False  # what really ran, on CPU
     assert isinstance(row["fallbacks"], list) and isinstance(row["warnings"], list)
     assert "| fp8-dequant | ok |" in stdout and "| bf16-eager | error |" in stdout
+    assert 0 < row["process_to_first_frame_s"] <= row["process_to_first_decode_step_s"]
+
+    # the diagnosis: one frame under the profiler (ops on the CPU dry run), and what each
+    # distinct Linear really called (here the per-call dequantize, then the matmul)
+    frame = row["diagnosis"]["frame"]
+    assert frame["kernels_per_frame"] > 0 and frame["wall_us_per_frame"] > 0
+    assert 0 < len(frame["top"]) <= 15
+    assert all(0 <= t["share"] <= 1 and t["calls"] >= 1 for t in frame["top"])
+    assert abs(frame["gemv_us"] + frame["other_us"] - frame["device_us_per_frame"]) < 1
+    linears = row["diagnosis"]["linears"]
+    assert {layer["class"] for layer in linears} == {"FP8Linear"}
+    assert sum(layer["layers"] for layer in linears) == sum(row["fp8_layer_paths"].values())
+    for layer in linears:
+        assert layer["path"] == "dequant" and "aten::_to_copy" in layer["kernels"]
+        assert "aten::mm" in layer["kernels"]
+    assert "| fp8-dequant | " in stdout.split("GEMV share")[1]
 
 
 def test_stages_past_the_budget_are_skipped_with_a_reason(tmp_path):
@@ -120,3 +136,35 @@ def test_realsize_load_runs_only_when_named():
     defaults = [s.name for s in gpu_first.STAGES if s.default]
     assert "realsize-load" not in defaults and "ttfa" in defaults and "codec-fast" in defaults
     assert "realsize-load" in gpu_first.BY_NAME
+
+
+def test_diagnosis_summary_counts_kernels_shares_and_gemv_time():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_first
+
+    events = [("void gemv_kernel<bf16>", 30.0), ("triton_red_fused_rms_norm_0", 10.0),
+              ("void gemv_kernel<bf16>", 40.0), ("Memcpy DtoH", 5.0),
+              ("ampere_bf16_s16816gemm_bf16_128x64", 15.0)]
+    out = gpu_first.summarize(events, launches=1)
+    assert out["kernels_per_frame"] == 5 and out["launch_calls_per_frame"] == 1
+    assert out["device_us_per_frame"] == 100 and out["gemv_us"] == 85 and out["other_us"] == 15
+    assert out["gemv_share"] == 0.85
+    assert out["top"][0] == {"kernel": "void gemv_kernel<bf16>", "calls": 2, "us": 70.0,
+                             "share": 0.7}
+    assert [t["kernel"] for t in out["top"]][1:] == ["ampere_bf16_s16816gemm_bf16_128x64",
+                                                     "triton_red_fused_rms_norm_0", "Memcpy DtoH"]
+    many = gpu_first.summarize([(f"k{i}", 1.0) for i in range(40)], launches=40)
+    assert len(many["top"]) == gpu_first.DIAGNOSIS_TOP == 15
+
+
+def test_default_run_measures_the_quantized_and_warm_compiled_stages():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_first
+
+    names = [s.name for s in gpu_first.STAGES]
+    for name in ("int8-gemv", "int4-gemv", "fp8-gemv-bits", "fp8-compiled", "int8-compiled",
+                 "int4-compiled", "bf16-compiled-warm"):
+        assert name in names
+    assert names.index("bf16-compiled") < names.index("bf16-compiled-warm")
+    assert gpu_first.BY_NAME["int8"].env == gpu_first.TORCHAO_INT
+    assert gpu_first.BY_NAME["int8-gemv"].env == gpu_first.TRITON_INT

@@ -33,12 +33,24 @@ size, so:
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 import warnings
 from typing import Callable
 
 MODES = ("off", "on", "auto")
+# Inductor options of our own compile of the decode step, passed as ``torch.compile(options=)``:
+# scoped to that compile, so the host's other compiles (ComfyUI, other packs) keep theirs.
+# ``coordinate_descent_tuning`` is what makes Inductor decompose a one-row matmul into a fused
+# multiply-and-sum (torch/_inductor/decomposition.py, ``mm``): a weight-only tensor's cast of its
+# codes and its scale then fuse into one bandwidth-bound kernel, where torchao's int8 tensor
+# otherwise casts its whole weight on every call. torchao sets these process-wide unless told
+# not to (``set_inductor_config``), which quant.torchao_modes does, to leave the host alone.
+TUNED_OPTIONS = {"coordinate_descent_tuning": True,
+                 "coordinate_descent_check_all_directions": True,
+                 "force_fuse_int_mm_with_mul": True}
+TUNING = ("auto", "on", "off")
 PROBE_CALLS = 3  # timed calls of each step (after one warm-up call each)
 log = logging.getLogger("sailfish.engine")
 _warned: set = set()
@@ -54,6 +66,24 @@ def compile_mode(value) -> str:
     if isinstance(value, str) and value.strip().lower() in MODES:
         return value.strip().lower()
     raise ValueError(f"compile must be true, false or one of {', '.join(MODES)}, got {value!r}")
+
+
+def compile_options(model) -> dict | None:
+    """``TUNED_OPTIONS`` or None for the compile of ``model``'s decode step, as
+    ``$SAILFISH_COMPILE_TUNING`` says: ``on``, ``off``, or ``auto`` (the default): on for a model
+    holding tensor-subclass weights (torchao's quantized tensors rely on them), off otherwise
+    (bf16 with them: measured by bench/gpu_first.py's stage bf16-compiled-tuned)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    asked = os.environ.get("SAILFISH_COMPILE_TUNING") or "auto"
+    if asked not in TUNING:
+        raise ValueError(f"SAILFISH_COMPILE_TUNING must be one of {', '.join(TUNING)}, "
+                         f"got {asked!r}")
+    if asked == "auto":
+        on = any(is_traceable_wrapper_subclass(p) for p in model.parameters())
+    else:
+        on = asked == "on"
+    return dict(TUNED_OPTIONS) if on else None
 
 
 def warn_cpu_compile(device, dtype) -> None:

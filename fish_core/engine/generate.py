@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..params import Generated, SamplingParams
 from . import continuous
-from .compile_choice import MeasuredStep, compile_mode, warn_cpu_compile
+from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
 from .continuous import cache_length  # noqa: F401 - where callers have always found it
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
@@ -90,7 +90,8 @@ class Engine:
         if self.compile_choice != "off" and packed_weights(model):
             self.refuse_compile()
         elif self.compile_choice != "off":
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True)
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True,
+                                       options=compile_options(model))
         if self.compile_choice == "on" and self._step is not None:
             warn_cpu_compile(self.device, self.dtype)
         elif self.compile_choice == "auto" and self._step is not None:

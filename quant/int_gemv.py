@@ -1,0 +1,275 @@
+"""Weight-only int8 and int4 GEMVs for CUDA in Triton, in the FP8 GEMV's design (``fp8_gemv.py``).
+
+At batch 1 a decode step reads every weight once; these kernels read the codes once (1 byte a
+weight for int8, half a byte plus a (scale, zero) pair per 128 for int4), convert them in
+registers and accumulate in fp32. torchao's int8 weight-only casts the whole weight to bf16 on
+every call outside a compile that decomposes the M = 1 matmul (its Inductor options), which
+moves ~5 bytes a weight; this does not depend on a compile:
+
+    y = torch.ops.sailfish.int8_triton_gemv(x, codes, scale)   # x [M, K], codes [N, K] int8,
+                                                  # scale [N] → y [M, N] in x's dtype
+    y = torch.ops.sailfish.int4_triton_gemv(x, packed, params)  # packed [N, K / 2] uint8
+                                                  # (``pack``), params [K / GROUP, N, 2]
+
+Numerics: int8 ``y = (x · codes) · scale``; int4 ``w = (q - 8) · scale + zero`` per group of
+``GROUP`` columns (``int_linear.quantize_int4``'s codes and parameters), products and sums in
+fp32, one rounding to ``x``'s dtype: the fp32 matmul on the dequantized weights within fp32
+rounding. Up to ``MAX_ROWS`` rows of ``x`` (decode); the layers multiply more rows (prefill) by
+the dequantized weight (compute-bound: cuBLAS).
+
+int4 layout (``pack``): byte ``j`` of row ``n`` holds column ``j`` in its low nibble and column
+``j + K / 2`` in its high nibble, so both halves of ``x`` are read as contiguous vectors. The
+CPU kernel's layout (``int_linear.pack_int4``) is another, blocked one.
+
+Block shapes per device class as the FP8 GEMV (``fp8_gemv.CLASS_CONFIGS``; int4 reads half the
+bytes per block). The ops have fake implementations (FakeTensor, ``torch.compile``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import fp8_gemv
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the ops still trace (fake implementations)
+    triton = tl = None
+
+MAX_ROWS = fp8_gemv.MAX_ROWS
+GROUP = 128  # int4 columns per (scale, zero) pair: int_linear.GROUP
+K_MULTIPLE = 2 * GROUP  # int4: K a multiple of this (both halves whole groups)
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INTERPRETED = fp8_gemv.INTERPRETED
+GemvError = fp8_gemv.GemvError
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why the kernels cannot run on ``device`` (None: they can)."""
+    device = torch.device(device)
+    if triton is None:
+        return "Triton is not installed"
+    if device.type == "cpu":
+        return None if INTERPRETED else "the Triton GEMV runs on CUDA (CPU only under TRITON_INTERPRET=1)"
+    if device.type != "cuda":
+        return f"the Triton GEMV runs on CUDA, not {device.type}"
+    cap = torch.cuda.get_device_capability(device)
+    if cap < fp8_gemv.BITS_CAPABILITY:
+        return f"the GEMV needs compute capability >= 8.0, {device} has {cap[0]}.{cap[1]}"
+    return None
+
+
+def pack(codes: Tensor) -> Tensor:
+    """int4 ``codes [N, K]`` in 0..15 → ``[N, K / 2]`` uint8: low nibble column ``j``, high
+    nibble column ``j + K / 2``."""
+    half = codes.shape[1] // 2
+    c = codes.to(torch.uint8)
+    return (c[:, :half] | (c[:, half:] << 4)).contiguous()
+
+
+def unpack(packed: Tensor) -> Tensor:
+    """``pack``'s inverse: ``[N, K / 2]`` uint8 → codes ``[N, K]`` int32."""
+    return torch.cat([packed & 15, packed >> 4], dim=1).to(torch.int32)
+
+
+def _x_problems(x: Tensor, k: int, device) -> list[str]:
+    problems = []
+    if x.dim() != 2 or x.shape[-1] != k or x.dtype not in ACTIVATION_DTYPES or not x.is_contiguous():
+        problems.append(f"x must be a contiguous [M, {k}] bf16/fp16/fp32 tensor, got {x.dtype} "
+                        f"{list(x.shape)}")
+    elif x.shape[0] > MAX_ROWS:
+        problems.append(f"x: at most {MAX_ROWS} rows (batch × tokens), got {x.shape[0]}")
+    if x.device != device:
+        problems.append(f"x must be on the weights' device {device}, got {x.device}")
+    return problems
+
+
+def check_int8(x: Tensor, codes: Tensor, scale: Tensor) -> None:
+    """Raise ``GemvError`` naming every argument ``int8_gemv`` cannot take."""
+    problems = []
+    if codes.dim() != 2 or codes.dtype != torch.int8 or not codes.is_contiguous():
+        problems.append(f"codes must be a contiguous [N, K] int8 tensor, got {codes.dtype} "
+                        f"{list(codes.shape)}")
+    n, k = codes.shape if codes.dim() == 2 else (-1, -1)
+    if scale.shape != (n,) or scale.dtype not in ACTIVATION_DTYPES or scale.device != codes.device:
+        problems.append(f"scale must be a [{n}] float tensor on {codes.device}, got {scale.dtype} "
+                        f"{list(scale.shape)}")
+    problems += _x_problems(x, k, codes.device)
+    if problems:
+        raise GemvError("int8_gemv: " + "; ".join(problems))
+
+
+def check_int4(x: Tensor, packed: Tensor, params: Tensor) -> None:
+    """Raise ``GemvError`` naming every argument ``int4_gemv`` cannot take."""
+    problems = []
+    if packed.dim() != 2 or packed.dtype != torch.uint8 or not packed.is_contiguous():
+        problems.append(f"packed must be a contiguous [N, K / 2] uint8 tensor, got {packed.dtype} "
+                        f"{list(packed.shape)}")
+    n, k = (packed.shape[0], 2 * packed.shape[1]) if packed.dim() == 2 else (-1, -1)
+    if k % K_MULTIPLE:
+        problems.append(f"packed: K = 2 × columns must be a multiple of {K_MULTIPLE}, got {k}")
+    want = (k // GROUP, n, 2)
+    if (tuple(params.shape) != want or params.dtype not in ACTIVATION_DTYPES
+            or not params.is_contiguous() or params.device != packed.device):
+        problems.append(f"params must be a contiguous {list(want)} float tensor on "
+                        f"{packed.device}, got {params.dtype} {list(params.shape)}")
+    problems += _x_problems(x, k, packed.device)
+    if problems:
+        raise GemvError("int4_gemv: " + "; ".join(problems))
+
+
+if triton is not None:
+    def _configs(halve_k: bool):
+        return [triton.Config({"BLOCK_N": n, "BLOCK_K": k // 2 if halve_k else k}, num_warps=w,
+                              num_stages=st)
+                for rows in fp8_gemv.CLASS_CONFIGS.values() for n, k, w, st in rows]
+
+    def _prune(configs, named_args, **kwargs):
+        x = named_args.get("x_ptr")
+        cls = fp8_gemv.device_class(x.device) if isinstance(x, Tensor) else "consumer"
+        keys = {(n, w, st) for n, _, w, st in fp8_gemv.CLASS_CONFIGS[cls]}
+        kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keys]
+        return kept or configs
+
+    @triton.jit
+    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, N, K: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        row = tl.program_id(1)
+        outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = tl.arange(0, BLOCK_K)
+        live = outs < N
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + cols
+            in_k = ks < K
+            x = tl.load(x_ptr + row * K + ks, mask=in_k, other=0.0).to(tl.float32)
+            q = tl.load(q_ptr + outs[:, None] * K + ks[None, :],
+                        mask=live[:, None] & in_k[None, :], other=0)
+            acc += q.to(tl.float32) * x[None, :]
+        scale = tl.load(s_ptr + outs, mask=live, other=0.0).to(tl.float32)
+        y = tl.sum(acc, axis=1) * scale
+        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
+
+    @triton.jit
+    def _int4_kernel(x_ptr, p_ptr, sz_ptr, y_ptr, N, K: tl.constexpr, GROUP_SIZE: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # BLOCK_K bytes of each row (a multiple of GROUP_SIZE): columns j (low nibble) and
+        # j + K / 2 (high nibble). Per group: scale · Σ (q - 8) x + zero · Σ x.
+        GROUPS: tl.constexpr = BLOCK_K // GROUP_SIZE  # groups per block, in each half
+        row = tl.program_id(1)
+        outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = tl.arange(0, BLOCK_K)
+        live = outs < N
+        acc = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
+        for j0 in range(0, K // 2, BLOCK_K):
+            js = j0 + cols
+            in_k = js < K // 2
+            x_lo = tl.load(x_ptr + row * K + js, mask=in_k, other=0.0).to(tl.float32)
+            x_hi = tl.load(x_ptr + row * K + K // 2 + js, mask=in_k, other=0.0).to(tl.float32)
+            b = tl.load(p_ptr + outs[:, None] * (K // 2) + js[None, :],
+                        mask=live[:, None] & in_k[None, :], other=0)
+            q_lo = tl.reshape((b & 15).to(tl.float32) - 8.0, (BLOCK_N, GROUPS, GROUP_SIZE))
+            q_hi = tl.reshape((b >> 4).to(tl.float32) - 8.0, (BLOCK_N, GROUPS, GROUP_SIZE))
+            x3_lo = tl.reshape(x_lo, (GROUPS, GROUP_SIZE))
+            x3_hi = tl.reshape(x_hi, (GROUPS, GROUP_SIZE))
+            dot_lo = tl.sum(q_lo * x3_lo[None, :, :], axis=2)  # [BLOCK_N, GROUPS]
+            dot_hi = tl.sum(q_hi * x3_hi[None, :, :], axis=2)
+            sum_lo = tl.sum(x3_lo, axis=1)  # [GROUPS]
+            sum_hi = tl.sum(x3_hi, axis=1)
+            # (scale, zero) of each group: params [K / GROUP, N, 2]
+            g_lo = j0 // GROUP_SIZE + tl.arange(0, GROUPS)
+            g_hi = g_lo + (K // 2) // GROUP_SIZE
+            ok = live[:, None] & (g_lo < (K // 2) // GROUP_SIZE)[None, :]
+            at_lo = (g_lo[None, :] * N + outs[:, None]) * 2
+            at_hi = (g_hi[None, :] * N + outs[:, None]) * 2
+            s_lo = tl.load(sz_ptr + at_lo, mask=ok, other=0.0).to(tl.float32)
+            z_lo = tl.load(sz_ptr + at_lo + 1, mask=ok, other=0.0).to(tl.float32)
+            s_hi = tl.load(sz_ptr + at_hi, mask=ok, other=0.0).to(tl.float32)
+            z_hi = tl.load(sz_ptr + at_hi + 1, mask=ok, other=0.0).to(tl.float32)
+            acc += (s_lo * dot_lo + z_lo * sum_lo[None, :]
+                    + s_hi * dot_hi + z_hi * sum_hi[None, :])
+        y = tl.sum(acc, axis=1)
+        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
+
+    _int8_tuned = triton.autotune(
+        configs=_configs(False)[:1] if INTERPRETED else _configs(False), key=["N", "K"],
+        prune_configs_by={"early_config_prune": _prune})(_int8_kernel)
+    _int4_tuned = triton.autotune(
+        configs=_configs(True)[:1] if INTERPRETED else _configs(True), key=["N", "K"],
+        prune_configs_by={"early_config_prune": _prune})(_int4_kernel)
+
+
+def _ready(x: Tensor) -> None:
+    reason = unavailable(x.device)
+    if reason:
+        raise GemvError(f"int GEMV cannot run: {reason}")
+
+
+def int8_launch(x: Tensor, codes: Tensor, scale: Tensor, config: tuple | None = None) -> Tensor:
+    """The int8 kernel; ``config`` = ``(BLOCK_N, BLOCK_K, warps, stages)`` instead of the tuned
+    choice (tests run every one)."""
+    check_int8(x, codes, scale)
+    _ready(x)
+    (m, k), n = x.shape, codes.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if config is None:
+        _int8_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y,
+                                                                          n, k)
+    else:
+        bn, bk, w, st = config
+        _int8_kernel[fp8_gemv.grid_for(n, m, bn)](x, codes, scale, y, n, k, BLOCK_N=bn,
+                                                  BLOCK_K=bk, num_warps=w, num_stages=st)
+    return y
+
+
+def int4_launch(x: Tensor, packed: Tensor, params: Tensor, config: tuple | None = None) -> Tensor:
+    """The int4 kernel; ``config`` as ``int8_launch`` (its BLOCK_K counts columns: bytes × 2)."""
+    check_int4(x, packed, params)
+    _ready(x)
+    (m, k), n = x.shape, packed.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if config is None:
+        _int4_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](
+            x, packed, params, y, n, k, GROUP)
+    else:
+        bn, bk, w, st = config
+        _int4_kernel[fp8_gemv.grid_for(n, m, bn)](x, packed, params, y, n, k, GROUP,
+                                                  BLOCK_N=bn, BLOCK_K=bk // 2, num_warps=w,
+                                                  num_stages=st)
+    return y
+
+
+def _int8_run(x: Tensor, codes: Tensor, scale: Tensor) -> Tensor:
+    return int8_launch(x, codes, scale)
+
+
+def _int4_run(x: Tensor, packed: Tensor, params: Tensor) -> Tensor:
+    return int4_launch(x, packed, params)
+
+
+def _int8_fake(x: Tensor, codes: Tensor, scale: Tensor) -> Tensor:
+    check_int8(x, codes, scale)
+    return x.new_empty(x.shape[0], codes.shape[0])
+
+
+def _int4_fake(x: Tensor, packed: Tensor, params: Tensor) -> Tensor:
+    check_int4(x, packed, params)
+    return x.new_empty(x.shape[0], packed.shape[0])
+
+
+def _register(name: str, run, fake):
+    """``torch.ops.sailfish.<name>``, registered once per process (the pack may be imported
+    under two package names)."""
+    try:
+        return getattr(torch.ops.sailfish, name)
+    except (AttributeError, RuntimeError):
+        pass
+    op = torch.library.custom_op(f"sailfish::{name}", run, mutates_args=())
+    op.register_fake(fake)
+    return getattr(torch.ops.sailfish, name)
+
+
+int8_gemv = _register("int8_triton_gemv", _int8_run, _int8_fake)  # (int8_gemv: cpu_gemv's)
+int4_gemv = _register("int4_triton_gemv", _int4_run, _int4_fake)

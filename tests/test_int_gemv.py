@@ -1,0 +1,243 @@
+"""quant/int_gemv.py and its layers on CUDA, checked without a GPU: every real S2-Pro Linear
+shape through ``Int8Linear`` / ``Int4GemvLinear`` on FakeTensor ``cuda`` tensors, the int8 and
+int4 Triton GEMVs (Triton's CPU interpreter, when Triton is installed) against the fp64 matmul
+on the dequantized weights for every block shape, the kernel choice (``SAILFISH_INT_KERNEL``)
+and the scoped Inductor options of our compile (``SAILFISH_COMPILE_TUNING``)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import quant
+from fish_core.engine import compile_choice
+from fish_core.engine.config import ModelConfig
+from quant import int_gemv, int_linear
+from quant.convert import Converter, int_kernel
+from quant.int_linear import Int4GemvLinear, Int8Linear
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "tests/fixtures"
+
+
+def real_linear_shapes() -> set[tuple[int, int]]:
+    from fish_core.loading.checkpoint import build_meta
+
+    meta = build_meta(ModelConfig.from_file(REAL / "real-s2-config.json"), torch.bfloat16)
+    return set(quant.linear_weights(meta).values())
+
+
+def test_pack_unpack_round_trip_and_layout():
+    g = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, 16, (8, 512), generator=g, dtype=torch.int32)
+    packed = int_gemv.pack(codes)
+    assert packed.shape == (8, 256) and packed.dtype == torch.uint8
+    assert torch.equal(int_gemv.unpack(packed), codes)
+    assert int(packed[3, 5]) == int(codes[3, 5]) | (int(codes[3, 256 + 5]) << 4)
+
+
+@pytest.mark.parametrize("rows", [1, int_gemv.MAX_ROWS, int_gemv.MAX_ROWS + 3])
+def test_every_real_shape_runs_the_int_layers_on_fake_cuda(rows):
+    """Decode rows go through the GEMV ops (their fake kernels check the arguments), prefill rows
+    through the dequantized weight; every real Linear fits the int4 GEMV's K multiple."""
+    shapes = real_linear_shapes()
+    assert len(shapes) >= 4
+    with FakeTensorMode():
+        for n, k in sorted(shapes):
+            assert int_linear.int4_gemv_fits((n, k))
+            x = torch.empty(rows, 1, k, dtype=torch.bfloat16, device="cuda")
+            int8 = Int8Linear.holding(torch.empty(n, k, dtype=torch.int8, device="cuda"),
+                                      torch.empty(n, dtype=torch.bfloat16, device="cuda"))
+            int4 = Int4GemvLinear.holding(
+                torch.empty(n, k // 2, dtype=torch.uint8, device="cuda"),
+                torch.empty(k // 128, n, 2, dtype=torch.bfloat16, device="cuda"))
+            for layer in (int8, int4):
+                y = layer(x)
+                assert y.shape == (rows, 1, n) and y.dtype == torch.bfloat16
+                assert y.device.type == "cuda"
+
+
+def test_gemv_constraints_name_the_argument():
+    with FakeTensorMode():
+        x = torch.empty(1, 384, device="cuda")
+        packed = torch.empty(64, 192, dtype=torch.uint8, device="cuda")
+        params = torch.empty(3, 64, 2, device="cuda")
+        with pytest.raises(int_gemv.GemvError, match="K = 2 × columns must be a multiple of 256"):
+            int_gemv.int4_gemv(x, packed, params)
+        codes = torch.empty(64, 32, dtype=torch.int8, device="cuda")
+        with pytest.raises(int_gemv.GemvError, match="x: at most"):
+            int_gemv.int8_gemv(torch.empty(int_gemv.MAX_ROWS + 1, 32, device="cuda"), codes,
+                               torch.empty(64, device="cuda"))
+        with pytest.raises(int_gemv.GemvError, match=r"scale must be a \[64\] float tensor"):
+            int_gemv.int8_gemv(torch.empty(1, 32, device="cuda"), codes,
+                               torch.empty(64, 1, device="cuda"))
+
+
+def test_int_kernel_choice(monkeypatch):
+    monkeypatch.delenv("SAILFISH_INT_KERNEL", raising=False)
+    assert int_kernel("cpu") == "cpu" and int_kernel("cuda") == quant.convert.AUTO_INT_KERNEL
+    monkeypatch.setenv("SAILFISH_INT_KERNEL", "triton")
+    assert int_kernel("cuda") == "triton" and int_kernel("cpu") == "cpu"
+    monkeypatch.setenv("SAILFISH_INT_KERNEL", "fast")
+    with pytest.raises(quant.QuantizationError, match="SAILFISH_INT_KERNEL must be one of"):
+        int_kernel("cuda")
+
+
+def test_converter_builds_the_gemv_layers(monkeypatch):
+    """The Triton kernel chosen (as SAILFISH_INT_KERNEL=triton on CUDA; here on the CPU's
+    tensors, the choice patched): int4 weights become Int4GemvLinear (K a multiple of 256; else
+    int8, as on the CPU) and int8 weights Int8Linear, holding int_linear's codes and parameters,
+    and the planned bytes are what they hold."""
+    monkeypatch.setattr(quant.convert, "int_kernel", lambda device: "triton")
+    monkeypatch.setattr(quant.sizes, "int_kernel", lambda device: "triton")
+    monkeypatch.setattr(int_gemv, "unavailable", lambda device: None)
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 64, bias=False), nn.Linear(128, 32, bias=False))
+    model = model.to(torch.bfloat16).requires_grad_(False)
+    weights = [torch.randn(64, 512, generator=g), torch.randn(32, 128, generator=g)]
+    names = ["0.weight", "1.weight"]
+    converter = Converter("int4", "cpu", torch.bfloat16, names, pack=False)
+    for name, layer, w in zip(names, model, weights):
+        layer.weight = nn.Parameter(converter(name, w.bfloat16()), requires_grad=False)
+    converter.finish(model)
+    assert isinstance(model[0], Int4GemvLinear) and isinstance(model[1], Int8Linear)
+    assert model[0].weight.shape == (64, 256) and model[0].weight.dtype == torch.uint8
+    codes, params = int_linear.quantize_int4(weights[0].bfloat16(), torch.bfloat16)
+    assert torch.equal(int_gemv.unpack(model[0].weight), codes)
+    assert torch.equal(model[0].scales_and_zeros, params)
+    meta = nn.Sequential(nn.Linear(512, 64, bias=False, device="meta"),
+                         nn.Linear(128, 32, bias=False, device="meta")).to(torch.bfloat16)
+    assert quant.weight_bytes(model) == quant.planned_bytes(meta, "int4", device="cuda")
+
+
+def test_triton_kernel_where_it_cannot_run_says_so(monkeypatch):
+    monkeypatch.setenv("SAILFISH_INT_KERNEL", "triton")
+    monkeypatch.setattr(int_gemv, "unavailable", lambda device: "no Triton here")
+    with pytest.raises(quant.QuantizationError, match="SAILFISH_INT_KERNEL=torchao"):
+        Converter("int8", "cuda", torch.bfloat16, [])
+
+
+INTERPRETER_CHECK = r"""
+import json, sys, torch
+import torch.nn.functional as F
+from quant import fp8_gemv, int_gemv, int_linear
+n, k = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(0)
+w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+configs = [None] + [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows]
+worst = {}
+
+def relative(y, x, w_hat):
+    ref = F.linear(x.double(), w_hat.double())  # fp64 matmul, dequantized weights
+    slack = x.abs().double() @ w_hat.abs().double().T  # |x|·|ŵ|
+    return float(((y.double() - ref).abs() / slack).max())
+
+int8 = int_linear.Int8Linear.from_weight(w, torch.float32)
+int4 = int_linear.Int4GemvLinear.from_weight(w, torch.float32)
+for rows in (1, 3):
+    x = torch.randn(rows, k, generator=g)
+    for config in configs:
+        y8 = int_gemv.int8_launch(x, int8.weight, int8.scale, config)
+        y4 = int_gemv.int4_launch(x, int4.weight, int4.scales_and_zeros, config)
+        worst[f"int8 {rows} {config}"] = relative(y8, x, int8.dequantized(torch.float64))
+        worst[f"int4 {rows} {config}"] = relative(y4, x, int4.dequantized(torch.float64))
+# the layers: decode rows (GEMV) and prefill rows (dequantized weight), bf16 activations
+x = torch.randn(2, int_gemv.MAX_ROWS + 1, k, generator=g).bfloat16()
+layers = {"int8": (int8, int8._device_forward), "int4": (int4, int4)}
+bf16 = {}
+for name, (layer, forward) in layers.items():
+    for part in (x[:1, :1], x):
+        y = forward(part)
+        ref = F.linear(part.double(), layer.dequantized(torch.float64))
+        bf16[f"{name} {list(part.shape)}"] = [list(y.shape), str(y.dtype),
+                                              float(((y.double() - ref).abs()
+                                                     / ref.abs().max()).max())]
+print(json.dumps({"worst": worst, "bf16": bf16}))
+"""
+
+
+def test_gemvs_equal_the_fp64_matmul_on_dequantized_weights(ckpt_dir):
+    """Triton's interpreter runs both kernels with every block shape of both device classes.
+    Sizes from the fixture: N = the FFN width, K = the model width rounded up to 256."""
+    pytest.importorskip("triton")
+    text = ModelConfig.from_file(ckpt_dir).text
+    n, k = text.intermediate_size, -(-text.dim // 256) * 256
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", INTERPRETER_CHECK, json.dumps([n, k])], cwd=ROOT,
+                         env=env, check=False, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert len(out["worst"]) == 2 * 2 * (1 + sum(map(len,
+                                                     int_gemv.fp8_gemv.CLASS_CONFIGS.values())))
+    for case, worst in out["worst"].items():
+        assert worst <= 1e-5, case  # fp32 products and sums
+    for case, (shape, dtype, err) in out["bf16"].items():
+        assert shape[-1] == n and dtype == "torch.bfloat16", case
+        assert err <= 2.0 ** -7, case  # one bf16 rounding of the output (and of x·w in prefill)
+
+
+# ---------------------------------------------------------------------------- compile options
+class Wrapped(torch.Tensor):
+    """A tensor subclass standing in for torchao's quantized weights."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __tensor_flatten__(self):
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
+        return Wrapped(inner_tensors["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError
+
+
+def test_compile_options_scoped_to_our_compile(monkeypatch):
+    plain = nn.Linear(4, 4)
+    wrapped = nn.Linear(4, 4)
+    wrapped._parameters["weight"] = Wrapped(torch.zeros(4, 4))  # as torchao's, held as is
+    monkeypatch.delenv("SAILFISH_COMPILE_TUNING", raising=False)
+    assert compile_choice.compile_options(plain) is None
+    options = compile_choice.compile_options(wrapped)
+    assert options == compile_choice.TUNED_OPTIONS and options["coordinate_descent_tuning"]
+    monkeypatch.setenv("SAILFISH_COMPILE_TUNING", "on")
+    assert compile_choice.compile_options(plain) == compile_choice.TUNED_OPTIONS
+    monkeypatch.setenv("SAILFISH_COMPILE_TUNING", "off")
+    assert compile_choice.compile_options(wrapped) is None
+    monkeypatch.setenv("SAILFISH_COMPILE_TUNING", "max")
+    with pytest.raises(ValueError, match="SAILFISH_COMPILE_TUNING must be one of"):
+        compile_choice.compile_options(plain)
+    # the process-wide Inductor config is never touched
+    import torch._inductor.config as inductor
+
+    assert inductor.coordinate_descent_tuning is False
+
+
+def test_the_engine_compiles_with_the_options(monkeypatch, ckpt_dir):
+    from fish_core.engine import generate
+    from fish_core.loading.checkpoint import load_model
+
+    seen = {}
+
+    def fake_compile(fn, **kwargs):
+        seen.update(kwargs)
+        return fn
+
+    monkeypatch.setattr(generate.torch, "compile", fake_compile)
+    monkeypatch.setenv("SAILFISH_COMPILE_TUNING", "on")
+    model = load_model(ckpt_dir, "cpu", torch.float32)
+    generate.Engine(model, compile=True)
+    assert seen == {"fullgraph": True, "options": compile_choice.TUNED_OPTIONS}
