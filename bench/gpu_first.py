@@ -597,7 +597,13 @@ def ttfa_stage(args) -> dict:
     from fish_core.params import FIRST_FRAMES, SamplingParams
 
     device = torch.device(args.device)
-    model = random_model(bench_decode.make_config(args.config), device, torch.bfloat16)
+    config = bench_decode.make_config(args.config)
+    if args.config == "tiny":  # the codebooks of the fixture's codec (make_codec), whatever set
+        from fish_core.engine.config import ModelConfig
+
+        fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests/fixtures"))
+        config = ModelConfig.from_file(fixtures / "tiny-s2")
+    model = random_model(config, device, torch.bfloat16)
     engine = Engine(model, cuda_graph=device.type == "cuda")
 
     def median_s(fn) -> float:
