@@ -4,7 +4,9 @@ Nothing here imports torch at module level or any other module of the pack, so t
 client, the HTTP request parser and the ComfyUI nodes can name sampling parameters, seeds and
 generation errors without loading the engine.
 
-* ``SamplingParams`` and ``DEFAULTS``: the one place the sampling defaults and their checks live.
+* ``SamplingParams`` and ``DEFAULTS``: the one place the sampling defaults and their checks live;
+  ``Rule``: one allowed range, the only one every door (Python, CLI, nodes, HTTP) and the docs
+  use; ``RequestError``: a setting outside its rule, naming the field (each door renames it).
 * Seeds are ``0 .. MAX_SEED`` everywhere (engine, synthesizers, CLI, nodes, HTTP);
   ``batch_seed(seed, k)`` is the seed of text batch (or take) ``k``.
 * ``FIRST_FRAMES``, ``CHUNK_FRAMES``: how a stream is cut into chunks (``local.stream``).
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 MAX_SEED = 2**63 - 1  # seeds are 0 .. MAX_SEED everywhere (engine, Synthesizer, CLI, nodes)
+MAX_TOP_K = 4096  # past the codebook's 4096 tokens a larger k changes nothing
 FIRST_FRAMES = 4  # a stream's first audio after this many frames (~0.19 s of speech)
 CHUNK_FRAMES = 32  # later chunks double up to this many frames (~1.5 s)
 
@@ -36,6 +39,71 @@ class Cancelled(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Rule:
+    """One allowed range: ``low .. high`` (``high`` None: no upper bound), ends open or not, an
+    integer or any finite number. The one rule of a setting, used by every door and the docs."""
+
+    low: float
+    high: float | None = None
+    integer: bool = False
+    low_open: bool = False
+    high_open: bool = False
+
+    @property
+    def interval(self) -> str:
+        if self.integer:
+            return f"{self.low} .. {self.high}" if self.high is not None else f">= {self.low}"
+        left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"{left}{self.low:g}, {self.high:g}{right}"
+
+    @property
+    def expected(self) -> str:
+        if self.integer:
+            return (f"an integer in {self.interval}" if self.high is not None
+                    else f"an integer {self.interval}")
+        return f"a number in {self.interval}"
+
+    def holds(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return False
+        low_ok = value > self.low if self.low_open else value >= self.low
+        if self.high is None:
+            return low_ok
+        return low_ok and (value < self.high if self.high_open else value <= self.high)
+
+    def check(self, value, field: str):
+        """``value`` if the rule holds for it, else a ``RequestError`` naming ``field``."""
+        if not self.holds(value):
+            raise RequestError(field, self, value)
+        return value
+
+
+class RequestError(GenerationError):
+    """A setting outside its ``Rule``: ``field`` as the Python API names it; a door reports it
+    in its own names (``renamed``) and, the HTTP service, its own words (``rule.interval``)."""
+
+    def __init__(self, field: str, rule: Rule | None, value, message: str | None = None):
+        self.field, self.rule, self.value = field, rule, value
+        super().__init__(message or f"{field} must be {rule.expected}, got {value!r}")
+
+    def renamed(self, names: Mapping[str, str]) -> "RequestError":
+        """The same error with its field as a door names it (``names[field]``)."""
+        name = names.get(self.field, self.field)
+        text = str(self)
+        if text.startswith(self.field):
+            text = name + text[len(self.field):]
+        return RequestError(name, self.rule, self.value, text)
+
+
+SAMPLING_RULES = {
+    "temperature": Rule(0, 2, low_open=True, high_open=True),
+    "top_p": Rule(0, 1, low_open=True),
+    "top_k": Rule(1, MAX_TOP_K, integer=True),
+    "max_new_tokens": Rule(1, None, integer=True),
+}
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.8
     top_p: float = 0.8
@@ -43,18 +111,8 @@ class SamplingParams:
     max_new_tokens: int = 1024
 
     def validate(self) -> "SamplingParams":
-        def bad(field, expected, value):
-            raise GenerationError(f"{field} must be {expected}, got {value!r}")
-
-        if not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < 2:
-            bad("temperature", "a number in (0, 2)", self.temperature)
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            bad("top_p", "a number in (0, 1]", self.top_p)
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
-            bad("top_k", "an integer >= 1", self.top_k)
-        if (isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int)
-                or self.max_new_tokens < 1):
-            bad("max_new_tokens", "an integer >= 1", self.max_new_tokens)
+        for name, rule in SAMPLING_RULES.items():
+            rule.check(getattr(self, name), name)
         return self
 
     @classmethod
@@ -86,6 +144,9 @@ class Generated:
     seed: int | None = None
 
 
+SEED_RULE = Rule(0, MAX_SEED, integer=True)
+
+
 def random_seed() -> int:
     """A fresh seed in 0 .. MAX_SEED."""
     return secrets.randbits(63)
@@ -101,16 +162,13 @@ def check_seed(seed, field: str = "seed") -> int:
     """``seed`` as an int in 0 .. MAX_SEED; any int-like (``operator.index``: int, numpy ints)
     is accepted. A bool, a float, a string or an out-of-range value raises GenerationError
     naming ``field``."""
-    allowed = f"an integer in 0 .. {MAX_SEED}"
     if isinstance(seed, bool):
-        raise GenerationError(f"{field} must be {allowed}, got {seed!r}")
+        raise RequestError(field, SEED_RULE, seed)
     try:
         value = operator.index(seed)
     except TypeError:
-        raise GenerationError(f"{field} must be {allowed}, got {seed!r}") from None
-    if not 0 <= value <= MAX_SEED:
-        raise GenerationError(f"{field} must be {allowed}, got {value}")
-    return value
+        raise RequestError(field, SEED_RULE, seed) from None
+    return SEED_RULE.check(value, field)
 
 
 def pick_seed(seed: int | None) -> int:

@@ -267,7 +267,7 @@ def public_names(path: Path, cls: str) -> set[str]:
 
 
 def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
-    """``local.driver``, ``local.stream`` and ``serve.scheduler`` generate through the
+    """``local.driver``, the local ``Synthesizer``'s backend and ``serve.scheduler`` generate through the
     ``Runtime``'s public methods (``references``, ``system_turn``, ``prompt``, ``row_batch``
     …), never its engine, encoder or model, and never the public ``Synthesizer``: the
     scheduler only takes the runtime of the Synthesizer it is handed."""
@@ -276,7 +276,7 @@ def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
     assert {"prompt", "row_batch", "system_turn", "config"} <= allowed
     wrong = []
     for path in (ROOT / "fish_core" / "local" / "driver.py",
-                 ROOT / "fish_core" / "local" / "stream.py",
+                 ROOT / "fish_core" / "local" / "synthesizer.py",
                  ROOT / "fish_core" / "serve" / "scheduler.py"):
         for attr, line in attributes(path, {"runtime"}):
             if attr not in allowed:

@@ -1,4 +1,4 @@
-"""The local and the remote synthesizer implement one interface (``fish_core.speech.interface``):
+"""The local and the remote synthesizer implement one interface (``fish_core.speech.front``):
 the same methods, keywords and defaults, and the same error for a keyword neither knows."""
 
 import inspect
@@ -8,7 +8,7 @@ import pytest
 from fish_core import Synthesizer
 from fish_core.params import DEFAULTS, SamplingParams
 from fish_core.remote import RemoteSynthesizer
-from fish_core.speech.interface import SpeechSynthesizer
+from fish_core.speech.front import SpeechSynthesizer
 
 METHODS = ["tts", "stream", "dialogue", "subtitles", "encode_voice", "release_caches"]
 

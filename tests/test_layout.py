@@ -1,4 +1,4 @@
-"""Laying out a take while it is generated (``fish_core/local/layout.py``): the Synthesizer's
+"""Laying out a take while it is generated (``fish_core/speech/layout.py``): the Synthesizer's
 ``on_chunk`` for tts, takes, a dialogue with pauses and subtitles with gaps, and ``TakeLayout``
 on made-up batches.
 
@@ -15,7 +15,7 @@ from fish_core.params import Generated
 from fish_core.speech.results import Batch, BatchResult
 from fish_core.speech.timeline import join_batches
 from fish_core.local.driver import ChunkDecoder, decode_batches
-from fish_core.local.layout import TakeLayout
+from fish_core.speech.layout import TakeLayout
 from fish_core.text.plan import parse_srt
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)

@@ -193,7 +193,7 @@ def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
 @pytest.mark.parametrize("who", ["no client id", "not listening", "not connected", "elsewhere"])
 def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, who):
     made = []  # the pack's own copy of the layout: none is made, no job runs live
-    layout = sys.modules[queued.pack.__name__ + ".fish_core.local.layout"].TakeLayout
+    layout = sys.modules[queued.pack.__name__ + ".fish_core.speech.layout"].TakeLayout
     monkeypatch.setattr(layout, "__init__", lambda self, *a: made.append(a) or None)
     if who == "no client id":
         queued.server.client_id = None  # API use without a websocket

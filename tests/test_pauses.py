@@ -139,14 +139,14 @@ def test_the_pause_budget_is_the_whole_scripts_and_the_whole_subtitle_files():
     """600 s of pause tags per request: a text, a whole script (every turn), a whole subtitle
     file (every cue), whichever way the turns are planned."""
     from fish_core.budgets import MAX_PAUSE_TOTAL_SECONDS
-    from fish_core.speech.arguments import script_turns
+    from fish_core.speech.request import Request
 
     finishing = Finishing()
-    turns, _ = script_turns(many_turns_of_pauses(), [], False, 0.0)
+    turns = Request.dialogue(many_turns_of_pauses(), require_voices=False).turns
     for turn_by_turn in (True, False):
         with pytest.raises(PauseError, match=r"script: .* more than 600 s"):
             finishing.turn_batches(turns, [], 300, turn_by_turn)
-    fine, _ = script_turns(many_turns_of_pauses(turns=2), [], False, 0.0)
+    fine = Request.dialogue(many_turns_of_pauses(turns=2), require_voices=False).turns
     assert len(finishing.turn_batches(fine, [], 300, True)) == 2
     cues = parse_srt("".join(f"{i}\n00:00:0{i},000 --> 00:00:0{i},500\nHi. "
                              f"{'[pause:60s]' * 5}\n\n" for i in range(1, 4)))

@@ -67,20 +67,22 @@ def test_takes_equal_local_takes(server, synth):
         assert torch.equal(g.waveform, wire(t.waveform))
 
 
-def test_on_chunk_gets_the_result_in_one_piece(server, synth):
-    """Not streamed live yet: ``on_chunk`` gets take 1's waveform (the timeline for subtitles)
-    in one piece when the call is done."""
-    client, pieces = remote(server, synth), []
+def test_on_chunk_is_live_and_concatenates_to_the_result(server, synth):
+    """As locally: ``on_chunk`` gets take 1's waveform (the timeline for subtitles) in pieces as
+    the engine's audio arrives, laid out by the shared layout, concatenating to the result."""
+    client, pieces = remote(server, synth), {"tts": [], "srt": []}
 
-    def record(samples, rate):
-        pieces.append((samples, rate))
+    def record(call):
+        return lambda samples, rate: pieces[call].append((samples, rate))
 
-    takes = client.tts("Two takes.", seed=9, takes=2, on_chunk=record, **FAST)
+    takes = client.tts("Two takes. [pause:300ms] And a pause.", seed=9, takes=2,
+                       on_chunk=record("tts"), **FAST)
     srt = "1\n00:00:00,500 --> 00:00:01,000\nA cue.\n"
-    cues = client.subtitles(srt, seed=4, on_chunk=record, **FAST)
-    assert [rate for _, rate in pieces] == [synth.sample_rate] * 2
-    assert torch.equal(pieces[0][0], takes[0].waveform)
-    assert torch.equal(pieces[1][0], cues.waveform)
+    cues = client.subtitles(srt, seed=4, on_chunk=record("srt"), **FAST)
+    for call, result in (("tts", takes[0]), ("srt", cues)):
+        assert len(pieces[call]) > 1  # the silences and the audio as they come
+        assert {rate for _, rate in pieces[call]} == {synth.sample_rate}
+        assert torch.equal(torch.cat([p for p, _ in pieces[call]]), result.waveform)
 
 
 def test_voice_clone_equals_local(server, synth):

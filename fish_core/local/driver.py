@@ -30,23 +30,11 @@ from typing import Callable, Sequence
 import torch
 
 from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated,
-                      GenerationError, SamplingParams, batch_seed, pick_seed)
+                      GenerationError, SamplingParams, batch_seed, random_seed)
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
 from ..text.pace import Pace
-
-
-def check_frames(value, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
-        raise ValueError(f"{field} must be an integer in 1 .. 1024, got {value!r}")
-    return value
-
-
-def check_history_turns(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"history_turns must be an integer >= 0, got {value!r}")
-    return value
 
 
 class ChunkDecoder:
@@ -56,8 +44,8 @@ class ChunkDecoder:
     def __init__(self, codec, first_frames: int = FIRST_FRAMES,
                  chunk_frames: int = CHUNK_FRAMES):
         self.codec = codec
-        self.size = check_frames(first_frames, "first_frames")
-        self.most = max(check_frames(chunk_frames, "chunk_frames"), self.size)
+        self.size = first_frames  # checked with the request (``speech.request``)
+        self.most = max(chunk_frames, self.size)
         self.state: dict = {}
         self.pending: list[torch.Tensor] = []  # [K, n] pieces not yet decoded
         self.pending_frames = 0
@@ -108,7 +96,8 @@ class SpeechJob:
     ``clip_per_batch``: each batch is decoded from a fresh codec state (subtitle cues are
     separate clips). ``end_batch()``, when given, is called once a batch's last chunk is
     emitted (a ``TakeLayout`` lays the chunks out by batch). ``cancel()`` stops it within a
-    frame; ``deadline`` (``time.monotonic()`` seconds) is a timeout."""
+    frame; ``deadline`` (``time.monotonic()`` seconds) is a timeout. The settings are those of
+    a checked ``speech.request.Request``: nothing here checks them again."""
 
     def __init__(self, runtime, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
                  params: SamplingParams = DEFAULTS, seed: int | None = None,
@@ -123,13 +112,13 @@ class SpeechJob:
             batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
         else:
             batches = list(text)
-        self.history_turns = check_history_turns(history_turns)
+        self.history_turns = history_turns
         self.runtime = runtime
-        self.params = params.validate()
+        self.params = params
         self.batches = batches
         self.system = runtime.system_turn(runtime.references(voices))  # [1 + K, P]
         self.prefix = self.system.shape[1]  # the voice prefix (its KV is reused across prompts)
-        self.seed = pick_seed(seed)
+        self.seed = random_seed() if seed is None else seed
         self.chunking = (first_frames, chunk_frames)
         self.decoder = ChunkDecoder(runtime.require_codec(), first_frames, chunk_frames)
         self.emit = emit or (lambda chunk: None)

@@ -26,32 +26,24 @@ checked once, by ``params.SamplingParams.from_options``; the interface is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
-
 import torch
 
 from ..codec.model import CHECKPOINT_NAME, Codec
 from ..engine.device import codec_dtypes_for, resolve_device, resolve_dtype
 from ..engine.model import DualAR
 from ..loading.checkpoint import load_model
-from ..params import CHUNK_FRAMES, FIRST_FRAMES, SamplingParams, batch_seed, pick_seed
-from ..speech.arguments import as_voices, count_takes, script_turns
-from ..speech.finishing import Finishing
-from ..speech.interface import OnChunk
-from ..speech.results import Batch, Speech, SubtitleSpeech
-from ..speech.timeline import place_cues
+from ..params import batch_seed
+from ..speech.front import Front, Plan, Take
+from ..speech.layout import job_options
+from ..speech.request import Request
+from ..speech.stream import Stream
 from ..speech.voices import Voice
-from ..text import plan as textplan
 from ..text.tokenizer import FishTokenizer
-from .driver import SpeechJob, decode_batches, run_jobs
-from .layout import PLAIN, CueLayout, TakeLayout, job_options
+from .driver import SpeechJob, decode_batches, run_jobs, run_round
 from .runtime import Runtime
-from .stream import AudioStream
-
-Progress = Callable[[int, int], None]
 
 
-class Synthesizer:
+class Synthesizer(Front):
     def __init__(self, model: DualAR, tokenizer: FishTokenizer, codec: Codec | None,
                  compile: bool | str = False, context_length: int | None = None,
                  compile_cache: str | None = None, prefix_cache_mb: float | None = None):
@@ -133,129 +125,56 @@ class Synthesizer:
         its transcript into a reusable voice."""
         return self.runtime.encode_voice(audio, text, name, sample_rate)
 
-    # ------------------------------------------------------------------ synthesis
-    def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-            history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
-            **sampling) -> Speech | list[Speech]:
-        """Speak ``text`` (speaker tags and ``[pause:700ms]`` tags allowed) in ``voice`` (or
-        several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks when no
-        voice is given. With ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed
-        ``seed + k``. ``on_chunk(samples, sample_rate)`` receives the waveform (take 1's) piece
-        by piece while it is generated (``local/layout.py``). ``loudness`` (LUFS or an
-        ``audio.loudness.Loudness``), ``speed`` (0.5 … 2) and ``lexicon`` (a ``Lexicon`` or
-        its file) finish the audio (``speech.finishing``)."""
-        voices = as_voices(voice)
-        finishing = Finishing.of(loudness, speed, lexicon)
-        batches = finishing.batches(text, voices, max_bytes)  # checks the text
-        params = SamplingParams.from_options(sampling, "tts")
-        speeches = self._speak(batches, voices, params, seed, count_takes(takes), history_turns,
-                               0.0, on_progress, cancel, on_chunk, finishing)
-        return speeches if takes is not None else speeches[0]
+    # ------------------------------------------------------------------ the backend
+    def render(self, request: Request, plan: Plan, on_progress, cancel, sink) -> list[Take]:
+        """Every take at once (take k: a job seeded ``seed + k``, its rows joining the
+        others' text batch by text batch), each decoded in one causal pass (no clicks at the
+        joins; subtitles: each cue a clip of its own); take 1's chunks to ``sink``."""
+        cues = request.kind == "subtitles"
+        jobs = [SpeechJob(self.runtime, plan.batches, request.voices, params=request.sampling,
+                          seed=batch_seed(request.seed, k), history_turns=request.history_turns,
+                          keep=True, clip_per_batch=cues,
+                          **job_options(sink if k == 0 else None))
+                for k in range(request.count)]
+        run_jobs(self.runtime, jobs, on_progress, cancel)
+        return [Take(self._waves(job, cues), job.results,
+                     torch.cat([r.generated.codes for r in job.results], dim=1),  # [K, frames]
+                     job.seed) for job in jobs]
 
-    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-               seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0,
-               lexicon=None, **sampling) -> AudioStream:
-        """``tts`` as an iterator of float32 waveform chunks, the first after ``first_frames``
-        frames; with the default chunking the chunks concatenate to ``tts``'s waveform. At a
-        ``speed`` other than 1 each text batch comes when it is done; a ``loudness`` holds
-        the first batch back to fix the stream's gain (``audio.loudness.StreamGain``)."""
-        if not textplan.check_text(text, "text").strip():
-            raise ValueError("text is empty: nothing to say")
-        voices = as_voices(voice)
-        finishing = Finishing.of(loudness, speed, lexicon)
-        batches = finishing.batches(text, voices, max_bytes)
-        params = SamplingParams.from_options(sampling, "stream")
-        job = SpeechJob(self.runtime, batches, voices, params=params, seed=seed,
-                        max_bytes=max_bytes, history_turns=history_turns,
-                        first_frames=first_frames, chunk_frames=chunk_frames)
-        return AudioStream(self.runtime, job, finishing)
+    def _waves(self, job: SpeechJob, cues: bool) -> list[torch.Tensor]:
+        """Each text batch's audio: a cue's own clip, or the job's one waveform cut back at
+        the batches' frames."""
+        if cues:
+            return [torch.cat(w) if w else torch.zeros(0) for w in job.batch_waves]
+        wave, length, frame, waves = job.waveform, self.require_codec().frame_length, 0, []
+        for result in job.results:
+            waves.append(wave[frame * length:(frame + result.frames) * length])
+            frame += result.frames
+        return waves
 
-    def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, turn_by_turn: bool = False,
-                 require_voices: bool | None = None,
-                 seed: int | None = None, max_bytes: int = textplan.DEFAULT_MAX_BYTES,
-                 history_turns: int = 3, takes: int | None = None,
-                 on_progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0,
-                 lexicon=None, **sampling) -> Speech | list[Speech]:
-        """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines).
-        ``voices`` by name (``{"Alice": v}``) or in speaker order. With voices given, every speaker
-        must map to one (``require_voices``, default on). ``pause`` seconds of silence go between
-        turns. With ``turn_by_turn`` (implied by a pause) each turn is generated on its own, so
-        every segment has one speaker (``Speech.tracks`` is then exact); otherwise several turns
-        may share a text batch and flow as one conversation. ``takes`` and ``on_chunk`` (the
-        mix, pauses included), ``loudness`` (per mix, speaker track or line), ``speed`` and
-        ``lexicon`` (each voice's own over it) as for ``tts``."""
-        turns, voice_list = script_turns(script, voices, require_voices, pause)
-        finishing = Finishing.of(loudness, speed, lexicon)
-        batches = finishing.turn_batches(turns, voice_list, max_bytes, pause > 0 or turn_by_turn)
-        params = SamplingParams.from_options(sampling, "dialogue")
-        speeches = self._speak(batches, voice_list, params, seed, count_takes(takes),
-                               history_turns, pause, on_progress, cancel, on_chunk, finishing)
-        return speeches if takes is not None else speeches[0]
+    def open(self, request: Request, plan: Plan, sink) -> Stream:
+        """The request's one streaming job on a worker, text batch after text batch."""
+        job = SpeechJob(self.runtime, plan.batches, request.voices, params=request.sampling,
+                        seed=request.seed, max_bytes=request.max_bytes,
+                        history_turns=request.history_turns, first_frames=request.first_frames,
+                        chunk_frames=request.chunk_frames)
 
-    def subtitles(self, srt: str, voice: Voice | None = None, *,
-                  seed: int | None = None, history_turns: int = 3,
-                  on_progress: Progress | None = None,
-                  cancel: Callable[[], bool] | None = None, on_chunk: OnChunk | None = None,
-                  loudness=None, speed: float = 1.0, lexicon=None,
-                  **sampling) -> SubtitleSpeech:
-        """Speak each SRT cue at its start time. A cue whose speech is longer than the time to
-        the next cue is kept whole: the later cues move back, and the overrun is reported.
-        ``on_chunk`` as for ``tts``: the timeline, silences included, one cue at a time.
-        Finishing as for ``tts`` (``speed`` shortens or lengthens each cue's speech)."""
-        cues = textplan.parse_srt(srt)
-        params = SamplingParams.from_options(sampling, "subtitles")
-        voices = as_voices(voice)
-        finishing = Finishing.of(loudness, speed, lexicon)
-        batches, owners = finishing.cue_batches(cues, voices)
-        layout = (CueLayout(on_chunk, self.sample_rate, cues, batches, owners, finishing)
-                  if on_chunk else None)
-        job = SpeechJob(self.runtime, batches, voices, params=params,
-                        seed=seed, history_turns=history_turns, keep=True, clip_per_batch=True,
-                        **job_options(layout))
-        run_jobs(self.runtime, [job], on_progress, cancel)
-        waves = [finishing.piece(torch.cat(w) if w else torch.zeros(0), self.sample_rate)
-                 for w in job.batch_waves]
-        timeline = place_cues(cues, waves, job.results, self.sample_rate, owners)
-        codes = torch.cat([r.generated.codes for r in job.results], dim=1)
-        return finishing.finish(SubtitleSpeech(
-            timeline.waveform, self.sample_rate, codes, timeline.segments, job.seed,
-            timeline.cues, timeline.overruns))
+        def work(put) -> None:
+            out = sink(put)
+            job.emit, job.end_batch = out.chunk, out.end_batch
+            while not job.done and not job.stopped:
+                run_round(self.runtime, [job])
+                if job.error is not None:
+                    raise job.error
+            if job.timed_out:
+                raise TimeoutError("the stream ran past its deadline")
+
+        stream = Stream(work, lambda: self.sample_rate, job.seed, job.cancel,
+                        lambda: job.cancelled)
+        stream.job = job
+        return stream
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * frame_length]`` on
         the CPU, decoded as a job decodes one text batch."""
         return decode_batches(self.require_codec(), [codes])
-
-    # ------------------------------------------------------------------ steps
-    def _speak(self, batches: list[Batch], voices: Sequence[Voice], params: SamplingParams,
-               seed: int | None, takes: int, history_turns: int, pause: float, on_progress,
-               cancel, on_chunk: OnChunk | None = None, finishing: Finishing = PLAIN
-               ) -> list[Speech]:
-        """Generate the batches for every take at once (take k: a job seeded ``seed + k``),
-        each take decoded in one causal pass (no clicks at the joins), and lay its batches out
-        on the output waveform, finished (``speech.finishing``). With ``on_chunk``, take 1
-        streams and its chunks are laid out as they come (``TakeLayout``)."""
-        codec = self.require_codec()
-        seed = pick_seed(seed)
-        layout = (TakeLayout(on_chunk, codec.sample_rate, batches, pause, finishing)
-                  if on_chunk else None)
-        jobs = [SpeechJob(self.runtime, batches, voices, params=params,
-                          seed=batch_seed(seed, k), history_turns=history_turns, keep=True,
-                          **job_options(layout if k == 0 else None))
-                for k in range(takes)]
-        run_jobs(self.runtime, jobs, on_progress, cancel)
-        speeches = []
-        for job in jobs:
-            timeline = finishing.lay_out(job.waveform, job.results, codec.sample_rate,
-                                         codec.frame_length, pause)
-            codes = torch.cat([r.generated.codes for r in job.results], dim=1)  # [K, frames]
-            speeches.append(finishing.finish(Speech(timeline.waveform, codec.sample_rate, codes,
-                                                    timeline.segments, job.seed)))
-        return speeches

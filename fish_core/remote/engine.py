@@ -14,9 +14,9 @@ import torch
 
 from ..audio.files import SAMPLE_RATE
 from ..audio.wav import AudioFormatError
-from ..params import SamplingParams, check_seed, random_seed
+from ..params import SamplingParams
 from .dialects import Clip, Dialect, Params, dialect as pick_dialect
-from .http import RemoteUserError, Timeouts, Transport
+from .http import RemoteError, RemoteUserError, Timeouts, Transport
 from .models import ModelSpec, choose, spec as model_spec
 from .pcm import reply_budget
 from .wire import check_audio
@@ -92,13 +92,6 @@ class RemoteEngine:
         error beyond it."""
         return reply_budget(max_new_tokens, self.sample_rate)
 
-    def pick_seed(self, seed: int | None) -> int:
-        """A call's base seed: ``seed`` (checked), or a fresh one the engine takes as its own
-        (below half its seed range, so the seeds of takes and pieces after it stay in range)."""
-        if seed is not None:
-            return check_seed(seed)
-        return random_seed() % (self.dialect.max_seed // 2 + 1)
-
     def params(self, seed: int, p: SamplingParams, max_bytes: int) -> Params:
         """One request's settings, checked against what the engine takes (before sending)."""
         params = Params(seed, p.temperature, p.top_p, p.top_k, p.max_new_tokens, max_bytes,
@@ -128,16 +121,28 @@ class RemoteEngine:
                                cancel=cancel, limit=self.answer_limit(params.max_new_tokens))
 
     def request(self, text: str, clips: list[Clip], voice_id: str | None, params: Params,
-                cancel, on_samples: Callable[[int], None]) -> Reply:
-        """One speech request, its audio whole (checked)."""
+                cancel, on_samples: Callable[[int], None] | None = None,
+                live: Callable[[torch.Tensor], None] | None = None) -> Reply:
+        """One speech request, its audio whole (checked); each chunk also to ``live`` as it
+        arrives. A retry after chunks went out live fails rather than repeat them; one before
+        starts the audio afresh."""
         chunks: list[torch.Tensor] = []
+
+        def on_answer(where: str) -> None:
+            if live is not None and chunks:
+                raise RemoteError(f"{where}: the answer broke after {len(chunks)} chunks; not "
+                                  "repeated (they were handed out)")
+            chunks.clear()
 
         def on_chunk(samples: torch.Tensor) -> None:
             chunks.append(samples)
-            on_samples(samples.shape[0])
+            if on_samples is not None:
+                on_samples(samples.shape[0])
+            if live is not None:
+                live(samples)
 
         t0 = time.perf_counter()
-        self.send(text, clips, voice_id, params, on_chunk, cancel)
+        self.send(text, clips, voice_id, params, on_chunk, cancel, on_answer)
         wave = torch.cat(chunks) if chunks else torch.zeros(0)
         check_audio(wave, self.sample_rate, f"{self.label}{self.dialect.speech_path}")
         return Reply(wave, time.perf_counter() - t0)

@@ -13,7 +13,7 @@ from ..params import SamplingParams
 from ..speech.finishing import Finishing
 from ..speech.voices import Voice
 from ..local.driver import SpeechJob
-from ..local.layout import TakeLayout, layout_needed
+from ..speech.layout import TakeLayout, layout_needed
 from ..text.lexicon import Lexicon
 from .api.protocol import SpeechRequest
 from .limits import Limits

@@ -1,6 +1,7 @@
 """Layout: the final waveform of a request, handed out in order while it is generated.
 
-``Synthesizer.tts``, ``dialogue`` and ``subtitles`` take ``on_chunk(samples, sample_rate)``
+Both synthesizers lay out here (``speech.front``): the local one as its job decodes, a remote one
+as each engine request's audio arrives. ``tts``, ``dialogue`` and ``subtitles`` take ``on_chunk(samples, sample_rate)``
 (``samples`` float32 ``[n]`` on the CPU, a fresh tensor). It is called on the generating thread
 with consecutive pieces of the waveform the call returns, so that ``torch.cat`` of every piece
 equals that waveform sample for sample; with several takes, of take 1.
@@ -31,15 +32,16 @@ from the returned waveform, which is normalised as a whole.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from ..audio import loudness as lufs
-from ..speech.finishing import Finishing
-from ..speech.interface import OnChunk
-from ..speech.results import Batch
-from ..speech.timeline import FADE_SECONDS, faded, gaps
+from .finishing import Finishing
+from .results import Batch
+from .timeline import FADE_SECONDS, faded, gaps
+
+OnChunk = Callable[[torch.Tensor, int], None]
 
 PLAIN = Finishing()
 
@@ -170,7 +172,26 @@ class CueLayout(Layout):
                                    mine, 0.0, replace(self.finishing, loudness=None))
 
 
-def job_options(layout: Layout | None) -> dict:
+class Deferred:
+    """A layout made when its first samples come (``make()``): a remote engine's sample rate is
+    known for sure only then. ``chunk`` and ``end_batch`` as a layout's."""
+
+    def __init__(self, make: Callable[[], Layout]):
+        self.make, self.layout = make, None
+
+    def _made(self) -> Layout:
+        if self.layout is None:
+            self.layout = self.make()
+        return self.layout
+
+    def chunk(self, chunk: torch.Tensor) -> None:
+        self._made().chunk(chunk)
+
+    def end_batch(self) -> None:
+        self._made().end_batch()
+
+
+def job_options(layout: Layout | Deferred | None) -> dict:
     """``SpeechJob`` keywords: without a layout a whole-clip job (nothing extra computed);
     with one a streaming job whose chunks and batch ends go to it."""
     if layout is None:

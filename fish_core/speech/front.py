@@ -1,0 +1,213 @@
+"""``Front``: the front half of every synthesizer, written once, and the interface they share.
+
+    request → plan (text batches) → backend.render (the takes' audio) → lay out → finish
+
+The local ``Synthesizer`` (``local/``) and the ``RemoteSynthesizer`` (``remote/``) are its two
+backends: they implement ``render`` (the takes of a planned request: each text batch's audio and
+result) and ``open`` (a stream's work), and may plan differently (``plan``: a remote engine
+batches long text itself, speaks one voice per request). Everything else is here, once: the
+public methods build a checked ``speech.request.Request`` (the keywords and defaults of every
+synthesizer, ``tests/test_interface.py``), the batches are laid out on the timeline with their
+pauses and speaking rate and finished (``speech.finishing``), and ``on_chunk`` and streams go
+through the same layout (``speech.layout``) whichever backend made the audio, live as it comes.
+
+Sampling keywords (``**sampling``): ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``
+(``params.SAMPLING_RULES``); any other keyword is a ``TypeError`` naming it.
+``on_chunk(samples, sample_rate)`` (tts, dialogue, subtitles): the returned waveform (take 1's)
+in consecutive float32 ``[n]`` pieces, handed out while it is made, that concatenate to it.
+Finishing keywords: ``loudness`` (LUFS or an ``audio.loudness.Loudness``), ``speed`` (0.5 … 2,
+pitch kept) and ``lexicon`` (a ``text.lexicon.Lexicon`` or its file; each voice's own over it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from ..params import CHUNK_FRAMES, FIRST_FRAMES
+from ..text.plan import DEFAULT_MAX_BYTES
+from .layout import CueLayout, Deferred, TakeLayout, layout_needed
+from .request import ANY, Accepts, Request
+from .results import Batch, BatchResult, Speech, SubtitleSpeech
+from .stream import Stream
+from .timeline import join_pieces, place_cues
+from .voices import Voice
+
+Progress = Callable[[int, int], None]
+Cancel = Callable[[], bool]
+OnChunk = Callable[[torch.Tensor, int], None]
+
+
+@dataclass
+class Plan:
+    """A request's text batches, the silence between them and (subtitles) each one's cue."""
+
+    batches: list[Batch]
+    pause: float = 0.0
+    owners: list[int] | None = None
+
+
+@dataclass
+class Take:
+    """One take as a backend made it: each batch's audio (before finishing) and result."""
+
+    waves: list[torch.Tensor]
+    results: list[BatchResult]
+    codes: torch.Tensor  # [K, frames] ([0, frames]: an engine that sends audio only)
+    seed: int
+
+
+class Direct:
+    """A stream's chunks handed out as they are (nothing to lay out)."""
+
+    def __init__(self, put: Callable[[torch.Tensor], None]):
+        self.chunk = put
+
+    def end_batch(self) -> None:
+        pass
+
+
+class Front:
+    accepts: Accepts = ANY  # what the backend takes beyond the rules (``speech.request``)
+    plans_batches = True  # False: each piece between pauses is one request (the engine plans)
+
+    # ---------------------------------------------------------------- backends implement
+    @property
+    def sample_rate(self) -> int:
+        """Samples per second of every waveform it returns."""
+        raise NotImplementedError
+
+    def release_caches(self) -> None:
+        """Free what the next call can re-make (KV caches; nothing for a remote engine)."""
+
+    def encode_voice(self, audio, text: str, name: str = "voice",
+                     sample_rate: int | None = None) -> Voice:
+        """A reusable voice from a reference clip and its transcript."""
+        raise NotImplementedError
+
+    def render(self, request: Request, plan: Plan, on_progress: Progress | None,
+               cancel: Cancel | None, sink: Deferred | None) -> list[Take]:
+        """Every take of ``request``; take 1's chunks to ``sink`` as they are made."""
+        raise NotImplementedError
+
+    def open(self, request: Request, plan: Plan, sink: Callable) -> Stream:
+        """A stream whose work hands its chunks to ``sink(put)`` (a layout or ``Direct``)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- the API
+    def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+            seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+            history_turns: int = 3, takes: int | None = None,
+            on_progress: Progress | None = None, cancel: Cancel | None = None,
+            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
+            **sampling) -> Speech | list[Speech]:
+        """Speak ``text`` (speaker tags and ``[pause:700ms]`` tags allowed) in ``voice`` (or
+        several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks. With
+        ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
+        return self.speak(Request.tts(
+            text, voice, seed=seed, max_bytes=max_bytes,
+            history_turns=history_turns, takes=takes, loudness=loudness, speed=speed,
+            lexicon=lexicon, accepts=self.accepts, **sampling), on_progress, cancel, on_chunk)
+
+    def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
+               seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
+               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0,
+               lexicon=None, **sampling) -> Stream:
+        """``tts`` as an iterator of float32 waveform chunks (``.sample_rate``, ``.seed``,
+        ``close()``), concatenating to ``tts``'s waveform; at a ``speed`` other than 1 each
+        text batch comes when it is done, a ``loudness`` fixes the gain from the first."""
+        return self.open_stream(Request.tts(
+            text, voice, seed=seed, max_bytes=max_bytes,
+            history_turns=history_turns, loudness=loudness, speed=speed, lexicon=lexicon,
+            first_frames=first_frames, chunk_frames=chunk_frames, accepts=self.accepts,
+            where="stream", **sampling))
+
+    def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
+                 pause: float = 0.0, turn_by_turn: bool = False,
+                 require_voices: bool | None = None,
+                 seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                 history_turns: int = 3, takes: int | None = None,
+                 on_progress: Progress | None = None, cancel: Cancel | None = None,
+                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0,
+                 lexicon=None, **sampling) -> Speech | list[Speech]:
+        """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines),
+        ``voices`` by name or in speaker order. ``pause`` seconds go between turns; with
+        ``turn_by_turn`` (implied by a pause) each turn is generated on its own."""
+        return self.speak(Request.dialogue(
+            script, voices, pause=pause, turn_by_turn=turn_by_turn,
+            require_voices=require_voices, seed=seed, max_bytes=max_bytes,
+            history_turns=history_turns, takes=takes, loudness=loudness, speed=speed,
+            lexicon=lexicon, accepts=self.accepts, **sampling), on_progress, cancel, on_chunk)
+
+    def subtitles(self, srt: str, voice: Voice | None = None, *,
+                  seed: int | None = None, history_turns: int = 3,
+                  on_progress: Progress | None = None,
+                  cancel: Cancel | None = None, on_chunk: OnChunk | None = None,
+                  loudness=None, speed: float = 1.0, lexicon=None,
+                  **sampling) -> SubtitleSpeech:
+        """Each SRT cue spoken at its start time; a cue longer than the time to the next is
+        kept whole (the later cues move back, the overrun reported)."""
+        return self.speak(Request.subtitles(
+            srt, voice, seed=seed, history_turns=history_turns,
+            loudness=loudness, speed=speed, lexicon=lexicon, accepts=self.accepts,
+            **sampling), on_progress, cancel, on_chunk)
+
+    # ---------------------------------------------------------------- the front, once
+    def speak(self, request: Request, on_progress: Progress | None = None,
+              cancel: Cancel | None = None, on_chunk: OnChunk | None = None):
+        """A checked request spoken: a ``Speech`` (a list with ``takes``; subtitles a
+        ``SubtitleSpeech``)."""
+        plan = self.plan(request)
+        sink = self.sink(request, plan, on_chunk) if on_chunk is not None else None
+        speeches = [self.finish(request, plan, take)
+                    for take in self.render(request, plan, on_progress, cancel, sink)]
+        return speeches if request.takes is not None else speeches[0]
+
+    def open_stream(self, request: Request) -> Stream:
+        """A checked ``tts`` request as a stream, laid out when pauses, speed or loudness ask."""
+        plan = self.plan(request)
+        if not layout_needed(plan.batches, 0.0, request.finishing):
+            return self.open(request, plan, Direct)
+        return self.open(request, plan, lambda put: Deferred(lambda: TakeLayout(
+            lambda samples, _: put(samples), self.sample_rate, plan.batches, 0.0,
+            request.finishing)))
+
+    def plan(self, request: Request) -> Plan:
+        """The text batches: respelled, cut at pauses, planned (``speech.finishing``)."""
+        f, voices = request.finishing, request.voices
+        max_bytes = request.max_bytes if self.plans_batches else None
+        if request.kind == "tts":
+            return Plan(f.batches(request.text, voices, max_bytes))
+        if request.kind == "dialogue":
+            by_turn = request.pause > 0 or request.turn_by_turn or not self.plans_batches
+            return Plan(f.turn_batches(request.turns, voices, max_bytes, by_turn), request.pause)
+        batches, owners = f.cue_batches(request.cues, voices)
+        return Plan(batches, 0.0, owners)
+
+    def sink(self, request: Request, plan: Plan, on_chunk: OnChunk) -> Deferred:
+        """Take 1 laid out as it is made (``speech.layout``), made on its first samples."""
+        if request.kind == "subtitles":
+            return Deferred(lambda: CueLayout(on_chunk, self.sample_rate, request.cues,
+                                              plan.batches, plan.owners, request.finishing))
+        return Deferred(lambda: TakeLayout(on_chunk, self.sample_rate, plan.batches, plan.pause,
+                                           request.finishing))
+
+    def finish(self, request: Request, plan: Plan, take: Take) -> Speech:
+        """A take's batches at the speaking rate, laid out with their silences (subtitles: at
+        their cues), brought to the loudness."""
+        rate = self.sample_rate
+        pieces = [request.finishing.piece(w, rate) for w in take.waves]
+        if request.kind == "subtitles":
+            timeline = place_cues(request.cues, pieces, take.results, rate, plan.owners)
+            speech = SubtitleSpeech(timeline.waveform, rate, take.codes, timeline.segments,
+                                    take.seed, timeline.cues, timeline.overruns)
+        else:
+            timeline = join_pieces(pieces, take.results, rate, plan.pause)
+            speech = Speech(timeline.waveform, rate, take.codes, timeline.segments, take.seed)
+        return request.finishing.finish(speech)
+
+
+SpeechSynthesizer = Front  # the interface every synthesizer implements, by name
