@@ -86,22 +86,15 @@ def engine_voice_choices() -> list[str]:
     return sorted(names)
 
 
-@dataclass(frozen=True)
-class SpeakerRules:
-    """How a dialogue script is checked against the voices connected for it."""
+def backend_accepts(model):
+    """What the model's backend takes beyond the request rules (``speech.request.Accepts``):
+    S2's for a local model; a remote engine's own (Drama 3: 16 speakers, voices for those
+    connected, the model inventing the rest), asked when a request needs it."""
+    from ..fish_core.speech.request import ANY
 
-    require_voices: bool | None = None  # None: S2's rule (with voices, one for every speaker)
-    max_speakers: int | None = None  # speaker indices below this (None: not bounded here)
-    model: str = "this model"  # how errors name the model
-
-
-def speaker_rules(model) -> SpeakerRules:
-    """S2's rules for a local model; a remote model's own (Drama 3: 16 speakers, voices for
-    those connected, the model inventing the rest)."""
     if not isinstance(model, RemoteHandle):
-        return SpeakerRules()
-    spec = remote_synthesizer(model).spec
-    return SpeakerRules(False if spec.invents_voices else None, spec.max_speakers, spec.label)
+        return ANY
+    return remote_synthesizer(model).accepts
 
 
 def forget(handle: RemoteHandle | None = None) -> None:

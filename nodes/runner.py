@@ -4,7 +4,7 @@ A generating node (TTS, Voice Clone, Multi-Speaker, Subtitles; local or remote m
 schema and an ``execute`` that calls fish_core inside ``generation(model)``::
 
     with generation(model) as run:
-        speeches = run.synth.tts(text, voice, **sampling(...), **finish, **run.hooks)
+        speeches = run.speak(Request.tts(text, voice, **sampling(...), **finishing(...)))
 
 ``generation`` brings the model from the manager (loaded, kept from idle unload while the
 block runs) and the keywords of one run (``run.hooks``): ComfyUI's progress bar per generated
@@ -35,6 +35,11 @@ class Run:
 
     synth: object
     hooks: dict = field(default_factory=dict)  # on_progress, cancel[, on_chunk]
+
+    def speak(self, request):
+        """A node's checked request (``speech.request.Request``, built from its inputs before
+        the model loads) spoken by the model, with this run's progress, Cancel and playback."""
+        return self.synth.speak(request, **self.hooks)
 
 
 @contextmanager
@@ -91,8 +96,8 @@ def interruption(error: BaseException) -> bool:
 
 
 def accepts_chunks(synth) -> bool:
-    """Whether the model hands out audio as it is made (``on_chunk`` of its ``tts``): a local
-    Synthesizer while it generates, a remote one when the whole result is in."""
+    """Whether the model hands out audio as it is made (``on_chunk`` of its ``tts``: either
+    synthesizer, as the audio is generated or arrives)."""
     try:
         return "on_chunk" in inspect.signature(synth.tts).parameters
     except (AttributeError, TypeError, ValueError):

@@ -3,12 +3,14 @@ takes), per-speaker tracks and a JSON timeline."""
 
 from __future__ import annotations
 
-from ..fish_core.text import plan as textplan
-from ..fish_core.params import MAX_SEED, SamplingParams
-from ..fish_core.text.script import check_script
+from dataclasses import replace
+
+from ..fish_core.params import MAX_SEED, MAX_TOP_K, SamplingParams
+from ..fish_core.speech.request import Request
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
+from ..fish_core.text import plan as textplan
 from .audio import from_audio, to_audio, tracks_to_audio
-from .remote import SpeakerRules, speaker_rules
+from .remote import backend_accepts
 from .runner import finishing, generation, require_text, sampling
 from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
 
@@ -25,7 +27,7 @@ SAMPLING = [
     Float("top_p", DEFAULTS.top_p, 0.1, 1.0,
           "Nucleus sampling: only the most likely tokens covering this probability.",
           step=0.01, advanced=True),
-    Int("top_k", DEFAULTS.top_k, 1, 4096, "Only the k most likely tokens are sampled.",
+    Int("top_k", DEFAULTS.top_k, 1, MAX_TOP_K, "Only the k most likely tokens are sampled.",
         advanced=True),
     Int("max_new_tokens", DEFAULTS.max_new_tokens, 1, 4096,
         "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
@@ -59,11 +61,10 @@ TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [e
 
 def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1,
         loudness=0.0, speed=1.0, lexicon=""):
-    require_text("text", text, "type what to say")
-    finish = finishing(loudness, speed, lexicon)
+    request = Request.tts(text, voice, takes=takes, accepts=backend_accepts(model), **sampling(
+        seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed, lexicon))
     with generation(model) as run:
-        speeches = run.synth.tts(text, voice, takes=takes, **sampling(
-            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
+        speeches = run.speak(request)
     return to_audio(speeches), timeline_json(speeches)
 
 
@@ -71,67 +72,66 @@ def voice_clone(model, reference_audio, reference_text, text, seed, temperature,
                 max_new_tokens, takes=1, loudness=0.0, speed=1.0, lexicon=""):
     require_text("reference_text", reference_text,
                  "type the words spoken in reference_audio (cloning needs the transcript)")
-    require_text("text", text, "type what to say")
-    finish = finishing(loudness, speed, lexicon)
-
+    request = Request.tts(text, None, takes=takes, accepts=backend_accepts(model), **sampling(
+        seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed, lexicon))
     reference = from_audio(reference_audio, "reference_audio")
     with generation(model) as run:
         voice = run.synth.encode_voice(**reference, text=reference_text, name="reference")
-        speeches = run.synth.tts(text, voice, takes=takes, **sampling(
-            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
+        speeches = run.speak(replace(request, voices=(voice,)))  # a voice encoded here
     return to_audio(speeches), timeline_json(speeches)
 
 
 def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
                   takes=1, turn_by_turn=True, loudness=0.0, speed=1.0, lexicon="",
                   loudness_per="mix", **speakers):
-    require_text("script", script, "write the dialogue, one 'Name: line' per turn")
-    finish = finishing(loudness, speed, lexicon, loudness_per)
-    rules = speaker_rules(model)
-    voices = connected_speakers(script, speakers, rules)
-    with generation(model) as run:
-        speeches = run.synth.dialogue(
+    accepts = backend_accepts(model)
+    voices = connected_speakers(speakers)
+    try:
+        request = Request.dialogue(
             script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
-            require_voices=rules.require_voices,
-            **sampling(seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
+            accepts=accepts, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
+            **finishing(loudness, speed, lexicon, loudness_per))
+    except textplan.ScriptError as e:
+        raise ValueError(script_hint(e, voices, accepts)) from None
+    with generation(model) as run:
+        speeches = run.speak(request)
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
-def connected_speakers(script: str, speakers: dict, rules: SpeakerRules = SpeakerRules()
-                       ) -> list:
-    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on, checked
-    against the script (``check_script``, as ``Synthesizer.dialogue`` does) by the model's
-    ``rules`` before the model is loaded."""
+def connected_speakers(speakers: dict) -> list:
+    """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on (the
+    script is checked against them with the request, before the model is loaded)."""
     given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
         gap = given.index(None) + 1
         raise ValueError(f"speaker_{gap} is not connected but a later speaker is: connect "
                          "voices to speaker_1, speaker_2, … in order")
-    voices = given[:count]
-    try:
-        require = bool(voices) and rules.require_voices is not False
-        check_script(script, [v.name for v in voices], require, rules.max_speakers, rules.model)
-    except textplan.ScriptError as e:
-        wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
-        hint = ("Connect a voice for every speaker the script names, each with its own name."
-                if rules.require_voices is not False else "Connect voices in speaker order, "
-                "each with its own name; the model invents voices for the other speakers.")
-        raise ValueError(f"script: {e} (connected: {wired or 'none'}). {hint}") from None
-    return voices
+    return given[:count]
+
+
+def script_hint(error: Exception, voices: list, accepts) -> str:
+    """A script that does not fit the connected voices, said with the wiring and what to do."""
+    if "empty" in str(error):
+        return "script is empty: write the dialogue, one 'Name: line' per turn"
+    wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
+    hint = ("Connect voices in speaker order, each with its own name; the model invents voices "
+            "for the other speakers." if accepts.invents_voices else
+            "Connect a voice for every speaker the script names, each with its own name.")
+    return f"script: {error} (connected: {wired or 'none'}). {hint}"
 
 
 def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice=None,
               loudness=0.0, speed=1.0, lexicon=""):
     require_text("srt", srt, "paste SRT subtitles (index, 'start --> end' line, text)")
     try:
-        textplan.parse_srt(srt)
+        request = Request.subtitles(srt, voice, accepts=backend_accepts(model), **sampling(
+            seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed,
+                                                                          lexicon))
     except textplan.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
-    finish = finishing(loudness, speed, lexicon)
     with generation(model) as run:
-        result = run.synth.subtitles(srt, voice, **sampling(
-            seed, temperature, top_p, top_k, max_new_tokens), **finish, **run.hooks)
+        result = run.speak(request)
     report = "\n".join(result.overruns) or "Every cue fits its slot."
     return to_audio([result]), result.srt(), report, timeline_json([result])
 

@@ -85,7 +85,7 @@ def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, v
         run_v1(env, "SailfishMultiSpeaker", model=manager.handle,
                script="Alice: Hi.\nCarol: Hey.", pause=0.0, speaker_1=voice, **FAST)
     assert manager.loader.loads == [] and loaded(stand_in) == []
-    with pytest.raises(AttributeError, match="dialogue"):  # a good script does reach it
+    with pytest.raises(AttributeError, match="speak"):  # a good script does reach it
         run_v1(env, "SailfishMultiSpeaker", model=manager.handle, script="Alice: Hi.",
                pause=0.0, speaker_1=voice, **FAST)
     assert len(manager.loader.loads) == 1
