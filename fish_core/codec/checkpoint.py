@@ -83,27 +83,32 @@ def index_after(key: str, prefix: str) -> tuple[int | None, str]:
     return int(index), rest
 
 
-def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
-    """Channel counts, strides, layer counts and codebook sizes read from (folded) weight shapes."""
+class Shapes:
+    """The weights' shapes and, per counted prefix, the indices its keys hold (one pass)."""
 
-    def shape(key, rank=3):  # None when absent or not of the expected rank
-        found = weights.get(key)
+    def __init__(self, weights: dict):
+        self.weights = weights
+        self.indices: dict[str, set[int]] = {}  # "prefix." -> the i of every "prefix.i." key
+        for key in weights:
+            for prefix in COUNTED:
+                index, rest = index_after(key, prefix)
+                if index is None:
+                    continue
+                self.indices.setdefault(prefix, set()).add(index)
+                if prefix == "encoder.block.":  # encoder.block.i.block.5.layers.j.
+                    layer, _ = index_after(rest, "block.5.layers.")
+                    if layer is not None:
+                        self.indices.setdefault(f"{prefix}{index}.block.5.layers.",
+                                                set()).add(layer)
+
+    def __call__(self, key: str, rank: int = 3) -> tuple | None:
+        """The shape of ``key``; None when absent or not of the expected rank."""
+        found = self.weights.get(key)
         return tuple(found.shape) if found is not None and found.ndim == rank else None
 
-    indices: dict[str, set[int]] = {}  # "prefix." -> the i of every "prefix.i." key (one pass)
-    for key in weights:
-        for prefix in COUNTED:
-            index, rest = index_after(key, prefix)
-            if index is None:
-                continue
-            indices.setdefault(prefix, set()).add(index)
-            if prefix == "encoder.block.":  # encoder.block.i.block.5.layers.j.
-                layer, _ = index_after(rest, "block.5.layers.")
-                if layer is not None:
-                    indices.setdefault(f"{prefix}{index}.block.5.layers.", set()).add(layer)
-
-    def count(prefix):  # number of consecutive indices i with some key starting prefix + "i."
-        found, i = indices.get(prefix, ()), 0
+    def count(self, prefix: str) -> int:
+        """How many consecutive indices i have some key starting ``prefix + "i."``."""
+        found, i = self.indices.get(prefix, ()), 0
         while i in found:
             i += 1
             if i > MAX_COUNT:  # each would be built: 2000 layers take seconds and 120 MB
@@ -111,45 +116,62 @@ def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
                                      f"'{prefix}<i>.' blocks; a codec has far fewer")
         return i
 
+
+def infer_config(weights: dict, base: CodecConfig) -> CodecConfig:
+    """Channel counts, strides, layer counts and codebook sizes read from (folded) weight shapes."""
+    shape = Shapes(weights)
+    out = {**encoder_sizes(shape), **decoder_sizes(shape), **quantizer_sizes(shape)}
+    q = base.quantizer_transformer
+    prefix = "quantizer.pre_module.layers."
+    wo = shape(prefix + "0.attention.wo.weight", 2)
+    w1 = shape(prefix + "0.feed_forward.w1.weight", 2)
+    if wo and w1:
+        q = replace(q, n_layer=shape.count(prefix), n_head=wo[1] // q.head_dim,
+                    intermediate_size=w1[0])
+    return replace(base, quantizer_transformer=q, **out)
+
+
+def encoder_sizes(shape: Shapes) -> dict:
     out = {}
     if shape("encoder.block.0.conv.weight"):
         out["encoder_dim"] = shape("encoder.block.0.conv.weight")[0]
-    n_enc = count("encoder.block.") - 3  # first conv, blocks, Snake, last conv
+    n_enc = shape.count("encoder.block.") - 3  # first conv, blocks, Snake, last conv
     if n_enc > 0:
         kernels = [shape(f"encoder.block.{i}.block.4.conv.weight") for i in range(1, n_enc + 1)]
         if all(kernels):
             out["encoder_rates"] = tuple(k[-1] // 2 for k in kernels)
             out["encoder_transformer_layers"] = tuple(
-                count(f"encoder.block.{i}.block.5.layers.") for i in range(1, n_enc + 1))
+                shape.count(f"encoder.block.{i}.block.5.layers.") for i in range(1, n_enc + 1))
         if shape(f"encoder.block.{n_enc + 2}.conv.weight"):
             out["latent_dim"] = shape(f"encoder.block.{n_enc + 2}.conv.weight")[0]
+    return out
+
+
+def decoder_sizes(shape: Shapes) -> dict:
+    out = {}
     if shape("decoder.model.0.conv.weight"):
         out["decoder_dim"] = shape("decoder.model.0.conv.weight")[0]
     kernels = [shape(f"decoder.model.{i}.block.1.conv.weight")
-               for i in range(1, count("decoder.model.") - 2)]
+               for i in range(1, shape.count("decoder.model.") - 2)]
     if kernels and all(kernels):
         out["decoder_rates"] = tuple(k[-1] // 2 for k in kernels)
+    return out
+
+
+def quantizer_sizes(shape: Shapes) -> dict:
+    out = {}
     kernels = [shape(f"quantizer.downsample.{i}.0.conv.weight")
-               for i in range(count("quantizer.downsample."))]
+               for i in range(shape.count("quantizer.downsample."))]
     if kernels and all(kernels):
         out["downsample_factors"] = tuple(k[-1] for k in kernels)
-
-    n_res = count("quantizer.quantizer.quantizers.")
+    n_res = shape.count("quantizer.quantizer.quantizers.")
     book = shape("quantizer.quantizer.quantizers.0.codebook.weight", 2)
     semantic = shape("quantizer.semantic_quantizer.quantizers.0.codebook.weight", 2)
     if n_res and book:
         out.update(n_codebooks=n_res, codebook_size=book[0], codebook_dim=book[1])
     if semantic:
         out["semantic_codebook_size"] = semantic[0]
-
-    q = base.quantizer_transformer
-    prefix = "quantizer.pre_module.layers."
-    wo = shape(prefix + "0.attention.wo.weight", 2)
-    w1 = shape(prefix + "0.feed_forward.w1.weight", 2)
-    if wo and w1:
-        q = replace(q, n_layer=count(prefix), n_head=wo[1] // q.head_dim, intermediate_size=w1[0])
-    return replace(base, quantizer_transformer=q, **out)
-
+    return out
 
 
 def load_weights(codec: nn.Module, weights: dict, name: str, device, dtype: torch.dtype) -> None:

@@ -10,7 +10,7 @@ the silence between turns keep their exact length), the batches are laid out wit
 silences (``timeline``), then the whole is brought to a loudness (``loudness``): the mix, each
 speaker's track or each line, the tracks still summing to the mix sample for sample.
 
-Streams and live playback take the same steps chunk by chunk in ``local.layout.TakeLayout``
+Streams and live playback take the same steps chunk by chunk in ``speech.layout.TakeLayout``
 (a batch is stretched when it ends; loudness with a gain fixed from the first batch,
 ``audio.loudness.StreamGain``).
 """
@@ -28,8 +28,7 @@ from ..audio.stretch import check_speed, stretch
 from ..text import plan as textplan
 from ..text.lexicon import Lexicon
 from ..text.pauses import PauseError, check_total, split_pauses
-from .results import Batch, BatchResult, Speech
-from .timeline import Timeline, join_pieces
+from .results import Batch, Speech
 from .voices import Voice
 
 
@@ -98,8 +97,8 @@ class Finishing:
                 field: str = "text") -> list[Batch]:
         """The text batches of ``text`` (``tts``, ``stream``, a dialogue turn when
         ``speaker`` is given): respelled, cut at pauses, each piece planned (``max_bytes``
-        None: each piece is one batch, as a subtitle cue is)."""
-        textplan.check_text(text, field)
+        None: each piece is one batch, as a subtitle cue is). ``text`` is a checked request's
+        (``speech.request``)."""
         spoken = split_pauses(self.respell(text, voices, speaker), field)
         batches: list[Batch] = []
         for piece in spoken.pieces:
@@ -149,17 +148,6 @@ class Finishing:
     def piece(self, wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
         """One text batch's audio at the speaking rate."""
         return stretch(wave, sample_rate, self.speed) if self.stretches else wave
-
-    def lay_out(self, wave: torch.Tensor, results: Sequence[BatchResult], sample_rate: int,
-                frame_length: int, pause: float) -> Timeline:
-        """A job's waveform (every batch decoded in one pass) cut back into its batches,
-        each at the speaking rate, laid out with the silences (``timeline.join_pieces``)."""
-        pieces, frame = [], 0
-        for result in results:
-            pieces.append(self.piece(wave[frame * frame_length:
-                                          (frame + result.frames) * frame_length], sample_rate))
-            frame += result.frames
-        return join_pieces(pieces, results, sample_rate, pause)
 
     def finish(self, speech: Speech) -> Speech:
         """The result at its loudness (in place; the tracks keep summing to the mix)."""
