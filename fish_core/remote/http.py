@@ -251,34 +251,13 @@ class Transport:
         kind = (http.client.HTTPSConnection if target.scheme == "https" else
                 http.client.HTTPConnection)
         conn = kind(target.host, target.port, timeout=self.timeouts.connect)
-        where = f"{target.name}{path}"
         try:
             conn.connect()
             conn.sock.settimeout(self.timeouts.read)
-            headers = {"Accept": "*/*"}
-            if content_type:
-                headers["Content-Type"] = content_type
-            if self.credential is not None:
-                headers.update(self.credential.header(target))
-            conn.request(method, target.prefix + path, body=body, headers=headers)
+            conn.request(method, target.prefix + path, body=body,
+                         headers=self._headers(target, content_type))
             raw = conn.getresponse()
-            worker = raw.getheader(WORKER_HEADER)
-            if worker and self.shows_text:  # which worker behind a router answered
-                where += f" (worker {quote(worker)[:MAX_NAME_QUOTE]})"
-            if 300 <= raw.status < 400:  # never followed: the key stays with its origins
-                raise RemoteUserError(
-                    f"{where}: HTTP {raw.status}, a redirect; redirects are not followed "
-                    "(the API key is bound to the configured URL). Configure the URL the "
-                    "engine really answers on.", raw.status)
-            if raw.status >= 400:
-                data = raw.read(MAX_ERROR_BYTES)
-                message = server_message(data, self.quote)
-                if raw.status >= 500 and DEAD_REPLICA.search(server_message(data)):
-                    self.mark_down(target, f"answered HTTP {raw.status}: no live replica")
-                error = RemoteUserError if raw.status < 500 else RemoteError
-                raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
-            if worker:
-                log.info("%s: HTTP %d", where, raw.status)
+            where = self._answered(target, path, raw)
             response = Response(conn, raw, where, cancel, limit, self.quote)
             try:
                 return read(response)
@@ -290,6 +269,36 @@ class Transport:
         finally:
             conn.close()
 
+    def _headers(self, target: Endpoint, content_type) -> dict:
+        headers = {"Accept": "*/*"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        if self.credential is not None:
+            headers.update(self.credential.header(target))
+        return headers
+
+    def _answered(self, target: Endpoint, path: str, raw) -> str:
+        """Where the answer came from (the worker behind a router, when it says); a redirect
+        or an error status raised, naming it."""
+        where = f"{target.name}{path}"
+        worker = raw.getheader(WORKER_HEADER)
+        if worker and self.shows_text:  # which worker behind a router answered
+            where += f" (worker {quote(worker)[:MAX_NAME_QUOTE]})"
+        if 300 <= raw.status < 400:  # never followed: the key stays with its origins
+            raise RemoteUserError(
+                f"{where}: HTTP {raw.status}, a redirect; redirects are not followed "
+                "(the API key is bound to the configured URL). Configure the URL the "
+                "engine really answers on.", raw.status)
+        if raw.status >= 400:
+            data = raw.read(MAX_ERROR_BYTES)
+            message = server_message(data, self.quote)
+            if raw.status >= 500 and DEAD_REPLICA.search(server_message(data)):
+                self.mark_down(target, f"answered HTTP {raw.status}: no live replica")
+            error = RemoteUserError if raw.status < 500 else RemoteError
+            raise error(f"{where}: HTTP {raw.status}: {message}", raw.status)
+        if worker:
+            log.info("%s: HTTP %d", where, raw.status)
+        return where
 
     # ------------------------------------------------------------------ health
     def order(self) -> list[Endpoint]:
