@@ -183,12 +183,20 @@ async def set_listening(request):
 
     try:
         guard().check(request.headers)
-    except ApiError as e:
+        client_id, listen = await listen_body(request)
+        server, peer = host.prompt_server(), getattr(request, "remote", None)
+        sockets = getattr(server, "sockets", {})
+        check_owner(client_id, listen, peer, sockets)
+        listeners(server).set(client_id, listen, peer, set(sockets))
+    except (ApiError, Refused) as e:
         return web.json_response({"error": e.message}, status=e.status)
-    server = host.prompt_server()
+    return web.json_response({"listen": listen})
+
+
+async def listen_body(request) -> tuple[str, bool]:
+    """The checked ``client_id`` and ``listen`` of a body of at most ``MAX_BODY`` bytes."""
     if request.content_length is None or request.content_length > MAX_BODY:
-        return web.json_response({"error": f"send a JSON body of at most {MAX_BODY} bytes"},
-                                 status=413)
+        raise Refused(413, f"send a JSON body of at most {MAX_BODY} bytes")
     try:
         body = await request.json()
     except ValueError:
@@ -197,23 +205,19 @@ async def set_listening(request):
     listen = body.get("listen") if isinstance(body, dict) else None
     if (not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id)
             or not isinstance(listen, bool)):
-        return web.json_response({"error": "expected {\"client_id\": the websocket's client id "
-                                           "(letters, digits, - or _; at most 64), \"listen\": "
-                                           "true or false}"}, status=400)
-    peer = getattr(request, "remote", None)
-    sockets = getattr(server, "sockets", {})
+        raise Refused(400, "expected {\"client_id\": the websocket's client id (letters, "
+                           "digits, - or _; at most 64), \"listen\": true or false}")
+    return client_id, listen
+
+
+def check_owner(client_id: str, listen: bool, peer, sockets: dict) -> None:
+    """Listening needs an open websocket of that id, opened by the same peer."""
     if listen and client_id not in sockets:
-        return web.json_response({"error": "client_id: no ComfyUI websocket is open with this "
-                                           "id (connect /ws?clientId=… first)"}, status=409)
+        raise Refused(409, "client_id: no ComfyUI websocket is open with this id (connect "
+                           "/ws?clientId=… first)")
     owner = socket_peer(sockets.get(client_id))
     if listen and owner is not None and peer is not None and owner != peer:
-        return web.json_response({"error": "client_id: the websocket with this id belongs to "
-                                           "another peer"}, status=403)
-    try:
-        listeners(server).set(client_id, listen, peer, set(sockets))
-    except Refused as e:
-        return web.json_response({"error": e.message}, status=e.status)
-    return web.json_response({"listen": listen})
+        raise Refused(403, "client_id: the websocket with this id belongs to another peer")
 
 
 def socket_peer(ws) -> str | None:
