@@ -86,6 +86,19 @@ def as_loudness(value, field: str = "loudness") -> Loudness | None:
     return Loudness(check_target(value, field))
 
 
+def gated_loudness(z: list[float]) -> float:
+    """BS.1770-4's absolute (-70 LUFS) and relative (-10 LU) gates over block energies ``z``."""
+    with np.errstate(divide="ignore"):
+        loud = [-0.691 + 10.0 * np.log10(v) for v in z]
+        gated = [v for v, lj in zip(z, loud) if lj >= -70.0]
+        if not gated:
+            return float("nan")
+        relative = -0.691 + 10.0 * np.log10(np.mean(gated)) - 10.0
+        gated = [v for v, lj in zip(z, loud) if lj > relative and lj > -70.0]
+        mean = np.nan_to_num(np.mean(gated)) if gated else 0.0
+        return float(-0.691 + 10.0 * np.log10(mean))
+
+
 def import_pyloudnorm():
     try:
         import pyloudnorm
@@ -167,7 +180,12 @@ class Kept:
         weighted = self.data
         for stage in filters.values():
             weighted = stage.apply_filter(weighted)
-        t_g, step = meter.block_size, 1.0 - meter.overlap
+        z = self._block_energies(weighted, meter.block_size, 1.0 - meter.overlap)
+        value = gated_loudness(z)
+        return value if math.isfinite(value) else None
+
+    def _block_energies(self, weighted, t_g: float, step: float) -> list[float]:
+        """The mean square of every gating block that holds kept samples, in block order."""
         blocks = int(np.round((self.length / self.rate - t_g) / (t_g * step))) + 1
         span = t_g * step * self.rate
         energy: dict[int, float] = {}
@@ -183,17 +201,7 @@ class Kept:
                     part = np.sum(np.square(weighted[at + lo - start:at + hi - start]))
                     energy[j] = energy.get(j, 0.0) + part
             at += size
-        z = [(1.0 / (t_g * self.rate)) * energy[j] for j in sorted(energy)]
-        with np.errstate(divide="ignore"):
-            loud = [-0.691 + 10.0 * np.log10(v) for v in z]
-            gated = [v for v, lj in zip(z, loud) if lj >= -70.0]
-            if not gated:
-                return None
-            relative = -0.691 + 10.0 * np.log10(np.mean(gated)) - 10.0
-            gated = [v for v, lj in zip(z, loud) if lj > relative and lj > -70.0]
-            mean = np.nan_to_num(np.mean(gated)) if gated else 0.0
-            value = float(-0.691 + 10.0 * np.log10(mean))
-        return value if math.isfinite(value) else None
+        return [(1.0 / (t_g * self.rate)) * energy[j] for j in sorted(energy)]
 
     def peak(self, true_peak: bool = True) -> float:
         """The highest peak in dB: sample peak (dBFS) or true peak (dBTP, 4× oversampled, in

@@ -74,26 +74,8 @@ class Voice:
         """Read and validate a voice file; ``num_codebooks``/``codebook_size`` (the model's)
         tighten the checks."""
         path = Path(path)
-        if not path.is_file():
-            raise VoiceError(f"voice file not found: {path}")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                meta = f.metadata() or {}
-                tensors = {k: f.get_tensor(k) for k in f.keys()}
-        except (SafetensorError, OSError) as e:
-            raise VoiceError(f"cannot read voice file {path}: {e}") from None
-        if meta.get("format") != FORMAT:
-            raise VoiceError(f"{path} is not a Sailfish voice file (format={meta.get('format')!r})")
-        try:
-            version = int(meta.get("version", "0"))
-            texts = json.loads(meta["texts"])
-            sample_rate = int(meta.get("sample_rate", 44100))
-            frame_length = int(meta.get("frame_length", 2048))
-        except (KeyError, ValueError) as e:
-            raise VoiceError(f"{path}: damaged metadata ({e})") from None
-        if version > VERSION:
-            raise VoiceError(f"{path} is voice format v{version}; this Sailfish reads up to "
-                             f"v{VERSION} — please update")
+        meta, tensors = read_voice_file(path)
+        version, texts, sample_rate, frame_length = voice_metadata(meta, path)
         if not isinstance(texts, list) or len(texts) != len(tensors) or not texts:
             raise VoiceError(f"{path}: {len(tensors)} clips but {len(texts)} transcripts")
         clips = []
@@ -109,6 +91,36 @@ class Voice:
                 raise VoiceError(f"{path}: damaged lexicon ({e})") from None
         return cls(meta.get("name") or path.stem, clips, sample_rate, frame_length,
                    lexicon=lexicon)
+
+
+def read_voice_file(path: Path) -> tuple[dict, dict]:
+    """A voice file's metadata (checked to be ours) and tensors."""
+    if not path.is_file():
+        raise VoiceError(f"voice file not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise VoiceError(f"cannot read voice file {path}: {e}") from None
+    if meta.get("format") != FORMAT:
+        raise VoiceError(f"{path} is not a Sailfish voice file (format={meta.get('format')!r})")
+    return meta, tensors
+
+
+def voice_metadata(meta: dict, path: Path) -> tuple[int, list, int, int]:
+    """Version (one this Sailfish reads), transcripts, sample rate and frame length."""
+    try:
+        version = int(meta.get("version", "0"))
+        texts = json.loads(meta["texts"])
+        sample_rate = int(meta.get("sample_rate", 44100))
+        frame_length = int(meta.get("frame_length", 2048))
+    except (KeyError, ValueError) as e:
+        raise VoiceError(f"{path}: damaged metadata ({e})") from None
+    if version > VERSION:
+        raise VoiceError(f"{path} is voice format v{version}; this Sailfish reads up to "
+                         f"v{VERSION} — please update")
+    return version, texts, sample_rate, frame_length
 
 
 def check_codes(codes, where: str, num_codebooks: int | None = None,
