@@ -917,16 +917,16 @@ def cmd_plan(args) -> str:
     """``plan``: the text batches exactly as the model will read them, with the pauses."""
     import json
 
-    from .speech.arguments import script_turns
     from .speech.finishing import Finishing
+    from .speech.request import Request
     from .speech.voices import Voice
 
     voices = [Voice.load(v) for v in args.voice]
     finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
     if args.script:
-        turns, voices = script_turns(read_input(args.script, "--script"), voices, None,
-                                     args.pause)
-        batches = finish.turn_batches(turns, voices, args.max_bytes,
+        request = Request.dialogue(read_input(args.script, "--script"), voices,
+                                   pause=args.pause, seed=0)
+        batches = finish.turn_batches(request.turns, request.voices, args.max_bytes,
                                       args.pause > 0 or args.turn_by_turn)
     else:
         batches = finish.batches(read_text(args), voices, args.max_bytes)

@@ -111,19 +111,6 @@ def require_text(field: str, value: str, what: str) -> str:
     return value
 
 
-def finishing(loudness=0.0, speed=1.0, lexicon="", per="mix") -> dict:
-    """The finishing keywords from node inputs (``speech.finishing``): ``loudness`` 0 is off;
-    ``lexicon`` is the text of a lexicon (word<TAB>respelling lines), typed into the node."""
-    from ..fish_core.audio.loudness import Loudness, check_target
-
-    found: dict = {"speed": speed if speed is not None else 1.0}
-    if loudness:
-        found["loudness"] = Loudness(check_target(loudness), per=per)
-    if isinstance(lexicon, str) and lexicon.strip():
-        found["lexicon"] = typed_lexicon(lexicon)
-    return found
-
-
 def typed_lexicon(text: str, field: str = "lexicon"):
     """A lexicon typed into a node: at most ``budgets.NODE_LEXICON_CHARS`` characters, read
     and applied (``text.lexicon``) with ComfyUI's Cancel looked at as it goes."""
@@ -144,8 +131,3 @@ def interruptible(work: Callable, *args):
         if mm is not None:
             mm.throw_exception_if_processing_interrupted()
         raise
-
-
-def sampling(seed, temperature, top_p, top_k, max_new_tokens) -> dict:
-    return dict(seed=seed, temperature=temperature, top_p=top_p, top_k=top_k,
-                max_new_tokens=max_new_tokens)

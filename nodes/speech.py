@@ -11,7 +11,7 @@ from ..fish_core.speech.results import MAX_TAKES, timeline_json
 from ..fish_core.text import plan as textplan
 from .audio import from_audio, to_audio, tracks_to_audio
 from .remote import backend_accepts
-from .runner import finishing, generation, require_text, sampling
+from .runner import generation, require_text, typed_lexicon
 from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
 
 DEFAULTS = SamplingParams()
@@ -57,6 +57,25 @@ TIMELINE_OUT = Output("STRING", "timeline",
                       "text, start/end (seconds and samples), frames and how it stopped.")
 TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [excited] "
              "(free-form; see the node's help).")
+
+
+# ---------------------------------------------------------------- node inputs → keywords
+def sampling(seed, temperature, top_p, top_k, max_new_tokens) -> dict:
+    return dict(seed=seed, temperature=temperature, top_p=top_p, top_k=top_k,
+                max_new_tokens=max_new_tokens)
+
+
+def finishing(loudness=0.0, speed=1.0, lexicon="", per="mix") -> dict:
+    """The finishing keywords from node inputs (``speech.finishing``): ``loudness`` 0 is off;
+    ``lexicon`` is the text of a lexicon (word<TAB>respelling lines), typed into the node."""
+    from ..fish_core.audio.loudness import Loudness, check_target
+
+    found: dict = {"speed": speed if speed is not None else 1.0}
+    if loudness:
+        found["loudness"] = Loudness(check_target(loudness), per=per)
+    if isinstance(lexicon, str) and lexicon.strip():
+        found["lexicon"] = typed_lexicon(lexicon)
+    return found
 
 
 def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1,

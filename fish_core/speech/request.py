@@ -108,6 +108,8 @@ class Request:
         """A multi-speaker script, ``voices`` by name or in speaker order; with voices given
         every speaker maps to one unless ``require_voices`` is False (default: False where the
         model invents voices)."""
+        if not textplan.check_text(script, "script").strip():
+            raise textplan.ScriptError("the script is empty: nothing to say")
         sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
         voices = accepts.voices(voices)
         if isinstance(voices, Mapping):
