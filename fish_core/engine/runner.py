@@ -5,9 +5,10 @@ followed by the fast AR over the codebooks. ``Engine.decode_frame`` is that whol
 function: static shapes, no host sync, no data-dependent Python branches, so it compiles with
 ``fullgraph=True`` (and, on CUDA, is captured as a CUDA graph). The engine runs it (``frame``:
 compiled, CUDA graph and their recorded fallbacks), prefills prompts into rows of its cache
-(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``). It
-schedules nothing: which rows run, with which random numbers, and for how long is decided by
-the one decode loop, ``continuous.RowBatch``; ``Engine.generate`` is a convenience on it.
+(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``, in
+``cache_length`` buckets). It schedules nothing and knows nothing of the floor above it: which
+rows run, with which random numbers, and for how long is decided by the one decode loop,
+``rows.RowBatch`` (``rows.generate`` runs prompts to their ends).
 
 Random numbers are drawn outside the step, per frame and in the reference's order and dtype
 (``[V]`` normal, ``[V]`` high-temperature, then ``[C]`` per fast codebook), so a seed replays
@@ -26,18 +27,24 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..params import Generated, SamplingParams
-from . import continuous
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
-from .continuous import cache_length  # noqa: F401 - where callers have always found it
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, ras_select, sample
 
 
+CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 PACKED_NO_COMPILE = ("bf16 weights packed for oneDNN do not compile; on a CPU the eager step "
                      "with them is the faster one")
+
+
+def cache_length(needed: int, limit: int) -> int:
+    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
+    compiled decode step sees few distinct cache shapes."""
+    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+    length = 1 << (length - 1).bit_length()
+    return max(needed, min(length, -(-limit // 8) * 8))
 
 
 def packed_weights(model: torch.nn.Module) -> bool:
@@ -74,7 +81,7 @@ class Engine:
         self.first_captures = 0
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
-        # Held through a decode's frame or prefill (``continuous.owning``) and a release: one
+        # Held through a decode's frame or prefill (``rows.owning``) and a release: one
         # thread at a time touches the caches, and a decode that lost them finds out.
         self.lock = threading.RLock()
         self.graph_captures = 0
@@ -479,16 +486,6 @@ class Engine:
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
         last = torch.tensor(rest, device=self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
-
-    # ------------------------------------------------------------------ convenience
-    def generate(self, prompts: Tensor | Sequence[Tensor],
-                 params: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-                 **options) -> list[Generated]:
-        """Generate for one prompt ``[1 + K, T]`` or several, decoded together, each stopping on
-        its own: a convenience on the one decode loop (``continuous.generate``: the prompts
-        join one ``RowBatch`` together and decode to their ends; the keywords are described
-        there)."""
-        return continuous.generate(self, prompts, params, **options)
 
 
 def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:

@@ -1,12 +1,12 @@
 """The one decode loop: rows that requests join and leave at frame boundaries.
 
 Every generation decodes here. ``RowBatch`` keeps a fixed number of rows of the engine's KV
-cache (``generate.Engine`` owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
+cache (``runner.Engine``, the floor below, owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
 and decides what runs: which rows are busy, at which positions, with which sampling settings
 and random numbers, and what each row has generated.
 
-* A static batch is rows that join together and decode to their ends: ``generate`` below
-  (``Engine.generate``), the takes of a request and the requests the HTTP service batches
+* A static batch is rows that join together and decode to their ends: ``generate`` below,
+  the takes of a request and the requests the HTTP service batches
   statically (``local.driver.run_round``).
 * Continuous batching is rows that join whenever one is free and leave as soon as they end
   (``local.driver.JobRows``, the HTTP scheduler's default).
@@ -29,7 +29,7 @@ random numbers from its own generator in the reference's order (``Draws``) and s
 ``<|im_end|>`` or length limit, so its codes are those of a one-prompt run with the same seed,
 whenever it joins and whoever else is in the batch (bit for bit where a kernel gives a row the
 same result whatever the batch around it, as the CPU kernels do on the test fixtures,
-``tests/test_continuous.py``; a GPU library may pick another kernel for another batch size and
+``tests/test_rows.py``; a GPU library may pick another kernel for another batch size and
 round differently).
 
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
@@ -49,23 +49,14 @@ from torch import Tensor
 
 from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
                       random_seed)
+from .runner import cache_length
 from .sampling import RAS_WINDOW
-
-CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 
 
 def row_bucket(n: int, rows: int) -> int:
     """The rows a fixed-shape frame decodes when rows ``0 .. n - 1`` are needed: the next power
     of two, at most ``rows`` (so a batch of 8 rows keeps at most 4 graphs: 1, 2, 4, 8)."""
     return min(rows, 1 << max(n - 1, 0).bit_length())
-
-
-def cache_length(needed: int, limit: int) -> int:
-    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
-    compiled decode step sees few distinct cache shapes."""
-    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
-    length = 1 << (length - 1).bit_length()
-    return max(needed, min(length, -(-limit // 8) * 8))
 
 
 @dataclass
@@ -411,7 +402,7 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
              cancel: Callable[[], bool] | None = None,
              stop_on_eos: bool = True,
              prefixes: Sequence[int] | None = None) -> list[Generated]:
-    """``Engine.generate``: one prompt ``[1 + K, T]`` or several, joining one ``RowBatch``
+    """One prompt ``[1 + K, T]`` or several, joining one ``RowBatch``
     together and decoding until each has ended.
 
     Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one per
