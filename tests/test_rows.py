@@ -37,7 +37,7 @@ def prompts(synth, voice):
 
 def alone(synth, prompt, params, seed, prefix=None):
     prefixes = None if prefix is None else [prefix]
-    return Engine(synth.model).generate(prompt, params, seeds=[seed], prefixes=prefixes)[0]
+    return generate(Engine(synth.model), prompt, params, seeds=[seed], prefixes=prefixes)[0]
 
 
 @pytest.mark.parametrize("rows", [2, 3])

@@ -402,8 +402,8 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
              cancel: Callable[[], bool] | None = None,
              stop_on_eos: bool = True,
              prefixes: Sequence[int] | None = None) -> list[Generated]:
-    """One prompt ``[1 + K, T]`` or several, joining one ``RowBatch``
-    together and decoding until each has ended.
+    """One prompt ``[1 + K, T]`` or several, joining one ``RowBatch`` together and decoding
+    until each has ended (``run_to_end``).
 
     Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one per
     prompt) gives each row its own generator, so row b draws exactly what a one-prompt run with
@@ -420,17 +420,29 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
     batch = RowBatch(engine, len(prompts))
     rows, column = batch.join_many(prompts, params, seeds, prefixes, seed=seed,
                                    generator=generator, stop_on_eos=stop_on_eos)
+    show = on_column or (lambda column: None)
+    show(column)
     total = max(batch.slots[r].steps for r in rows)
+    run_to_end(lambda: show(batch.step(read=on_column is not None)),
+               lambda: not all(batch.ended(r) for r in rows), total, on_frame, cancel)
+    return [batch.leave(r) for r in rows]
+
+
+def run_to_end(step: Callable[[], object], running: Callable[[], bool], total: int,
+               on_frame: Callable[[int, int], None] | None = None,
+               cancel: Callable[[], bool] | None = None) -> None:
+    """The one "run to the end" of a static batch (rows that joined together, their first
+    frame made by the prefill): ``step()``, one frame, while ``running()``. ``on_frame(done,
+    total)`` reports each frame made, before the next; ``cancel()`` returning True raises
+    Cancelled within a frame. Its two uses: ``generate`` (prompts) and the driver's
+    ``run_round`` (jobs' text batches)."""
     done = 1
     while True:
-        if on_column is not None:
-            on_column(column)
         report(on_frame, cancel, done, total)
-        if all(batch.ended(r) for r in rows):
-            break
-        column = batch.step(read=on_column is not None)
+        if not running():
+            return
+        step()
         done += 1
-    return [batch.leave(r) for r in rows]
 
 
 def report(on_frame, cancel, done: int, total: int) -> None:

@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated,
-                      GenerationError, SamplingParams, batch_seed, random_seed)
+from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Generated, GenerationError,
+                      SamplingParams, batch_seed, random_seed)
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
@@ -296,22 +296,17 @@ def run_round(runtime, jobs: Sequence[SpeechJob],
     ``Cancelled`` within a frame once ``cancel()`` is true; a job that is cancelled or times
     out leaves its row while the others go on; a job that fails (its prompt cannot fit, or it
     ended without audio) keeps the exception in ``job.error``. ``on_frame(done, total)``
-    reports progress."""
+    reports progress (``rows.run_to_end``, the one run to the end)."""
+    from ..engine.rows import run_to_end  # the model's floor: not at ComfyUI start-up
+
     rows = JobRows(runtime, len(jobs))
     joined = rows.add(jobs)
     if not joined:
         return
-    total, done = max(job.limit for job in joined), 1
     rows.collect()  # a row that ended on its first column leaves now
-    while True:
-        if on_frame is not None:
-            on_frame(done, total)
-        if cancel is not None and cancel():
-            raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
-        if not len(rows):
-            return
-        rows.step()  # every job left decodes: one frame, then those that ended leave
-        done += 1
+    # every job left decodes: one frame, then those that ended leave
+    run_to_end(rows.step, lambda: len(rows) > 0, max(job.limit for job in joined), on_frame,
+               cancel)
 
 
 def run_jobs(runtime, jobs: list[SpeechJob], on_progress: Callable[[int, int], None] | None,
