@@ -204,15 +204,10 @@ class RowBatch:
         engine = self.engine
         self.check()
         prompts, params = check_requests(engine, prompts, params)
-        B = len(prompts)
-        if prefixes is not None and len(prefixes) != B:
+        if prefixes is not None and len(prefixes) != len(prompts):
             raise GenerationError(f"prefixes must hold one length per prompt: got "
-                                  f"{len(prefixes)} for {B} prompts")
-        free = [r for r, row in enumerate(self.slots) if row is None]
-        if len(free) < B:
-            raise GenerationError(f"no free row in the decode batch for {B} prompt(s) "
-                                  f"({len(free)} free)")
-        rows = free[:B]
+                                  f"{len(prefixes)} for {len(prompts)} prompts")
+        rows = self.free_rows(len(prompts))
         draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
@@ -222,26 +217,37 @@ class RowBatch:
         sampling = sampling_tensors(engine, params)
         for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
             state[at] = value
-        c = engine.config
-        rand = (torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
-                torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
-                torch.empty(c.num_codebooks - 1, B, c.codebook_size, dtype=engine.dtype,
-                            device=engine.device))
-        for d in draws:
-            d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
-        column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling, *rand)
+        column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling,
+                                     *first_draws(engine, draws, len(prompts)))
+        joined = [Row(n, T, s, stop_on_eos) for n, T, s in zip(steps, lengths, row_seeds)]
+        host = self.place(rows, column, joined)
+        self.draws += draws
+        return rows, host
+
+    def free_rows(self, n: int) -> list[int]:
+        """The lowest ``n`` free rows (a joining request keeps the busy prefix short)."""
+        free = [r for r, row in enumerate(self.slots) if row is None]
+        if len(free) < n:
+            raise GenerationError(f"no free row in the decode batch for {n} prompt(s) "
+                                  f"({len(free)} free)")
+        return free[:n]
+
+    def place(self, rows: list[int], column: Tensor, joined: list[Row]) -> Tensor:
+        """Put the joining rows, their first columns ``[B, 1 + K]`` drawn by the prefill, in
+        the batch's state; returns those columns (CPU)."""
+        d = self.engine.device
+        at = index(rows, d)
         self.column[at] = column
-        self.pos[at] = torch.tensor(lengths, device=engine.device)
+        self.pos[at] = torch.tensor([row.prompt_length for row in joined], device=d)
         self.window[at] = 0
         host = column.cpu()
         eos = (host[:, 0] == self.eos).tolist()
-        for b, r in enumerate(rows):
-            self.slots[r] = Row(steps[b], lengths[b], row_seeds[b], stop_on_eos, [host[b]],
-                                stopped=stop_on_eos and eos[b])
-        self.advance[at] = torch.tensor([not self.slots[r].ended for r in rows],
-                                        device=engine.device)
-        self.draws += draws
-        return rows, host
+        for b, (r, row) in enumerate(zip(rows, joined)):
+            row.columns.append(host[b])
+            row.stopped = row.stop_on_eos and eos[b]
+            self.slots[r] = row
+        self.advance[at] = torch.tensor([not row.ended for row in joined], device=d)
+        return host
 
     @torch.inference_mode()
     def leave(self, r: int) -> Generated:
@@ -269,9 +275,7 @@ class RowBatch:
         if engine.fixed_rows:  # one shape (a graph, a compiled kernel) per bucket of rows
             n = row_bucket(n, self.rows)
         running = [r for r in busy if not self.slots[r].ended]
-        for d in self.draws:
-            if any(row is not None and not row.ended for row in self.slots[d.rows]):
-                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+        self.draw()
         column, window = engine.frame(n, self.column[:n], self.pos[:n], self.window[:n],
                                       self.temperature[:n], self.top_p[:n], self.top_k[:n],
                                       self.rand_main[:n], self.rand_high[:n],
@@ -279,11 +283,7 @@ class RowBatch:
         self.column[:n] = column
         self.window[:n] = window
         self.pos += self.advance
-        for r in running:
-            row = self.slots[r]
-            row.made += 1
-            if row.made >= row.steps:
-                self.advance[r] = False
+        self.count_frame(running)
         if self.pending and self.pending[-1][0].shape[0] != n:
             self.read()
         self.pending.append((column, running))
@@ -291,6 +291,20 @@ class RowBatch:
             last = self.read()
             return last if read else None
         return None
+
+    def draw(self) -> None:
+        """This frame's random numbers, in place, for the generators of rows still running."""
+        for d in self.draws:
+            if any(row is not None and not row.ended for row in self.slots[d.rows]):
+                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+
+    def count_frame(self, running: list[int]) -> None:
+        """Rows ``running`` made a frame; one that reached its limit stops moving on."""
+        for r in running:
+            row = self.slots[r]
+            row.made += 1
+            if row.made >= row.steps:
+                self.advance[r] = False
 
     def read(self) -> Tensor | None:
         """Copy the frames made since the last read to the host (one copy) and hand each row
@@ -329,6 +343,18 @@ class RowBatch:
         if not self.engine.current(self.ticket):
             raise GenerationError("another decode started on this engine (or its caches were "
                                   "released) while these rows were decoding")
+
+
+def first_draws(engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The random numbers of ``n`` joining prompts' first frames (drawn by the prefill):
+    ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast."""
+    c, dtype, device = engine.config, engine.dtype, engine.device
+    rand = (torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
+            torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
+            torch.empty(c.num_codebooks - 1, n, c.codebook_size, dtype=dtype, device=device))
+    for d in draws:
+        d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
+    return rand
 
 
 def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
