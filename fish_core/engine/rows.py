@@ -5,11 +5,11 @@ cache (``runner.Engine``, the floor below, owns the cache and runs a frame: comp
 and decides what runs: which rows are busy, at which positions, with which sampling settings
 and random numbers, and what each row has generated.
 
-* A static batch is rows that join together and decode to their ends: ``generate`` below,
-  the takes of a request and the requests the HTTP service batches
-  statically (``local.driver.run_round``).
+* A static batch is rows that join together and decode to their ends (``run_to_end``, the
+  one such loop): ``generate`` below, and the takes of a request (``local.driver.run_round``).
 * Continuous batching is rows that join whenever one is free and leave as soon as they end
-  (``local.driver.JobRows``, the HTTP scheduler's default).
+  (``local.driver.JobRows``, the HTTP scheduler's default; its static batching is an
+  admission rule there: join only when no row is busy).
 
 Prompts that join in the same frame are prefilled together (``Engine.prefill_rows``: one
 batched run for those with a voice prefix, after it, and one for those without) and draw their

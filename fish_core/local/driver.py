@@ -7,8 +7,8 @@ with the voices' references (the system turn, encoded once) plus the job's own l
 ``history_turns`` batches, batch ``b`` drawn with ``batch_seed(seed, b)``. ``JobRows`` decodes
 jobs' text batches in the rows of one ``RowBatch`` (the one decode loop; one seed per row):
 ``run_round`` is the static use, the next batch of several jobs joining together (the takes of
-one request, or the requests the HTTP service batches statically) and decoding to their ends;
-the HTTP scheduler's continuous batching adds jobs as rows free up. Every job decodes its
+one request) and decoding to their ends (``rows.run_to_end``); the HTTP scheduler steps
+``JobRows`` itself, adding jobs as its policy lets them in. Every job decodes its
 frames through one ``ChunkDecoder`` (one causal codec state; a fresh one per batch for
 subtitles, whose cues are separate clips) and hands each chunk, in order, to ``emit``; a whole
 clip is those chunks concatenated. So a stream, a whole clip and take k of N are the same
