@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import quant  # noqa: E402
 from bench_decode import make_config, prompt_for, random_model  # noqa: E402
-from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.engine.runner import Engine  # noqa: E402
+from fish_core.engine.rows import generate  # noqa: E402
 from fish_core.loading.checkpoint import assign, build_meta, load_model  # noqa: E402
 from fish_core.params import SamplingParams  # noqa: E402
 from quant import int_linear  # noqa: E402
@@ -270,7 +271,7 @@ def frame_rate(engine: Engine, prompt, frames: int) -> tuple[float, float]:
     """(frames/s as (n - 1) / (t(frame n) - t(frame 1)), seconds to frame 1 incl. prefill)."""
     stamps = []
     t0 = time.perf_counter()
-    engine.generate(prompt, SamplingParams(max_new_tokens=frames), seed=0,
+    generate(engine, prompt, SamplingParams(max_new_tokens=frames), seed=0,
                     on_frame=lambda i, n: stamps.append(time.perf_counter()), stop_on_eos=False)
     return (len(stamps) - 1) / (stamps[-1] - stamps[0]), stamps[0] - t0
 
@@ -292,7 +293,7 @@ def decode(args) -> dict:
     warmup = {}
     for p, e in engines.items():  # warm-up (and the compile), and the cache at its size
         t0 = time.perf_counter()
-        e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
+        generate(e, prompt, SamplingParams(max_new_tokens=2), seed=0)
         warmup[p] = round(time.perf_counter() - t0, 1)
     out = {"machine": machine(), "model": args.model or args.config, "frames": args.frames,
            "prompt_tokens": prompt.shape[1], "rounds": args.rounds, "threads": {}}
@@ -350,7 +351,7 @@ def profile(args) -> dict:
         prompt = prompt_for(model.config, args.prompt_len)
     engine = Engine(model, compile=compile_of(precision))
     frames = args.frames
-    engine.generate(prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False)
+    generate(engine, prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False)
     plain_fps = frame_rate(engine, prompt, frames)[0]
     prof = torch_profile(activities=[ProfilerActivity.CPU])
     stamps = []
@@ -361,7 +362,7 @@ def profile(args) -> dict:
             prof.start()
         elif len(stamps) == frames:
             prof.stop()
-    engine.generate(prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False,
+    generate(engine, prompt, SamplingParams(max_new_tokens=frames), seed=0, stop_on_eos=False,
                     on_frame=on_frame)
     n = len(stamps) - 1  # frames profiled
     events = prof.key_averages()
@@ -400,7 +401,7 @@ def errors(args) -> dict:
     out = {}
     for name, ref, prompt in cases:
         prompt = prompt if prompt is not None else prompt_for(ref.config, 64)
-        run = Engine(ref).generate(prompt, greedy(args.error_frames), seed=0,
+        run = generate(Engine(ref), prompt, greedy(args.error_frames), seed=0,
                                    stop_on_eos=False)[0]
         tokens = torch.cat([prompt, run.columns], dim=1)
         ref_slow, ref_fast = teacher_forced(ref, tokens, prompt.shape[1])
@@ -448,7 +449,7 @@ def threads_study(args) -> dict:
         model = random_model(make_config(config), "cpu", torch.bfloat16)
         prompt = prompt_for(model.config, 64)
         engine = Engine(quantized_copy(model, "bf16"))
-        engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
+        generate(engine, prompt, SamplingParams(max_new_tokens=2), seed=0)
         counts = {"1": 1, "2": 2, "default": policy.choose()[0]}
         fps = {k: [] for k in counts}
         for _ in range(args.rounds):
@@ -473,7 +474,7 @@ def threads_study(args) -> dict:
             _dynamo.reset()
             inductor.cpp.threads = threads
             e = Engine(model, compile=True)
-            e.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # compiles now
+            generate(e, prompt, SamplingParams(max_new_tokens=2), seed=0)  # compiles now
             engines[f"compiled, cpp.threads={threads}"] = e
         inductor.cpp.threads = -1
         fps = {k: [] for k in engines}

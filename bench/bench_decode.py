@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fish_core.loading.checkpoint import load_model  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
-from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.engine.runner import Engine  # noqa: E402
+from fish_core.engine.rows import generate  # noqa: E402
 from fish_core.params import SamplingParams  # noqa: E402
 from fish_core.engine.model import DualAR  # noqa: E402
 
@@ -103,7 +104,7 @@ def count_recompiles(engine, prompt, params, device) -> int:
     import torch._dynamo.utils as dutils
 
     before = dutils.counters["stats"]["unique_graphs"]
-    engine.generate(prompt, params, seed=1, stop_on_eos=False)
+    generate(engine, prompt, params, seed=1, stop_on_eos=False)
     sync(device)
     return dutils.counters["stats"]["unique_graphs"] - before
 
@@ -112,14 +113,14 @@ def measure(engine: Engine, prompt, args, device) -> dict:
     params = SamplingParams(max_new_tokens=args.frames)
     one = SamplingParams(max_new_tokens=1)
     # prefill = a one-frame generation; decode = the rest, from the per-frame callback clock.
-    prefill_s, _ = timed(lambda: engine.generate(prompt, one, seed=0), device)
+    prefill_s, _ = timed(lambda: generate(engine, prompt, one, seed=0), device)
     stamps = []
 
     def on_frame(i, n):
         sync(device)
         stamps.append(time.perf_counter())
 
-    total_s, _ = timed(lambda: engine.generate(prompt, params, seed=0, on_frame=on_frame,
+    total_s, _ = timed(lambda: generate(engine, prompt, params, seed=0, on_frame=on_frame,
                                                stop_on_eos=False), device)
     decode_s = stamps[-1] - stamps[0]
     return {"prefill_s": prefill_s, "decode_fps": (len(stamps) - 1) / decode_s,
@@ -131,7 +132,7 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
     the way ``mode`` runs it (eager, CUDA graph, or compiled + CUDA graph)."""
     c = engine.config
     with torch.inference_mode():
-        engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)
+        generate(engine, prompt, SamplingParams(max_new_tokens=2), seed=0)
         column = torch.zeros(1, 1 + c.num_codebooks, dtype=torch.long, device=device)
         column[:, 0] = c.semantic_start_token_id
         pos = torch.tensor([prompt.shape[1]], device=device)
@@ -170,7 +171,7 @@ def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repe
     params = SamplingParams(max_new_tokens=frames)
 
     def once():
-        gen = engine.generate(prompt, params, seed=0, stop_on_eos=False)[0]
+        gen = generate(engine, prompt, params, seed=0, stop_on_eos=False)[0]
         return codec.decode(gen.codes.to(device))
 
     once()  # warm-up
@@ -234,7 +235,7 @@ def main(argv=None):
     for mode in args.modes.split(","):
         engine = Engine(model, compile=(mode == "compiled"),
                         cuda_graph=(mode != "eager" and device.type == "cuda"))
-        first, _ = timed(lambda: engine.generate(prompt, SamplingParams(max_new_tokens=args.frames),
+        first, _ = timed(lambda: generate(engine, prompt, SamplingParams(max_new_tokens=args.frames),
                                                  seed=0, stop_on_eos=False), device)
         engines[mode] = engine
         results[mode] = {"first_call_s": first, "runs": []}

@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import quant  # noqa: E402
 from bench_decode import make_config, measure, prompt_for, random_model  # noqa: E402
 from fish_core.loading.checkpoint import assign, build_meta, load_model  # noqa: E402
-from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.engine.runner import Engine  # noqa: E402
+from fish_core.engine.rows import generate  # noqa: E402
 from fish_core.params import SamplingParams  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
 from quant.convert import Converter, embedding_targets, linear_weights, skipped  # noqa: E402
@@ -113,7 +114,7 @@ def error_rows(ref_model, prompt, frames, variants):
     """Teacher-forced logit errors of each variant against ``ref_model``, plus the number of
     leading greedy frames identical to the reference's. ``variants``: (label, make) pairs, each
     model built by ``make()`` when its turn comes and dropped after (one in memory at a time)."""
-    ref_run = Engine(ref_model).generate(prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
+    ref_run = generate(Engine(ref_model), prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
     tokens = torch.cat([prompt, ref_run.columns], dim=1)
     ref_slow, ref_fast = teacher_forced(ref_model, tokens, prompt.shape[1])
     rows = []
@@ -124,7 +125,7 @@ def error_rows(ref_model, prompt, frames, variants):
             print(f"{label} unavailable: {e}", file=sys.stderr)
             continue
         slow, fast = teacher_forced(model, tokens, prompt.shape[1])
-        run = Engine(model).generate(prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
+        run = generate(Engine(model), prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
         same = (run.columns == ref_run.columns).all(0).int()
         rows.append({"variant": label, "slow": compare(ref_slow, slow),
                      "fast": compare(ref_fast, fast),
@@ -207,7 +208,7 @@ def speed(args) -> dict:
             print(mode, report[mode], file=sys.stderr, flush=True)
             continue
         engine = Engine(model, compile=args.compile)
-        engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # warm up
+        generate(engine, prompt, SamplingParams(max_new_tokens=2), seed=0)  # warm up
         engines[mode] = engine
         paths = sorted({m.path for m in model.modules() if isinstance(m, quant.FP8Linear)})
         report[mode] = {"available": True, "weight_GB": round(quant.weight_bytes(model) / 1e9, 3),

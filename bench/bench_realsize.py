@@ -68,6 +68,7 @@ def one(args) -> dict:
     from bench_cpu import frame_bytes, frame_rate, text_prompt
     from fish_core.codec.model import Codec
     from fish_core.engine.device import codec_dtypes_for
+    from fish_core.engine.rows import generate
     from fish_core.loading.checkpoint import load_model
     from fish_core.params import SamplingParams
     from fish_core.local.synthesizer import Synthesizer
@@ -105,7 +106,7 @@ def one(args) -> dict:
     prompt = text_prompt(args.model, args.text)
     out["prompt_tokens"] = prompt.shape[1]
     with torch.inference_mode():
-        engine.generate(prompt, SamplingParams(max_new_tokens=2), seed=0)  # warm-up
+        generate(engine, prompt, SamplingParams(max_new_tokens=2), seed=0)  # warm-up
         rates = [frame_rate(engine, prompt, args.frames) for _ in range(args.repeats)]
     fps = statistics.median(r[0] for r in rates)
     nbytes = frame_bytes(model, engine, engine.caches.shape[1])

@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_decode import SIZES, make_config, prompt_for, random_model, sync  # noqa: E402
-from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.engine.runner import Engine  # noqa: E402
+from fish_core.engine.rows import generate  # noqa: E402
 from fish_core.params import SamplingParams  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def decode_fps(engine: Engine, prompt: torch.Tensor, takes: int, frames: int,
         sync(device)
         stamps.append(time.perf_counter())
 
-    engine.generate([prompt] * takes, SamplingParams(max_new_tokens=frames),
+    generate(engine, [prompt] * takes, SamplingParams(max_new_tokens=frames),
                     seeds=list(range(takes)), on_frame=on_frame, stop_on_eos=False)
     return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 

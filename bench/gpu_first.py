@@ -222,7 +222,8 @@ def decode(args, stage: Stage) -> dict:
     import torch
 
     import bench_decode
-    from fish_core.engine.generate import Engine
+    from fish_core.engine.runner import Engine
+    from fish_core.engine.rows import generate
     from fish_core.params import SamplingParams
 
     device, dtype = torch.device(args.device), torch.bfloat16
@@ -252,7 +253,7 @@ def decode(args, stage: Stage) -> dict:
     params = SamplingParams(max_new_tokens=stage.frames)
     first_frame = FirstFrame(device)
     first_s, _ = bench_decode.timed(
-        lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False, on_frame=first_frame),
+        lambda: generate(engine, prompt, params, seed=0, stop_on_eos=False, on_frame=first_frame),
         device)
     out["process_to_first_frame_s"] = first_frame.seconds
     out["process_to_first_decode_step_s"] = first_frame.step_seconds
@@ -355,6 +356,7 @@ def profiler(device):
 def profile_frame(engine, prompt, device, at: int = 2) -> dict:
     """One decode frame (the step between the ``at``-th and the next frame of a generation, run
     as the stage runs it: eager, CUDA graph or compiled) under ``torch.profiler``."""
+    from fish_core.engine.rows import generate
     from fish_core.params import SamplingParams
 
     prof = profiler(device)
@@ -369,7 +371,7 @@ def profile_frame(engine, prompt, device, at: int = 2) -> dict:
             prof.stop()
             seen["wall_us"] = round((time.perf_counter() - seen["t0"]) * 1e6, 1)
 
-    engine.generate(prompt, SamplingParams(max_new_tokens=at + 2), seed=0, stop_on_eos=False,
+    generate(engine, prompt, SamplingParams(max_new_tokens=at + 2), seed=0, stop_on_eos=False,
                     on_frame=on_frame)
     if "wall_us" not in seen:
         raise RuntimeError(f"the generation ended before frame {at + 1}")
@@ -500,8 +502,8 @@ def serving(args, stage: Stage) -> dict:
     import torch
 
     import bench_decode
-    from fish_core.engine.continuous import RowBatch
-    from fish_core.engine.generate import Engine
+    from fish_core.engine.rows import RowBatch
+    from fish_core.engine.runner import Engine
     from fish_core.params import SamplingParams
 
     device = torch.device(args.device)
@@ -564,12 +566,13 @@ def join_profile(engine, prompt, device) -> dict:
     the host syncs among them and, on CUDA, the kernels launched."""
     from torch.profiler import ProfilerActivity, profile
 
+    from fish_core.engine.rows import generate
     from fish_core.params import SamplingParams
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
                                            else [])
     with profile(activities=activities) as prof:
-        engine.generate(prompt, SamplingParams(max_new_tokens=1), seed=0)
+        generate(engine, prompt, SamplingParams(max_new_tokens=1), seed=0)
         sync(device)
     events = prof.events()
     top = [e for e in events if e.name.startswith("aten::") and e.cpu_parent is None]
@@ -593,7 +596,8 @@ def ttfa_stage(args) -> dict:
 
     import bench_decode
     from fish_core.engine.device import codec_dtypes_for
-    from fish_core.engine.generate import Engine
+    from fish_core.engine.runner import Engine
+    from fish_core.engine.rows import generate
     from fish_core.params import FIRST_FRAMES, SamplingParams
 
     device = torch.device(args.device)
@@ -615,7 +619,7 @@ def ttfa_stage(args) -> dict:
     prefill = {}
     for n in lengths:
         prompt = bench_decode.prompt_for(model.config, n)
-        prefill[n] = median_s(lambda: engine.generate(prompt, one, seed=0))
+        prefill[n] = median_s(lambda: generate(engine, prompt, one, seed=0))
     out = {"prefill_first_frame_s": prefill,
            "prefill_tokens_per_s": {n: round(n / t, 1) for n, t in prefill.items()},
            "first_frame_graphs": engine.first_captures}
@@ -629,8 +633,8 @@ def ttfa_stage(args) -> dict:
     rows = {}
     for frames in TTFA_FIRST_FRAMES:
         params = SamplingParams(max_new_tokens=frames)
-        codes = engine.generate(prompt, params, seed=0, stop_on_eos=False)[0].codes.to(device)
-        generate_s = median_s(lambda: engine.generate(prompt, params, seed=0, stop_on_eos=False))
+        codes = generate(engine, prompt, params, seed=0, stop_on_eos=False)[0].codes.to(device)
+        generate_s = median_s(lambda: generate(engine, prompt, params, seed=0, stop_on_eos=False))
         decode_s = median_s(lambda: codec.decode_chunk(codes[None], {}))
         total = round(bench_decode.time_to_first_audio(engine, codec, prompt, frames, device, 3),
                       4)

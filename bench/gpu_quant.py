@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 import quant  # noqa: E402
 from fish_core.loading.checkpoint import build_meta, load_model  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
-from fish_core.engine.generate import Engine  # noqa: E402
+from fish_core.engine.runner import Engine  # noqa: E402
+from fish_core.engine.rows import generate  # noqa: E402
 from fish_core.params import SamplingParams  # noqa: E402
 from quant.fp8 import FP8Linear  # noqa: E402
 
@@ -119,7 +120,7 @@ def modes() -> dict:
         try:
             model = load_model(FIXTURE, "cuda", torch.bfloat16, mode, fp8_path=path)
             logits = model.vocab_logits(model.slow_forward(tokens, pos, None)).float()
-            run = Engine(model).generate(prompt, SamplingParams(max_new_tokens=8), seed=0)[0]
+            run = generate(Engine(model), prompt, SamplingParams(max_new_tokens=8), seed=0)[0]
             out[label] = {"ok": True, "frames": run.columns.shape[1],
                           "slow_logits_rel_err": round(float((logits - ref_logits).norm()
                                                              / ref_logits.norm()), 4),
@@ -136,9 +137,9 @@ def compiled_step() -> dict:
     prompt = load_file(str(PROMPTS))["b_clone.batch0.prompt"]
     model = load_model(FIXTURE, "cuda", torch.float32, "fp8", fp8_path="dequant")
     greedy = SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=16)
-    eager = Engine(model).generate(prompt, greedy, seed=0, stop_on_eos=False)[0]
+    eager = generate(Engine(model), prompt, greedy, seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
-    compiled = engine.generate(prompt, greedy, seed=0, stop_on_eos=False)[0]
+    compiled = generate(engine, prompt, greedy, seed=0, stop_on_eos=False)[0]
     result = {"compiled": engine.compiled,
               "same_codes": bool(torch.equal(eager.columns, compiled.columns))}
     print("compile", json.dumps(result), flush=True)

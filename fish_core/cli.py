@@ -828,6 +828,7 @@ def stream_say(args, synth, voices, text: str | None) -> str:
 
 
 def cmd_codes(args) -> str:
+    from .engine.rows import generate
     from .text.prompt import conversation
 
     if not check_text(args.text, "text").strip():
@@ -839,8 +840,8 @@ def cmd_codes(args) -> str:
     rate = codec.sample_rate / codec.frame_length if codec is not None else CODEC_FRAME_RATE
     pace, bar = Pace([args.text], rate, min(args.max_new_tokens, synth.engine.max_context)), Bar()
     try:
-        gen = synth.engine.generate(prompt, params, seed=args.seed,
-                                    on_frame=lambda i, n: bar(*pace.frame(i)))[0]
+        gen = generate(synth.engine, prompt, params, seed=args.seed,
+                       on_frame=lambda i, n: bar(*pace.frame(i)))[0]
     finally:
         bar.close()
     compile_note(args, synth)

@@ -57,13 +57,13 @@ NARROW: dict[tuple[str, str], set[str]] = {
 
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
 # the synthesizer (they come with the first model load).
-HEAVY = ("fish_core.engine.model", "fish_core.engine.generate", "fish_core.engine.sampling",
-         "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
+HEAVY = ("fish_core.engine.model", "fish_core.engine.runner", "fish_core.engine.rows",
+         "fish_core.engine.sampling", "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
          "fish_core.local.synthesizer")
 
 
 def layer_of(module: str) -> str | None:
-    """``fish_core.engine.generate`` → ``engine``; None for modules outside the pack."""
+    """``fish_core.engine.runner`` → ``engine``; None for modules outside the pack."""
     parts = module.split(".")
     if parts[0] == "fish_core":
         if len(parts) == 1:
@@ -287,8 +287,8 @@ def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
     assert not wrong, wrong
 
 
-# The engine's frame and cache: ``generate.Engine`` owns them, ``continuous.RowBatch`` (the one
-# decode loop) drives them; nothing else in the pack may touch them.
+# The engine's frame and cache: ``runner.Engine`` owns them, ``rows.RowBatch`` (the one decode
+# loop, a floor above the runner) drives them; nothing else in the pack may touch them.
 FRAME_AND_CACHE = {"frame", "step", "run_step", "decode_frame", "frame_tail", "slow_step",
                    "prefill", "prefill_rows", "prefill_whole", "prefill_after", "load_prefixes",
                    "run_prefix", "ensure_cache", "caches", "first_rows", "cache_rows"}
@@ -296,12 +296,12 @@ LOOP_USES = {"frame", "prefill_rows", "ensure_cache", "caches"}  # what RowBatch
 
 
 def test_one_decode_loop_owns_the_frames_and_the_engine_the_cache():
-    """Outside ``engine/generate.py`` (the Engine) and ``engine/continuous.py`` (RowBatch) no
+    """Outside ``engine/runner.py`` (the Engine) and ``engine/rows.py`` (RowBatch) no
     module of the pack reaches an engine's frame step, prefill or KV cache; in the loop, only
     ``RowBatch.step`` runs a frame and only ``RowBatch.join_many`` prefills; and the Engine
     itself has no loop over frames: it schedules nothing."""
-    engine_file = ROOT / "fish_core" / "engine" / "generate.py"
-    loop_file = ROOT / "fish_core" / "engine" / "continuous.py"
+    engine_file = ROOT / "fish_core" / "engine" / "runner.py"
+    loop_file = ROOT / "fish_core" / "engine" / "rows.py"
     wrong = []
     for path in source_files():
         if path in (engine_file, loop_file):
@@ -330,7 +330,20 @@ def test_one_decode_loop_owns_the_frames_and_the_engine_the_cache():
                  isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                  and call.func.attr in ("step", "run_step", "decode_frame", "frame")
                  for call in ast.walk(node))]
-    assert not loops, [f"generate.py:{node.lineno}" for node in loops]
+    assert not loops, [f"runner.py:{node.lineno}" for node in loops]
+
+
+def test_the_runner_stands_below_the_loop():
+    """``engine/runner.py`` (model, step, cache) imports nothing of ``engine/rows.py`` (the loop
+    that drives it) and has no ``generate``: a run to the end is the loop's (``rows.generate``)."""
+    path = ROOT / "fish_core" / "engine" / "runner.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    up = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+          and (node.module or "").split(".")[-1] == "rows"
+          or isinstance(node, ast.ImportFrom) and any(a.name == "rows" for a in node.names)]
+    assert not up, [f"runner.py:{line}" for line in up]
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    assert not [n for n in engine.body if getattr(n, "name", None) == "generate"]
 
 
 def test_the_pack_root_imports_on_its_own_without_registering_anything():

@@ -10,7 +10,8 @@ import torch
 from fish_core import cli
 from fish_core.engine import compile_choice
 from fish_core.engine.compile_choice import MeasuredStep, compile_mode
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
+from fish_core.engine.rows import generate
 from fish_core.loading.checkpoint import load_model
 from fish_core.params import SamplingParams
 
@@ -91,7 +92,7 @@ def test_auto_decodes_exactly_as_the_chosen_mode(model, golden, tmp_path):
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     auto = Engine(model, compile="auto", compile_cache=tmp_path / "inductor")
     graphs = counters["stats"]["unique_graphs"]
-    result = auto.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    result = generate(auto, prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
     assert counters["stats"]["unique_graphs"] - graphs <= 1
     assert auto.compile_choice.startswith(("auto: compiled", "auto: eager"))
@@ -100,6 +101,6 @@ def test_auto_decodes_exactly_as_the_chosen_mode(model, golden, tmp_path):
     params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
                             meta["max_new_tokens"])
     with torch._dynamo.config.patch(error_on_recompile=True):
-        sampled = auto.generate(prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+        sampled = generate(auto, prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
     assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
     assert not auto.fallbacks

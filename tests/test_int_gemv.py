@@ -227,7 +227,7 @@ def test_compile_options_scoped_to_our_compile(monkeypatch):
 
 
 def test_the_engine_compiles_with_the_options(monkeypatch, ckpt_dir):
-    from fish_core.engine import generate
+    from fish_core.engine import runner
     from fish_core.loading.checkpoint import load_model
 
     seen = {}
@@ -236,8 +236,8 @@ def test_the_engine_compiles_with_the_options(monkeypatch, ckpt_dir):
         seen.update(kwargs)
         return fn
 
-    monkeypatch.setattr(generate.torch, "compile", fake_compile)
+    monkeypatch.setattr(runner.torch, "compile", fake_compile)
     monkeypatch.setenv("SAILFISH_COMPILE_TUNING", "on")
     model = load_model(ckpt_dir, "cpu", torch.float32)
-    generate.Engine(model, compile=True)
+    runner.Engine(model, compile=True)
     assert seen == {"fullgraph": True, "options": compile_choice.TUNED_OPTIONS}

@@ -17,7 +17,8 @@ from torch import nn
 
 import quant
 from fish_core.engine.config import ModelConfig
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
+from fish_core.engine.rows import generate
 from fish_core.loading.checkpoint import build_meta, load_model
 from fish_core.params import SamplingParams
 from quant import cpu_gemv, int_linear
@@ -332,7 +333,7 @@ def test_accuracy_against_the_fp32_and_bf16_models(mode, quantized, fp32_model, 
     of the slow (main token) and fast (codebooks) heads, within the stated tolerances, and no
     worse than a few times what bf16 alone costs."""
     frames = 24
-    run = Engine(fp32_model).generate(clone_prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
+    run = generate(Engine(fp32_model), clone_prompt, greedy(frames), seed=0, stop_on_eos=False)[0]
     tokens = torch.cat([clone_prompt, run.columns], dim=1)
     ref_slow, ref_fast = teacher_forced(fp32_model, tokens, clone_prompt.shape[1])
     bf16_slow, bf16_fast = teacher_forced(load_model(ckpt_dir, dtype=torch.bfloat16), tokens,
@@ -358,7 +359,7 @@ def test_end_of_speech_decision_is_kept(mode, quantized, fp32_model, fixtures, c
         from safetensors.torch import load_file
 
         prompt = load_file(str(fixtures / "golden/prompts.safetensors"))["a_plain.batch0.prompt"]
-    run = Engine(fp32_model).generate(prompt, greedy(24), seed=0)[0]
+    run = generate(Engine(fp32_model), prompt, greedy(24), seed=0)[0]
     tokens = torch.cat([prompt, run.columns], dim=1)
 
     def margins(model):
@@ -379,9 +380,9 @@ def test_compiled_decode_through_the_int_layers_matches_eager(ckpt_dir, clone_pr
     our kernel takes in one call (a served batch: they go in chunks, compiled too)."""
     model = load_model(ckpt_dir, "cpu", torch.float32, mode)
     prompts = [clone_prompt] * (cpu_gemv.MAX_ROWS + 2)
-    eager = Engine(model).generate(prompts, greedy(16), seed=0, stop_on_eos=False)
+    eager = generate(Engine(model), prompts, greedy(16), seed=0, stop_on_eos=False)
     engine = Engine(model, compile=True)
-    compiled = engine.generate(prompts, greedy(16), seed=0, stop_on_eos=False)
+    compiled = generate(engine, prompts, greedy(16), seed=0, stop_on_eos=False)
     assert engine.compiled, engine.fallbacks
     for a, b in zip(compiled, eager):
         assert torch.equal(a.columns, b.columns)

@@ -5,7 +5,7 @@ import torch
 
 from fish_core.loading.checkpoint import build_meta, load_model, to_hf
 from fish_core.engine.config import ModelConfig
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
 from fish_core.engine.layers import rope_table
 
 ATOL = 1e-4

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import quant
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
+from fish_core.engine.rows import generate
 from fish_core.loading import shards
 from fish_core.loading.checkpoint import load_model
 from fish_core.params import SamplingParams
@@ -80,8 +81,8 @@ def test_packed_model_generates_like_the_plain_one(ckpt_dir, clone_prompt, monke
     monkeypatch.setattr(quant.packed, "MIN_WEIGHTS", 0)
     packed = load_model(ckpt_dir, "cpu", torch.bfloat16)
     unpacked = load_model(ckpt_dir, "cpu", torch.float32).to(torch.bfloat16)
-    a = Engine(packed).generate(clone_prompt, greedy(12), seed=0, stop_on_eos=False)[0]
-    b = Engine(unpacked).generate(clone_prompt, greedy(12), seed=0, stop_on_eos=False)[0]
+    a = generate(Engine(packed), clone_prompt, greedy(12), seed=0, stop_on_eos=False)[0]
+    b = generate(Engine(unpacked), clone_prompt, greedy(12), seed=0, stop_on_eos=False)[0]
     assert torch.equal(a.columns, b.columns)
 
 
@@ -99,12 +100,12 @@ def test_compile_on_a_packed_model_decodes_eagerly_the_same(ckpt_dir, clone_prom
                                                             monkeypatch):
     monkeypatch.setattr(quant.packed, "MIN_WEIGHTS", 0)
     model = load_model(ckpt_dir, "cpu", torch.bfloat16)
-    eager = Engine(model).generate(clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    eager = generate(Engine(model), clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
     # said plainly, before any compile is tried (not dynamo's "Unsupported: Observed exception")
     with pytest.warns(UserWarning, match="bf16 weights packed for oneDNN do not compile; on a "
                                          "CPU the eager step with them is the faster one"):
         engine = Engine(model, compile=True)
-    out = engine.generate(clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
+    out = generate(engine, clone_prompt, greedy(6), seed=0, stop_on_eos=False)[0]
     assert not engine.compiled and len(engine.fallbacks) == 1
     assert torch.equal(out.columns, eager.columns)
     auto = Engine(model, compile="auto")  # --compile auto keeps eager, and says why

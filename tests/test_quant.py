@@ -22,7 +22,8 @@ from fish_core.loading.checkpoint import (CheckpointError, assign, build_meta, i
 from fish_core.engine.config import ModelConfig
 from fish_core.loading.export import export_fp8
 from fish_core.loading.fp8_checkpoint import is_fp8_checkpoint
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
+from fish_core.engine.rows import generate
 from fish_core.params import SamplingParams
 from quant import fp8 as fp8mod
 from quant import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
@@ -244,7 +245,7 @@ def test_fp8_embeddings_generate_and_the_engine_head_is_their_rows(ckpt_dir, bf1
     assert type(model.fast_embeddings) is nn.Embedding  # skipped
     reference = dequantize_rows(*quantize_rows(bf16_model.embeddings.weight), torch.bfloat16)
     engine = Engine(model)
-    run = engine.generate(prompt, greedy(12), seed=0, stop_on_eos=False)[0]
+    run = generate(engine, prompt, greedy(12), seed=0, stop_on_eos=False)[0]
     assert run.columns.shape == (1 + model.config.num_codebooks, 12)
     assert torch.equal(engine.head, reference[engine.allowed_ids])
     with torch.inference_mode():  # the full tied head (vocab_logits) reads the same rows
@@ -257,10 +258,10 @@ def test_fp8_embeddings_generate_and_the_engine_head_is_their_rows(ckpt_dir, bf1
 def test_engine_follows_embeddings_quantized_under_it(ckpt_dir, prompt):
     model = load_model(ckpt_dir)
     engine = Engine(model)
-    before = engine.generate(prompt, greedy(4), seed=0)[0]
+    before = generate(engine, prompt, greedy(4), seed=0)[0]
     plain_head = engine.head.clone()
     quant.quantize_model(model, "none", quantize_embeddings=True)  # embeddings only
-    after = engine.generate(prompt, greedy(4), seed=0)[0]
+    after = generate(engine, prompt, greedy(4), seed=0)[0]
     assert isinstance(model.embeddings, FP8Embedding)
     assert torch.equal(engine.head, model.head_rows(engine.allowed_ids))
     assert not torch.equal(engine.head, plain_head)
@@ -320,11 +321,11 @@ def test_fp8_checkpoints_in_both_key_styles_load_and_generate(fp8_dirs, bf16_mod
         for n, m in layers.items():
             assert torch.equal(m.weight.view(torch.uint8), stored[n + ".weight"].view(torch.uint8))
             assert torch.equal(m.scale, stored[n + ".weight.scale"])
-        runs[names] = Engine(model).generate(prompt, greedy(24), seed=0)[0].columns
+        runs[names] = generate(Engine(model), prompt, greedy(24), seed=0)[0].columns
     # the CPU default: dequantized once at load, plain Linear layers, same numbers
     loaded = load_model(fp8_dirs["internal"], "cpu", torch.bfloat16)
     assert not any(isinstance(m, FP8Linear) for m in loaded.modules())
-    runs["load"] = Engine(loaded).generate(prompt, greedy(24), seed=0)[0].columns
+    runs["load"] = generate(Engine(loaded), prompt, greedy(24), seed=0)[0].columns
     assert torch.equal(runs["internal"], runs["hf"]) and torch.equal(runs["internal"], runs["load"])
 
 
@@ -339,8 +340,8 @@ def test_fp8_against_bf16_logits_and_greedy_agreement(fp8_dirs, bf16_model, prom
         out = fp8_model.vocab_logits(fp8_model.slow_forward(prompt[None], pos, None)).float()
     rel = float((out - ref).norm() / ref.norm())
     assert rel < 0.1, rel
-    a = Engine(bf16_model).generate(prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
-    b = Engine(fp8_model).generate(prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
+    a = generate(Engine(bf16_model), prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
+    b = generate(Engine(fp8_model), prompt, greedy(32), seed=0, stop_on_eos=False)[0].columns
     identical = int((a == b).all(0).int().cumprod(0).sum())
     print(f"\nfp8 vs bf16 on tiny-s2: slow logits rel err {rel:.4f}, "
           f"greedy frames identical {identical}/32")
@@ -534,7 +535,7 @@ def test_torchao_modes_that_run_on_cpu(ckpt_dir, fp8_dirs, bf16_model, prompt, m
     ref = bf16_model.layers[0].attention.wqkv(x).float()
     rel = float((model.layers[0].attention.wqkv(x).float() - ref).norm() / ref.norm())
     assert rel < {"int8": 0.02, "nvfp4": 0.2}[mode], rel
-    assert Engine(model).generate(prompt, greedy(8), seed=0)[0].columns.shape[1] >= 1
+    assert generate(Engine(model), prompt, greedy(8), seed=0)[0].columns.shape[1] >= 1
     # an FP8 checkpoint is dequantized, then quantized again
     again = load_model(fp8_dirs["hf"], "cpu", torch.bfloat16, mode)
     assert type(again.layers[0].attention.wqkv.weight).__module__.startswith("torchao")
@@ -618,8 +619,8 @@ def test_compiled_decode_with_fp8_layers_matches_eager(fp8_dirs, prompt):
     model = load_model(fp8_dirs["hf"], "cpu", torch.float32, None, fp8_path="dequant",
                              quantize_embeddings=True)
     assert isinstance(model.fast_embeddings, FP8Embedding)
-    eager = Engine(model).generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
+    eager = generate(Engine(model), prompt, greedy(24), seed=0, stop_on_eos=False)[0]
     engine = Engine(model, compile=True)
-    compiled = engine.generate(prompt, greedy(24), seed=0, stop_on_eos=False)[0]
+    compiled = generate(engine, prompt, greedy(24), seed=0, stop_on_eos=False)[0]
     assert engine.compiled, "compile failed and the engine fell back to eager"
     assert torch.equal(compiled.columns, eager.columns)

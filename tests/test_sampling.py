@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fish_core.loading.checkpoint import load_model
-from fish_core.engine.generate import Engine
+from fish_core.engine.runner import Engine
 from fish_core.engine.sampling import logits_to_probs, ras_select, sample
 
 

@@ -22,7 +22,7 @@ except ImportError:
     httpx = pytest.importorskip("httpx")
 
 from conftest import served, tone  # noqa: E402
-from fish_core.engine.continuous import RowBatch  # noqa: E402
+from fish_core.engine.rows import RowBatch  # noqa: E402
 from fish_core.serve.http import formats  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fish_core.engine.continuous import RowBatch
+from fish_core.engine.rows import RowBatch
 from fish_core.params import Cancelled
 from fish_core.local.synthesizer import Synthesizer
 from fish_core.text.plan import ScriptError, parse_srt

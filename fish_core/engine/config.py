@@ -164,19 +164,7 @@ class ModelConfig:
                     *number_problems(t, f)]
         if problems:  # the checks below divide by these sizes
             raise ConfigError("config.json is out of range:\n  - " + "\n  - ".join(problems))
-        for where, c in (("text_config", t), ("audio_decoder_config", f)):
-            if c.n_head % c.n_local_heads:
-                problems.append(f"{where}.n_head ({c.n_head}) must be a multiple of "
-                                f"n_local_heads ({c.n_local_heads})")
-            if c.head_dim % 2:
-                problems.append(f"{where}.head_dim ({c.head_dim}) must be even for RoPE")
-        if not t.tie_word_embeddings:
-            problems.append("text_config.tie_word_embeddings must be true (S2 ties the head)")
-        if t.use_moe:
-            problems.append("text_config.use_moe=true is not an S2-Pro model")
-        if f.dim != t.dim:
-            problems.append(f"audio_decoder_config.dim ({f.dim}) != text_config.dim ({t.dim}): "
-                            "a projection between the two ARs is not supported")
+        problems = layout_problems(t, f)
         if not (0 <= self.semantic_start_token_id <= self.semantic_end_token_id < t.vocab_size):
             problems.append("semantic_start_token_id..semantic_end_token_id must lie inside "
                             f"the vocabulary (0..{t.vocab_size - 1})")
@@ -188,6 +176,25 @@ class ModelConfig:
                 problems.append(f"{name} {getattr(self, name)} outside the vocabulary")
         if problems:
             raise ConfigError("config.json is inconsistent:\n  - " + "\n  - ".join(problems))
+
+
+def layout_problems(t, f) -> list[str]:
+    """What of the two ARs' layout (``t`` text, ``f`` fast) S2-Pro's model cannot run."""
+    problems = []
+    for where, c in (("text_config", t), ("audio_decoder_config", f)):
+        if c.n_head % c.n_local_heads:
+            problems.append(f"{where}.n_head ({c.n_head}) must be a multiple of "
+                            f"n_local_heads ({c.n_local_heads})")
+        if c.head_dim % 2:
+            problems.append(f"{where}.head_dim ({c.head_dim}) must be even for RoPE")
+    if not t.tie_word_embeddings:
+        problems.append("text_config.tie_word_embeddings must be true (S2 ties the head)")
+    if t.use_moe:
+        problems.append("text_config.use_moe=true is not an S2-Pro model")
+    if f.dim != t.dim:
+        problems.append(f"audio_decoder_config.dim ({f.dim}) != text_config.dim ({t.dim}): "
+                        "a projection between the two ARs is not supported")
+    return problems
 
 
 def size_problems(where: str, c) -> list[str]:

@@ -7,8 +7,8 @@ with the voices' references (the system turn, encoded once) plus the job's own l
 ``history_turns`` batches, batch ``b`` drawn with ``batch_seed(seed, b)``. ``JobRows`` decodes
 jobs' text batches in the rows of one ``RowBatch`` (the one decode loop; one seed per row):
 ``run_round`` is the static use, the next batch of several jobs joining together (the takes of
-one request, or the requests the HTTP service batches statically) and decoding to their ends;
-the HTTP scheduler's continuous batching adds jobs as rows free up. Every job decodes its
+one request) and decoding to their ends (``rows.run_to_end``); the HTTP scheduler steps
+``JobRows`` itself, adding jobs as its policy lets them in. Every job decodes its
 frames through one ``ChunkDecoder`` (one causal codec state; a fresh one per batch for
 subtitles, whose cues are separate clips) and hands each chunk, in order, to ``emit``; a whole
 clip is those chunks concatenated. So a stream, a whole clip and take k of N are the same
@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Cancelled, Generated,
-                      GenerationError, SamplingParams, batch_seed, random_seed)
+from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, Generated, GenerationError,
+                      SamplingParams, batch_seed, random_seed)
 from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
@@ -296,22 +296,17 @@ def run_round(runtime, jobs: Sequence[SpeechJob],
     ``Cancelled`` within a frame once ``cancel()`` is true; a job that is cancelled or times
     out leaves its row while the others go on; a job that fails (its prompt cannot fit, or it
     ended without audio) keeps the exception in ``job.error``. ``on_frame(done, total)``
-    reports progress."""
+    reports progress (``rows.run_to_end``, the one run to the end)."""
+    from ..engine.rows import run_to_end  # the model's floor: not at ComfyUI start-up
+
     rows = JobRows(runtime, len(jobs))
     joined = rows.add(jobs)
     if not joined:
         return
-    total, done = max(job.limit for job in joined), 1
     rows.collect()  # a row that ended on its first column leaves now
-    while True:
-        if on_frame is not None:
-            on_frame(done, total)
-        if cancel is not None and cancel():
-            raise Cancelled(f"generation cancelled after {done} of up to {total} frames")
-        if not len(rows):
-            return
-        rows.step()  # every job left decodes: one frame, then those that ended leave
-        done += 1
+    # every job left decodes: one frame, then those that ended leave
+    run_to_end(rows.step, lambda: len(rows) > 0, max(job.limit for job in joined), on_frame,
+               cancel)
 
 
 def run_jobs(runtime, jobs: list[SpeechJob], on_progress: Callable[[int, int], None] | None,

@@ -4,7 +4,7 @@ It owns the model's ``Engine`` (the decode step, the KV cache and the prefix cac
 prefixes), the codec, the tokenizer with its prompt encoder and the context limit. It turns
 voices into prompt references, encodes prompts (a voice's system turn once per job, then each
 text batch after it) and opens the row batches every generation decodes in
-(``engine.continuous.RowBatch``). The driver (``SpeechJob``, ``run_round``, ``JobRows``),
+(``engine.rows.RowBatch``). The driver (``SpeechJob``, ``run_round``, ``JobRows``),
 ``AudioStream`` and the HTTP scheduler take a runtime; ``Synthesizer`` is the public API over
 it (loading, voices, tts, dialogue, subtitles, stream).
 """
@@ -17,8 +17,8 @@ import torch
 
 from ..codec.model import CHECKPOINT_NAME, Codec
 from ..engine.config import ModelConfig
-from ..engine.continuous import RowBatch
-from ..engine.generate import Engine
+from ..engine.rows import RowBatch
+from ..engine.runner import Engine
 from ..engine.model import DualAR
 from ..engine.prefix_cache import megabytes
 from ..loading.checkpoint import CheckpointError

@@ -1,16 +1,16 @@
 """One worker thread per model: a fair queue of speech tasks, decoded in batches.
 
-The engine runs one decode at a time, so every task goes through this queue, and both ways to
-batch (``batching``) decode in the rows of the one decode loop (``driver.JobRows``):
+The engine runs one decode at a time, so every task goes through this queue. The worker has
+nano-vLLM's shape: one loop (``_run``) that, while rows are busy, takes one ``step``: the tasks
+the policy (``schedule``) lets in join free rows of the one decode (``driver.JobRows``, prefilled
+together), every row makes one frame, and the tasks whose text batch ended leave. The two ways
+to batch (``batching``) are two admission rules of ``schedule``, nothing else:
 
-- ``continuous`` (default): one running decode of ``max_batch`` rows. Queued tasks join at the
-  next frame boundary as soon as rows are free (those that join together prefilled in one run,
-  then their rows decode with the others; an idle decode first waits ``batch_wait`` for
-  requests that arrive together); a task whose text batch ended, or that was cancelled or
-  timed out, leaves its row at once and frees it.
-- ``static``: each round takes up to ``max_batch`` tasks from the front (after waiting
-  ``batch_wait`` for others that arrive together) and generates the next text batch of each,
-  their rows joining together and decoding to their ends (``driver.run_round``).
+- ``continuous`` (default): queued tasks join at the next frame boundary whenever rows are free
+  (an idle decode first waits ``batch_wait`` for requests that arrive together); a task whose
+  text batch ended, or that was cancelled or timed out, leaves its row at once and frees it.
+- ``static``: tasks join only when no row is busy, up to ``max_batch`` from the front, together
+  (a round), and decode to their ends before the next round joins.
 
 Either way every row has its own seed, so a batched request sounds exactly as it would alone,
 and a task with more text batches goes to the back of the queue, so a long text cannot hold the
@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager
 from typing import Callable
 
 from ..params import GenerationError
-from ..local.driver import JobRows, SpeechJob, run_round
+from ..local.driver import JobRows, SpeechJob
 from ..text.lexicon import Lexicon
 from .api.protocol import SpeechRequest
 from .http.errors import ApiError, detail
@@ -82,9 +82,8 @@ class Scheduler:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.busy = False  # a round is running
-        # Rows busy in every round run (static), or after every join (continuous): for tests
-        # and the bench.
+        self.busy = False  # the worker holds the model, decoding
+        # Rows busy after every join (static: every round): for tests and the bench.
         self.batch_sizes: list[int] = []
 
     # ---------------------------------------------------------------- client side
@@ -122,52 +121,96 @@ class Scheduler:
                 self._cond.wait()
             return not self._closed
 
+    def _gather(self) -> None:
+        """Wait ``batch_wait`` for requests that arrive together, so that they start together
+        (one prefill)."""
+        if self.max_batch > 1 and len(self._queue) < self.max_batch:
+            time.sleep(self.batch_wait)
+
     def _run(self) -> None:
-        if self.batching == "continuous":
-            return self._run_continuous()
+        """The one worker loop: once tasks wait, hold the model and ``step`` until no row is
+        busy."""
         while True:
             if not self._wait_for_work():
                 return
-            self._gather()
-            with self._cond:
-                tasks = [self._queue.popleft()
-                         for _ in range(min(self.max_batch, len(self._queue)))]
+            self._gather()  # an idle decode: requests arriving together join in one prefill
             self.busy = True
+            running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
             try:
                 with self.model() as synth:
-                    self._round(synth.runtime, tasks)
+                    rows = JobRows(synth.runtime, self.max_batch)
+                    while self.step(synth.runtime, rows, running):
+                        pass
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
-                for task in tasks:
+                for task in running.values():
                     fail(task, e)
             finally:
                 self.busy = False
 
-    def _round(self, runtime, tasks: list[Task]) -> None:
-        running = []
-        for task in tasks:
-            if task.cancelled.is_set():
-                continue
-            if task.timed_out:
-                fail(task, ApiError(504, "the request timed out while queued"))
-                continue
+    def step(self, runtime, rows: JobRows, running: dict[int, Task]) -> bool:
+        """One step of the decode: the tasks ``schedule`` lets in join free rows (prefilled
+        together), then one frame for every row; the tasks whose text batch ended (or that
+        were cancelled or timed out) leave their rows and are settled. False when no row is
+        busy."""
+        self._admit(rows, self.schedule(runtime, rows), running)
+        if not len(rows):
+            return False
+        if self._closed:
+            for task in running.values():
+                task.cancel()
+        for job in rows.step():
+            self._settle(running.pop(id(job)))
+        return True
+
+    def schedule(self, runtime, rows: JobRows) -> list[Task]:
+        """The batching policy, an admission rule: the queued tasks that join the rows now,
+        from the front of the queue. ``continuous``: as many as rows are free, whenever they
+        are. ``static``: only when no row is busy, then up to ``max_batch`` joining together
+        (a round: they decode to their ends before the next joins)."""
+        room = rows.free if self.batching == "continuous" or not len(rows) else 0
+        tasks = []
+        while len(tasks) < room and not self._closed:
+            with self._cond:
+                if not self._queue:
+                    break
+                task = self._queue.popleft()
+            if self._ready(runtime, task):
+                tasks.append(task)
+        return tasks
+
+    def _ready(self, runtime, task: Task) -> bool:
+        """Whether a task taken from the queue can join: not cancelled, not past its deadline,
+        its job built (``_start``); a task that cannot is reported and dropped."""
+        if task.cancelled.is_set():
+            return False
+        if task.timed_out:
+            fail(task, ApiError(504, "the request timed out while queued"))
+            return False
+        try:
             if task.job is None:
-                try:
-                    self._start(runtime, task)
-                except Exception as e:  # noqa: BLE001 - a bad voice or reference
-                    fail(task, e)
-                    continue
-            running.append(task)
-        if not running:
+                self._start(runtime, task)
+        except Exception as e:  # noqa: BLE001 - a bad voice or reference
+            fail(task, e)
+            return False
+        return True
+
+    def _admit(self, rows: JobRows, tasks: list[Task], running: dict[int, Task]) -> None:
+        """Move the scheduled tasks into free rows, all prefilled together."""
+        if not tasks:
             return
-        self.batch_sizes.append(len(running))
-        try:  # a task cancelled or timed out leaves its row: sorted out below
-            run_round(runtime, [task.job for task in running])
-        except Exception as e:  # noqa: BLE001 - reported to every task of the round
-            for task in running:
+        try:
+            joined = {id(job) for job in rows.add([task.job for task in tasks])}
+        except Exception as e:  # noqa: BLE001 - reported to every task of the join
+            for task in tasks:
                 fail(task, e)
             return
-        for task in running:
-            self._settle(task)
+        for task in tasks:
+            if id(task.job) in joined:
+                running[id(task.job)] = task
+            else:  # its prompt cannot fit
+                fail(task, task.job.error)
+        if joined:
+            self.batch_sizes.append(len(rows))
 
     def _settle(self, task: Task) -> None:
         """After a task's text batch: report its end or failure, or queue its next batch."""
@@ -184,80 +227,6 @@ class Scheduler:
         else:
             with self._cond:
                 self._queue.append(task)  # its next text batch waits its turn
-
-    # ---------------------------------------------------------------- continuous batching
-    def _gather(self) -> None:
-        """Wait ``batch_wait`` for requests that arrive together, so that they start together
-        (one prefill)."""
-        if self.max_batch > 1 and len(self._queue) < self.max_batch:
-            time.sleep(self.batch_wait)
-
-    def _run_continuous(self) -> None:
-        while True:
-            if not self._wait_for_work():
-                return
-            self._gather()  # an idle decode: requests arriving together join in one prefill
-            self.busy = True
-            running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
-            try:
-                with self.model() as synth:
-                    self._decode(synth.runtime, running)
-            except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
-                for task in running.values():
-                    fail(task, e)
-            finally:
-                self.busy = False
-
-    def _decode(self, runtime, running: dict[int, Task]) -> None:
-        """Decode until no task is left: tasks join free rows between frames and leave them
-        as soon as their text batch ends (or they are cancelled or time out)."""
-        rows = JobRows(runtime, self.max_batch)
-        while True:
-            if self._admit(runtime, rows, running):
-                self.batch_sizes.append(len(rows))
-            if not len(rows):
-                return
-            if self._closed:
-                for task in running.values():
-                    task.cancel()
-            for job in rows.step():
-                self._settle(running.pop(id(job)))
-
-    def _admit(self, runtime, rows: JobRows, running: dict[int, Task]) -> int:
-        """Move queued tasks into free rows, all prefilled together; returns how many
-        joined."""
-        tasks = []
-        while len(tasks) < rows.free and not self._closed:
-            with self._cond:
-                if not self._queue:
-                    break
-                task = self._queue.popleft()
-            if task.cancelled.is_set():
-                continue
-            if task.timed_out:
-                fail(task, ApiError(504, "the request timed out while queued"))
-                continue
-            try:
-                if task.job is None:
-                    self._start(runtime, task)
-            except Exception as e:  # noqa: BLE001 - a bad voice or reference
-                fail(task, e)
-                continue
-            tasks.append(task)
-        if not tasks:
-            return 0
-        try:
-            joined = {id(job) for job in rows.add([task.job for task in tasks])}
-        except Exception as e:  # noqa: BLE001 - reported to every task of the join
-            for task in tasks:
-                fail(task, e)
-            return 0
-        for task in tasks:
-            if id(task.job) in joined:
-                running[id(task.job)] = task
-            else:  # its prompt cannot fit
-                fail(task, task.job.error)
-        return len(joined)
 
     def _start(self, runtime, task: Task) -> None:
         """Build the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""

@@ -5,9 +5,10 @@ followed by the fast AR over the codebooks. ``Engine.decode_frame`` is that whol
 function: static shapes, no host sync, no data-dependent Python branches, so it compiles with
 ``fullgraph=True`` (and, on CUDA, is captured as a CUDA graph). The engine runs it (``frame``:
 compiled, CUDA graph and their recorded fallbacks), prefills prompts into rows of its cache
-(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``). It
-schedules nothing: which rows run, with which random numbers, and for how long is decided by
-the one decode loop, ``continuous.RowBatch``; ``Engine.generate`` is a convenience on it.
+(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``, in
+``cache_length`` buckets). It schedules nothing and knows nothing of the floor above it: which
+rows run, with which random numbers, and for how long is decided by the one decode loop,
+``rows.RowBatch`` (``rows.generate`` runs prompts to their ends).
 
 Random numbers are drawn outside the step, per frame and in the reference's order and dtype
 (``[V]`` normal, ``[V]`` high-temperature, then ``[C]`` per fast codebook), so a seed replays
@@ -26,18 +27,24 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..params import Generated, SamplingParams
-from . import continuous
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
-from .continuous import cache_length  # noqa: F401 - where callers have always found it
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, ras_select, sample
 
 
+CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 PACKED_NO_COMPILE = ("bf16 weights packed for oneDNN do not compile; on a CPU the eager step "
                      "with them is the faster one")
+
+
+def cache_length(needed: int, limit: int) -> int:
+    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
+    compiled decode step sees few distinct cache shapes."""
+    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
+    length = 1 << (length - 1).bit_length()
+    return max(needed, min(length, -(-limit // 8) * 8))
 
 
 def packed_weights(model: torch.nn.Module) -> bool:
@@ -74,7 +81,7 @@ class Engine:
         self.first_captures = 0
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
-        # Held through a decode's frame or prefill (``continuous.owning``) and a release: one
+        # Held through a decode's frame or prefill (``rows.owning``) and a release: one
         # thread at a time touches the caches, and a decode that lost them finds out.
         self.lock = threading.RLock()
         self.graph_captures = 0
@@ -82,24 +89,28 @@ class Engine:
         # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
         self.prefixes = PrefixCache(megabytes(prefix_cache_mb))
         self.follow_model()
-        # The step is kept as a function of (engine, ...) rather than a bound method, so the
-        # engine holds no reference cycle and its model is freed as soon as it is dropped.
-        self._step = None
         self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
-        self.compile_choice = compile_mode(compile)  # what was asked; "auto" says what it chose
-        if self.compile_choice != "off" and packed_weights(model):
-            self.refuse_compile()
-        elif self.compile_choice != "off":
-            self._step = torch.compile(Engine.decode_frame, fullgraph=True,
-                                       options=compile_options(model))
-        if self.compile_choice == "on" and self._step is not None:
-            warn_cpu_compile(self.device, self.dtype)
-        elif self.compile_choice == "auto" and self._step is not None:
-            self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
+        self.choose_step(compile)
         self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
         # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
         # from a CUDA graph per row (``first_column``); off after a failed capture.
         self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
+
+    def choose_step(self, compile: bool | str) -> None:
+        """The decode step: eager (``None``), compiled, or measured and picked (``"auto"``).
+        It is kept as a function of (engine, ...) rather than a bound method, so the engine
+        holds no reference cycle and its model is freed as soon as it is dropped."""
+        self._step = None
+        self.compile_choice = compile_mode(compile)  # what was asked; "auto" says what it chose
+        if self.compile_choice != "off" and packed_weights(self.model):
+            self.refuse_compile()
+        elif self.compile_choice != "off":
+            self._step = torch.compile(Engine.decode_frame, fullgraph=True,
+                                       options=compile_options(self.model))
+        if self.compile_choice == "on" and self._step is not None:
+            warn_cpu_compile(self.device, self.dtype)
+        elif self.compile_choice == "auto" and self._step is not None:
+            self._step = MeasuredStep(self._step, Engine.decode_frame, self._chose_step)
 
     def refuse_compile(self) -> None:
         """Weights packed for oneDNN (bf16 on a CPU, ``quant.packed``) cannot be compiled: say
@@ -284,16 +295,7 @@ class Engine:
         ``rand_fast`` ``[K - 1, B, C]``; ``window [B, W]`` or None (prefill: no RAS)."""
         c, model = self.config, self.model
         caches = self.caches if caches is None else caches
-        logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
-        rand_main = rand_main.index_select(-1, self.allowed_ids)
-        main = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
-        if window is not None:  # RAS; a prefill has no window, so its high draw goes unused
-            high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
-            high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
-            rand_high = rand_high.index_select(-1, self.allowed_ids)
-            high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
-            main = ras_select(main, high, window, c.semantic_start_token_id,
-                              c.semantic_end_token_id)
+        main = self.main_token(hidden, window, temperature, top_p, top_k, rand_main, rand_high)
 
         # Fast AR: position 0 is the slow hidden state, position 1 the semantic code c0; both
         # go in one pass (the reference runs them one by one and discards position 0's logits).
@@ -308,6 +310,23 @@ class Engine:
                 x = model.fast_embeddings(code).unsqueeze(1)
                 logits = model.fast_forward(x, k + 1, caches)[:, -1]
         return torch.stack([main, *codes], dim=1)
+
+    def main_token(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
+                   top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor) -> Tensor:
+        """The slow AR's token ``[B]`` from its hidden state ``[B, D]``: sampled among the
+        allowed rows of the head, then RAS against ``window`` (None, a prefill: no RAS, its
+        high draw goes unused)."""
+        c = self.config
+        logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
+        rand_main = rand_main.index_select(-1, self.allowed_ids)
+        main = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
+        if window is None:
+            return main
+        high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
+        high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
+        rand_high = rand_high.index_select(-1, self.allowed_ids)
+        high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
+        return ras_select(main, high, window, c.semantic_start_token_id, c.semantic_end_token_id)
 
     def slow_step(self, column: Tensor, pos: Tensor,
                   caches: Caches | CacheRows | None = None) -> Tensor:
@@ -479,16 +498,6 @@ class Engine:
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
         last = torch.tensor(rest, device=self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
-
-    # ------------------------------------------------------------------ convenience
-    def generate(self, prompts: Tensor | Sequence[Tensor],
-                 params: SamplingParams | Sequence[SamplingParams] = SamplingParams(),
-                 **options) -> list[Generated]:
-        """Generate for one prompt ``[1 + K, T]`` or several, decoded together, each stopping on
-        its own: a convenience on the one decode loop (``continuous.generate``: the prompts
-        join one ``RowBatch`` together and decode to their ends; the keywords are described
-        there)."""
-        return continuous.generate(self, prompts, params, **options)
 
 
 def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:

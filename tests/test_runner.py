@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fish_core.loading.checkpoint import load_model
-from fish_core.engine.generate import Engine, cache_length
+from fish_core.engine.runner import Engine, cache_length
+from fish_core.engine.rows import generate
 from fish_core.engine.sampling import sample
 from fish_core.params import (MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed,
                               random_seed)
@@ -44,7 +45,7 @@ def test_greedy_codes_match_the_reference(engine, golden):
     cases = greedy_cases(golden)
     assert cases
     for prompt_key, raw_key, max_new in cases:
-        result = engine.generate(prompts[prompt_key], greedy(max_new))[0]
+        result = generate(engine, prompts[prompt_key], greedy(max_new))[0]
         raw = gen[raw_key]
         assert torch.equal(result.columns, raw), prompt_key
         # codes: the im_end column is dropped, and when the length limit stops generation the
@@ -65,7 +66,7 @@ def test_checking_for_the_stop_token_every_8_frames_changes_nothing(model, golde
     engine = Engine(model, eos_check_every=8)
     stopped = 0
     for prompt_key, raw_key, max_new in greedy_cases(golden):
-        result = engine.generate(prompts[prompt_key], greedy(max_new))[0]
+        result = generate(engine, prompts[prompt_key], greedy(max_new))[0]
         assert torch.equal(result.columns, gen[raw_key]), prompt_key
         stopped += result.stopped_on_eos
     assert stopped, "no case stops on <|im_end|>"
@@ -76,15 +77,15 @@ def test_seeded_sampling_replays_the_reference(engine, golden):
     params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
                             meta["max_new_tokens"])
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
-    result = engine.generate(prompt, params, seed=meta["seed"])[0]
+    result = generate(engine, prompt, params, seed=meta["seed"])[0]
     raw = golden.tensors("generation")["sampled_b_seed42.raw_new_columns"]
     assert torch.equal(result.columns, raw)
     assert result.stopped_on_eos == meta["stopped_on_im_end"]
     # the reference drops the last frame of a run that ends at the length limit; we keep it
     assert result.codes.shape[1] == meta["n_frames"] + (not result.stopped_on_eos)
-    again = engine.generate(prompt, params, seed=meta["seed"])[0]
+    again = generate(engine, prompt, params, seed=meta["seed"])[0]
     assert torch.equal(again.columns, raw)
-    other = engine.generate(prompt, params, seed=meta["seed"] + 1)[0]
+    other = generate(engine, prompt, params, seed=meta["seed"] + 1)[0]
     assert not torch.equal(other.columns, raw)
 
 
@@ -99,8 +100,8 @@ def test_per_row_seeds_replay_single_runs(engine, golden):
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     params, base = sampled(golden), golden.json("generation")["sampled_b_seed42"]["seed"]
     seeds = [base, base + 1, base + 2]
-    batch = engine.generate([prompt] * 3, params, seeds=seeds)
-    singles = [engine.generate(prompt, params, seed=s)[0] for s in seeds]
+    batch = generate(engine, [prompt] * 3, params, seeds=seeds)
+    singles = [generate(engine, prompt, params, seed=s)[0] for s in seeds]
     for row, single, s in zip(batch, singles, seeds):
         assert torch.equal(row.columns, single.columns)
         assert row.stopped_on_eos == single.stopped_on_eos
@@ -111,13 +112,13 @@ def test_per_row_seeds_replay_single_runs(engine, golden):
 def test_seed_arguments_are_checked(engine, golden):
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.raises(GenerationError, match="one seed per prompt"):
-        engine.generate([prompt] * 2, greedy(2), seeds=[1])
+        generate(engine, [prompt] * 2, greedy(2), seeds=[1])
     with pytest.raises(GenerationError, match="not both"):
-        engine.generate(prompt, greedy(2), seed=1, seeds=[1])
+        generate(engine, prompt, greedy(2), seed=1, seeds=[1])
     with pytest.raises(GenerationError, match=r"seeds\[1\]"):
-        engine.generate([prompt] * 2, greedy(2), seeds=[1, -1])
+        generate(engine, [prompt] * 2, greedy(2), seeds=[1, -1])
     with pytest.raises(GenerationError, match="seed must be an integer in 0 .. "):
-        engine.generate(prompt, greedy(2), seed=2.0)
+        generate(engine, prompt, greedy(2), seed=2.0)
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, 3.0, "7", -1, MAX_SEED + 1, None])
@@ -137,7 +138,7 @@ def test_on_column_streams_exactly_the_final_columns(engine, golden):
     prompts = golden.tensors("prompts")
     keys = ["b_clone.batch0.prompt", "c_two_speakers.batch0.prompt"]
     seen = []
-    results = engine.generate([prompts[k] for k in keys], [greedy(21), greedy(9)],
+    results = generate(engine, [prompts[k] for k in keys], [greedy(21), greedy(9)],
                               on_column=seen.append)
     assert all(c.device.type == "cpu" and c.shape == (2, 1 + engine.config.num_codebooks)
                for c in seen)
@@ -151,7 +152,7 @@ def test_batched_rows_equal_single_runs(engine, golden):
     """Prompts of different lengths and limits decoded together; each stops on its own."""
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     cases = greedy_cases(golden)
-    results = engine.generate([prompts[p] for p, _, _ in cases], [greedy(n) for _, _, n in cases])
+    results = generate(engine, [prompts[p] for p, _, _ in cases], [greedy(n) for _, _, n in cases])
     for (prompt_key, raw_key, _), result in zip(cases, results):
         assert torch.equal(result.columns, gen[raw_key]), prompt_key
         assert result.prompt_length == prompts[prompt_key].shape[1]
@@ -160,14 +161,14 @@ def test_batched_rows_equal_single_runs(engine, golden):
 def test_progress_and_cancel_leave_the_engine_usable(engine, clone_prompt):
     prompt = clone_prompt
     seen = []
-    result = engine.generate(prompt, greedy(21), on_frame=lambda i, n: seen.append((i, n)))[0]
+    result = generate(engine, prompt, greedy(21), on_frame=lambda i, n: seen.append((i, n)))[0]
     assert seen == [(i + 1, 21) for i in range(result.columns.shape[1])]
     first = len(seen)
     with pytest.raises(Cancelled):
-        engine.generate(prompt, greedy(21), cancel=lambda: len(seen) >= first + 3,
+        generate(engine, prompt, greedy(21), cancel=lambda: len(seen) >= first + 3,
                         on_frame=lambda i, n: seen.append(i), stop_on_eos=False)
     assert len(seen) == first + 3  # stopped within the frame that asked
-    again = engine.generate(prompt, greedy(21))[0]
+    again = generate(engine, prompt, greedy(21))[0]
     assert torch.equal(again.columns, result.columns)
 
 
@@ -175,10 +176,10 @@ def test_length_limit_is_clamped_to_the_context(engine, model):
     limit = model.config.text.max_seq_len
     prompt = torch.zeros(1 + model.config.num_codebooks, limit - 5, dtype=torch.long)
     prompt[0] = 7
-    result = engine.generate(prompt, greedy(50), stop_on_eos=False)[0]
+    result = generate(engine, prompt, greedy(50), stop_on_eos=False)[0]
     assert result.columns.shape[1] == 5
     with pytest.raises(GenerationError, match="prompt is too long"):
-        engine.generate(torch.zeros(1 + model.config.num_codebooks, limit, dtype=torch.long),
+        generate(engine, torch.zeros(1 + model.config.num_codebooks, limit, dtype=torch.long),
                         greedy(5))
 
 
@@ -191,13 +192,13 @@ def test_length_limit_is_clamped_to_the_context(engine, model):
 ])
 def test_bad_parameters_are_named(engine, clone_prompt, params, field):
     with pytest.raises(GenerationError, match=field):
-        engine.generate(clone_prompt, params)
+        generate(engine, clone_prompt, params)
 
 
 def test_bad_prompt_shape(engine):
     rows = 1 + engine.config.num_codebooks
     with pytest.raises(GenerationError, match=rf"prompt 0 must be a \[{rows}, T\]"):
-        engine.generate(torch.zeros(3, 5, dtype=torch.long))
+        generate(engine, torch.zeros(3, 5, dtype=torch.long))
 
 
 def test_cache_buckets_are_few():
@@ -209,14 +210,14 @@ def test_cache_buckets_are_few():
 def test_bf16_generation_runs(ckpt_dir, clone_prompt):
     engine = Engine(load_model(ckpt_dir, dtype=torch.bfloat16))
     prompt = clone_prompt
-    result = engine.generate(prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
+    result = generate(engine, prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
     config = engine.config
     assert result.columns.shape[0] == 1 + config.num_codebooks
     main = result.columns[0]
     assert ((main >= config.semantic_start_token_id) & (main <= config.semantic_end_token_id)
             | (main == config.eos_token_id)).all()
     assert (result.codes >= 0).all() and (result.codes < config.codebook_size).all()
-    again = engine.generate(prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
+    again = generate(engine, prompt, SamplingParams(max_new_tokens=16), seed=1)[0]
     assert torch.equal(again.columns, result.columns)
 
 
@@ -244,7 +245,7 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
     compiled = Engine(model, compile=True, compile_cache=tmp_path / "inductor")
     eager = Engine(model)
     frames_before = counters["stats"]["unique_graphs"]
-    result = compiled.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    result = generate(compiled, prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
     assert counters["stats"]["unique_graphs"] - frames_before == 1
     assert environ() == before
@@ -254,11 +255,11 @@ def test_compiled_decode_is_identical_and_does_not_recompile(model, golden, tmp_
     params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
                             meta["max_new_tokens"])
     with torch._dynamo.config.patch(error_on_recompile=True):
-        eager.generate(prompts["a_plain.batch0.prompt"], greedy(300), stop_on_eos=False)
-        sampled = compiled.generate(prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
-        eager.generate(prompts["a_plain.batch0.prompt"], greedy(8))
-        long = compiled.generate(prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
-        compiled.generate(prompts["a_plain.batch0.prompt"], SamplingParams(max_new_tokens=8))
+        generate(eager, prompts["a_plain.batch0.prompt"], greedy(300), stop_on_eos=False)
+        sampled = generate(compiled, prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+        generate(eager, prompts["a_plain.batch0.prompt"], greedy(8))
+        long = generate(compiled, prompts["a_plain.batch0.prompt"], greedy(64), stop_on_eos=False)
+        generate(compiled, prompts["a_plain.batch0.prompt"], SamplingParams(max_new_tokens=8))
     assert torch.equal(sampled.columns, gen["sampled_b_seed42.raw_new_columns"])
     assert long[0].columns.shape[1] == 64
     assert compiled.compiled and not compiled.fallbacks
@@ -271,10 +272,10 @@ def test_compiled_rows_per_bucket_match_the_goldens(model, golden, monkeypatch):
     """Serving compiled: the compiled step under the graph stand-in, one graph per bucket of
     rows (a request alone in a 2-row batch, then a second joining it): each row's greedy
     columns are the goldens."""
-    import fish_core.engine.generate as generate
-    from fish_core.engine.continuous import RowBatch
+    import fish_core.engine.runner as runner
+    from fish_core.engine.rows import RowBatch
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     torch._dynamo.reset()
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     engine = Engine(model, compile=True, cuda_graph=True)
@@ -298,7 +299,7 @@ def test_compiled_rows_per_bucket_match_the_goldens(model, golden, monkeypatch):
 def test_the_compile_cache_folder_is_set_only_inside_our_calls(tmp_path, monkeypatch):
     import os
 
-    from fish_core.engine.generate import inductor_cache_dir
+    from fish_core.engine.runner import inductor_cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with inductor_cache_dir(tmp_path / "a"):
@@ -317,10 +318,10 @@ def test_engines_on_one_model_keep_their_own_caches(model, golden):
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     a, b = Engine(model), Engine(model)
     want = gen["b_clone.batch0.raw_new_columns"]
-    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
-    b.generate(prompts["a_plain.batch0.prompt"], greedy(400), stop_on_eos=False)  # other size
+    assert torch.equal(generate(a, prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    generate(b, prompts["a_plain.batch0.prompt"], greedy(400), stop_on_eos=False)  # other size
     assert a.caches is not b.caches and a.caches.shape != b.caches.shape
-    assert torch.equal(a.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
+    assert torch.equal(generate(a, prompts["b_clone.batch0.prompt"], greedy(21))[0].columns, want)
     b.release()
     assert b.caches is None and a.caches is not None
 
@@ -335,7 +336,7 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
     engine._step = broken_compiled_step
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.warns(UserWarning, match="decoding without compile"):
-        result = engine.generate(prompt, greedy(21))[0]
+        result = generate(engine, prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.compiled
     assert len(engine.fallbacks) == 1 and "no C++ compiler found" in engine.fallbacks[0]
@@ -380,17 +381,17 @@ class CpuFrameGraph:
 
 
 def test_graph_replay_path_is_exact_and_captures_once_per_cache(model, golden, monkeypatch):
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     engine = Engine(model, cuda_graph=True)
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
-    result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    result = generate(engine, prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
-    engine.generate(prompts["c_two_speakers.batch0.prompt"], greedy(9))  # same cache bucket
+    generate(engine, prompts["c_two_speakers.batch0.prompt"], greedy(9))  # same cache bucket
     assert CpuFrameGraph.captures == 1
-    engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    generate(engine, prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert CpuFrameGraph.captures == 2  # a bigger cache: a new graph
     assert CpuFrameGraph.released == 1  # the old one is freed with its cache
 
@@ -400,21 +401,21 @@ def test_prefill_first_frame_graph_is_exact_and_captured_once_per_row(model, gol
     """A one-prompt join's first frame replays a graph captured per cache row: the golden
     columns still come out, a second request in the same row reuses the graph, and a new cache
     frees it."""
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     engine = Engine(model)  # the CPU: no graph unless asked, as on a GPU with cuda_graph=False
     assert not engine.prefill_graph
     engine.prefill_graph = True
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
     for _ in range(2):
-        result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+        result = generate(engine, prompts["b_clone.batch0.prompt"], greedy(21))[0]
         assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
-    result = engine.generate(prompts["c_two_speakers.batch0.prompt"], greedy(9))[0]
+    result = generate(engine, prompts["c_two_speakers.batch0.prompt"], greedy(9))[0]
     assert torch.equal(result.columns, gen["c_two_speakers.batch0.raw_new_columns"])
     assert engine.first_captures == 1 and CpuFrameGraph.captures == 1
-    engine.generate(prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    generate(engine, prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
     assert engine.first_captures == 2 and CpuFrameGraph.released == 1
     assert not engine.fallbacks
 
@@ -422,7 +423,7 @@ def test_prefill_first_frame_graph_is_exact_and_captured_once_per_row(model, gol
 def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatch):
     """A prefill's first frame has no RAS window: it draws the main token once (not also the
     high-temperature draw RAS would need) and each fast codebook once; the golden still holds."""
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
     calls = []
 
@@ -430,26 +431,26 @@ def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatc
         calls.append(args[0].shape)
         return sample(*args)
 
-    monkeypatch.setattr(generate, "sample", counting)
+    monkeypatch.setattr(runner, "sample", counting)
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
-    result = Engine(model).generate(prompt, greedy(1))[0]
+    result = generate(Engine(model), prompt, greedy(1))[0]
     assert len(calls) == model.config.num_codebooks  # 1 main + (K - 1) fast codebooks
     want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"][:, :1]
     assert torch.equal(result.columns, want)
 
 
 def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch):
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
     def broken(fn, args):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(generate, "FrameGraph", broken)
+    monkeypatch.setattr(runner, "FrameGraph", broken)
     engine = Engine(model)
     engine.prefill_graph = True
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.warns(UserWarning, match="first frames without a graph"):
-        result = engine.generate(prompt, greedy(21))[0]
+        result = generate(engine, prompt, greedy(21))[0]
     want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"]
     assert torch.equal(result.columns, want)
     assert not engine.prefill_graph and engine.first_captures == 0
@@ -457,17 +458,17 @@ def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch
 
 def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
                                                                           monkeypatch):
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     model = load_model(ckpt_dir, dtype=torch.float32)
     engine = Engine(model, cuda_graph=True)
     prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
-    engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))
+    generate(engine, prompts["b_clone.batch0.prompt"], greedy(21))
     layer = model.fast_layers[-1].feed_forward.w2
     layer.weight.data = layer.weight.data.clone()  # same values, another address
-    result = engine.generate(prompts["b_clone.batch0.prompt"], greedy(21))[0]
+    result = generate(engine, prompts["b_clone.batch0.prompt"], greedy(21))[0]
     assert torch.equal(result.columns, gen["b_clone.batch0.raw_new_columns"])
     assert (CpuFrameGraph.captures, CpuFrameGraph.released) == (2, 1)
     engine.release()
@@ -476,16 +477,16 @@ def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_
 
 
 def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
-    import fish_core.engine.generate as generate
+    import fish_core.engine.runner as runner
 
     def broken(fn, args):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(generate, "FrameGraph", broken)
+    monkeypatch.setattr(runner, "FrameGraph", broken)
     engine = Engine(model, cuda_graph=True)
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.warns(UserWarning, match="without CUDA graphs"):
-        result = engine.generate(prompt, greedy(21))[0]
+        result = generate(engine, prompt, greedy(21))[0]
     assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.cuda_graph and engine.graph_captures == 0
     assert engine.fallbacks == ["CUDA graph capture failed (RuntimeError: operation not permitted "

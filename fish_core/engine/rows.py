@@ -1,15 +1,15 @@
 """The one decode loop: rows that requests join and leave at frame boundaries.
 
 Every generation decodes here. ``RowBatch`` keeps a fixed number of rows of the engine's KV
-cache (``generate.Engine`` owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
+cache (``runner.Engine``, the floor below, owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
 and decides what runs: which rows are busy, at which positions, with which sampling settings
 and random numbers, and what each row has generated.
 
-* A static batch is rows that join together and decode to their ends: ``generate`` below
-  (``Engine.generate``), the takes of a request and the requests the HTTP service batches
-  statically (``local.driver.run_round``).
+* A static batch is rows that join together and decode to their ends (``run_to_end``, the
+  one such loop): ``generate`` below, and the takes of a request (``local.driver.run_round``).
 * Continuous batching is rows that join whenever one is free and leave as soon as they end
-  (``local.driver.JobRows``, the HTTP scheduler's default).
+  (``local.driver.JobRows``, the HTTP scheduler's default; its static batching is an
+  admission rule there: join only when no row is busy).
 
 Prompts that join in the same frame are prefilled together (``Engine.prefill_rows``: one
 batched run for those with a voice prefix, after it, and one for those without) and draw their
@@ -29,7 +29,7 @@ random numbers from its own generator in the reference's order (``Draws``) and s
 ``<|im_end|>`` or length limit, so its codes are those of a one-prompt run with the same seed,
 whenever it joins and whoever else is in the batch (bit for bit where a kernel gives a row the
 same result whatever the batch around it, as the CPU kernels do on the test fixtures,
-``tests/test_continuous.py``; a GPU library may pick another kernel for another batch size and
+``tests/test_rows.py``; a GPU library may pick another kernel for another batch size and
 round differently).
 
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
@@ -49,23 +49,14 @@ from torch import Tensor
 
 from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
                       random_seed)
+from .runner import cache_length
 from .sampling import RAS_WINDOW
-
-CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 
 
 def row_bucket(n: int, rows: int) -> int:
     """The rows a fixed-shape frame decodes when rows ``0 .. n - 1`` are needed: the next power
     of two, at most ``rows`` (so a batch of 8 rows keeps at most 4 graphs: 1, 2, 4, 8)."""
     return min(rows, 1 << max(n - 1, 0).bit_length())
-
-
-def cache_length(needed: int, limit: int) -> int:
-    """Round ``needed`` slots up to a bucket (multiple of 256, then power of two) so that the
-    compiled decode step sees few distinct cache shapes."""
-    length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
-    length = 1 << (length - 1).bit_length()
-    return max(needed, min(length, -(-limit // 8) * 8))
 
 
 @dataclass
@@ -213,15 +204,10 @@ class RowBatch:
         engine = self.engine
         self.check()
         prompts, params = check_requests(engine, prompts, params)
-        B = len(prompts)
-        if prefixes is not None and len(prefixes) != B:
+        if prefixes is not None and len(prefixes) != len(prompts):
             raise GenerationError(f"prefixes must hold one length per prompt: got "
-                                  f"{len(prefixes)} for {B} prompts")
-        free = [r for r, row in enumerate(self.slots) if row is None]
-        if len(free) < B:
-            raise GenerationError(f"no free row in the decode batch for {B} prompt(s) "
-                                  f"({len(free)} free)")
-        rows = free[:B]
+                                  f"{len(prefixes)} for {len(prompts)} prompts")
+        rows = self.free_rows(len(prompts))
         draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
@@ -231,26 +217,37 @@ class RowBatch:
         sampling = sampling_tensors(engine, params)
         for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
             state[at] = value
-        c = engine.config
-        rand = (torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
-                torch.empty(B, c.text.vocab_size, dtype=engine.dtype, device=engine.device),
-                torch.empty(c.num_codebooks - 1, B, c.codebook_size, dtype=engine.dtype,
-                            device=engine.device))
-        for d in draws:
-            d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
-        column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling, *rand)
+        column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling,
+                                     *first_draws(engine, draws, len(prompts)))
+        joined = [Row(n, T, s, stop_on_eos) for n, T, s in zip(steps, lengths, row_seeds)]
+        host = self.place(rows, column, joined)
+        self.draws += draws
+        return rows, host
+
+    def free_rows(self, n: int) -> list[int]:
+        """The lowest ``n`` free rows (a joining request keeps the busy prefix short)."""
+        free = [r for r, row in enumerate(self.slots) if row is None]
+        if len(free) < n:
+            raise GenerationError(f"no free row in the decode batch for {n} prompt(s) "
+                                  f"({len(free)} free)")
+        return free[:n]
+
+    def place(self, rows: list[int], column: Tensor, joined: list[Row]) -> Tensor:
+        """Put the joining rows, their first columns ``[B, 1 + K]`` drawn by the prefill, in
+        the batch's state; returns those columns (CPU)."""
+        d = self.engine.device
+        at = index(rows, d)
         self.column[at] = column
-        self.pos[at] = torch.tensor(lengths, device=engine.device)
+        self.pos[at] = torch.tensor([row.prompt_length for row in joined], device=d)
         self.window[at] = 0
         host = column.cpu()
         eos = (host[:, 0] == self.eos).tolist()
-        for b, r in enumerate(rows):
-            self.slots[r] = Row(steps[b], lengths[b], row_seeds[b], stop_on_eos, [host[b]],
-                                stopped=stop_on_eos and eos[b])
-        self.advance[at] = torch.tensor([not self.slots[r].ended for r in rows],
-                                        device=engine.device)
-        self.draws += draws
-        return rows, host
+        for b, (r, row) in enumerate(zip(rows, joined)):
+            row.columns.append(host[b])
+            row.stopped = row.stop_on_eos and eos[b]
+            self.slots[r] = row
+        self.advance[at] = torch.tensor([not row.ended for row in joined], device=d)
+        return host
 
     @torch.inference_mode()
     def leave(self, r: int) -> Generated:
@@ -278,9 +275,7 @@ class RowBatch:
         if engine.fixed_rows:  # one shape (a graph, a compiled kernel) per bucket of rows
             n = row_bucket(n, self.rows)
         running = [r for r in busy if not self.slots[r].ended]
-        for d in self.draws:
-            if any(row is not None and not row.ended for row in self.slots[d.rows]):
-                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+        self.draw()
         column, window = engine.frame(n, self.column[:n], self.pos[:n], self.window[:n],
                                       self.temperature[:n], self.top_p[:n], self.top_k[:n],
                                       self.rand_main[:n], self.rand_high[:n],
@@ -288,11 +283,7 @@ class RowBatch:
         self.column[:n] = column
         self.window[:n] = window
         self.pos += self.advance
-        for r in running:
-            row = self.slots[r]
-            row.made += 1
-            if row.made >= row.steps:
-                self.advance[r] = False
+        self.count_frame(running)
         if self.pending and self.pending[-1][0].shape[0] != n:
             self.read()
         self.pending.append((column, running))
@@ -300,6 +291,20 @@ class RowBatch:
             last = self.read()
             return last if read else None
         return None
+
+    def draw(self) -> None:
+        """This frame's random numbers, in place, for the generators of rows still running."""
+        for d in self.draws:
+            if any(row is not None and not row.ended for row in self.slots[d.rows]):
+                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+
+    def count_frame(self, running: list[int]) -> None:
+        """Rows ``running`` made a frame; one that reached its limit stops moving on."""
+        for r in running:
+            row = self.slots[r]
+            row.made += 1
+            if row.made >= row.steps:
+                self.advance[r] = False
 
     def read(self) -> Tensor | None:
         """Copy the frames made since the last read to the host (one copy) and hand each row
@@ -338,6 +343,18 @@ class RowBatch:
         if not self.engine.current(self.ticket):
             raise GenerationError("another decode started on this engine (or its caches were "
                                   "released) while these rows were decoding")
+
+
+def first_draws(engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The random numbers of ``n`` joining prompts' first frames (drawn by the prefill):
+    ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast."""
+    c, dtype, device = engine.config, engine.dtype, engine.device
+    rand = (torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
+            torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
+            torch.empty(c.num_codebooks - 1, n, c.codebook_size, dtype=dtype, device=device))
+    for d in draws:
+        d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
+    return rand
 
 
 def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
@@ -411,8 +428,8 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
              cancel: Callable[[], bool] | None = None,
              stop_on_eos: bool = True,
              prefixes: Sequence[int] | None = None) -> list[Generated]:
-    """``Engine.generate``: one prompt ``[1 + K, T]`` or several, joining one ``RowBatch``
-    together and decoding until each has ended.
+    """One prompt ``[1 + K, T]`` or several, joining one ``RowBatch`` together and decoding
+    until each has ended (``run_to_end``).
 
     Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one per
     prompt) gives each row its own generator, so row b draws exactly what a one-prompt run with
@@ -429,17 +446,29 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
     batch = RowBatch(engine, len(prompts))
     rows, column = batch.join_many(prompts, params, seeds, prefixes, seed=seed,
                                    generator=generator, stop_on_eos=stop_on_eos)
+    show = on_column or (lambda column: None)
+    show(column)
     total = max(batch.slots[r].steps for r in rows)
+    run_to_end(lambda: show(batch.step(read=on_column is not None)),
+               lambda: not all(batch.ended(r) for r in rows), total, on_frame, cancel)
+    return [batch.leave(r) for r in rows]
+
+
+def run_to_end(step: Callable[[], object], running: Callable[[], bool], total: int,
+               on_frame: Callable[[int, int], None] | None = None,
+               cancel: Callable[[], bool] | None = None) -> None:
+    """The one "run to the end" of a static batch (rows that joined together, their first
+    frame made by the prefill): ``step()``, one frame, while ``running()``. ``on_frame(done,
+    total)`` reports each frame made, before the next; ``cancel()`` returning True raises
+    Cancelled within a frame. Its two uses: ``generate`` (prompts) and the driver's
+    ``run_round`` (jobs' text batches)."""
     done = 1
     while True:
-        if on_column is not None:
-            on_column(column)
         report(on_frame, cancel, done, total)
-        if all(batch.ended(r) for r in rows):
-            break
-        column = batch.step(read=on_column is not None)
+        if not running():
+            return
+        step()
         done += 1
-    return [batch.leave(r) for r in rows]
 
 
 def report(on_frame, cancel, done: int, total: int) -> None:

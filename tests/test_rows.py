@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from fish_core.engine.continuous import RowBatch, row_bucket
-from fish_core.engine.generate import Engine
+from fish_core.engine.rows import RowBatch, generate, row_bucket
+from fish_core.engine.runner import Engine
 from fish_core.params import GenerationError, SamplingParams
 from fish_core.local.driver import JobRows, SpeechJob
 
@@ -37,7 +37,7 @@ def prompts(synth, voice):
 
 def alone(synth, prompt, params, seed, prefix=None):
     prefixes = None if prefix is None else [prefix]
-    return Engine(synth.model).generate(prompt, params, seeds=[seed], prefixes=prefixes)[0]
+    return generate(Engine(synth.model), prompt, params, seeds=[seed], prefixes=prefixes)[0]
 
 
 @pytest.mark.parametrize("rows", [2, 3])
@@ -184,7 +184,7 @@ def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
     got = [batch.leave(r) for r in rows]
     single = ending_early(tiny_synth.model)
     for i, gen in enumerate(got):
-        want = single.generate(ps[i], flat[i], seeds=[50 + i])[0]
+        want = generate(single, ps[i], flat[i], seeds=[50 + i])[0]
         assert torch.equal(gen.columns, want.columns), f"request {i}"
     assert sum(gen.stopped_on_eos for gen in got) >= 2  # rows 0 and 2 can only end so
 
@@ -195,10 +195,10 @@ def test_rows_on_the_graph_path_are_exact_and_capture_once_per_cache(tiny_synth,
     outputs in the graph's own buffers, overwritten by the next replay): every row decodes
     every frame, rows join (together and alone) and leave, and each still makes its single-run
     codes; one capture per cache, a new one when the cache grows."""
-    import fish_core.engine.generate as generate
-    from test_generate import CpuFrameGraph
+    import fish_core.engine.runner as runner
+    from test_runner import CpuFrameGraph
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     ps = prompts(tiny_synth, voice)
     engine = Engine(tiny_synth.model, cuda_graph=True)
@@ -234,10 +234,10 @@ def test_row_buckets():
 def test_graph_per_row_bucket_is_exact_and_joins_run_beside(tiny_synth, voice, monkeypatch):
     """An 8-row batch decodes only the bucket of rows in use (1, then 4 once three rows run):
     one graph per bucket, and every row still makes its single-run codes."""
-    import fish_core.engine.generate as generate
-    from test_generate import CpuFrameGraph
+    import fish_core.engine.runner as runner
+    from test_runner import CpuFrameGraph
 
-    monkeypatch.setattr(generate, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     ps = prompts(tiny_synth, voice)
     engine = Engine(tiny_synth.model, cuda_graph=True)
