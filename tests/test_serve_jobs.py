@@ -21,7 +21,7 @@ except ImportError:
 
 from conftest import served, tone  # noqa: E402
 from fish_core.audio.files import AudioError, read_audio_bytes  # noqa: E402
-from fish_core.serve.api.protocol import SpeechRequest  # noqa: E402
+from fish_core.serve.request import SpeechRequest  # noqa: E402
 from fish_core.serve.http.errors import ApiError  # noqa: E402
 from fish_core.serve.jobs import Jobs  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402

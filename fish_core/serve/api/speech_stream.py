@@ -93,16 +93,17 @@ from dataclasses import dataclass, replace
 import torch
 from aiohttp import WSMsgType, web
 
-from ...params import batch_seed, pick_seed
+from ...params import Rule, batch_seed
 from ...text.plan import SentenceCutter
 from ..http import formats
 from ..http.bodies import check_size, off_loop, parse_json
 from ..http.errors import ApiError, bad, detail
+from ..http.fields import choice, integer, reject_unknown
 from ..http.logs import log
 from ..limits import Limits
+from ..request import SpeechRequest
 from ..service import Service
 from .openai import default_voice, instructions_prefix, parse_openai
-from .protocol import SpeechRequest, choice, integer, reject_unknown
 from .speak import reports
 
 PROTOCOL = "sailfish.speech.v1"  # the subprotocol the server selects
@@ -115,6 +116,7 @@ PEER_CONFIG = {"speaker", "stream_audio", "split_granularity", "task_type", "lan
                "initial_codec_chunk_frames", "non_streaming_mode", "x_vector_only_mode",
                "speaker_embedding", "word_timestamps"}  # SGLang-Omni's / vLLM-Omni's
 CONFIG_FIELDS = {"type"} | OPENAI_CONFIG | PEER_CONFIG
+CODEC_CHUNK_FRAMES = Rule(0, 1 << 20, integer=True)  # accepted and checked; no effect on S2
 INLINE_PARSE_BYTES = 16 * 1024  # larger messages are parsed on an executor thread
 CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1008, 1011, 1013
 END = object()  # queued after the last sentence
@@ -262,7 +264,7 @@ def peer_fields(message: dict) -> None:
     language = message.get("language")
     if language is not None and (not isinstance(language, str) or len(language) > 64):
         raise bad("language", "must be a language name (S2 reads the language from the text)")
-    integer(message, "initial_codec_chunk_frames", None, 0, 1 << 20)
+    integer(message, "initial_codec_chunk_frames", None, CODEC_CHUNK_FRAMES)
     task = choice(message, "task_type", None, ("Base", "CustomVoice", "VoiceDesign"))
     if task == "VoiceDesign":
         raise bad("task_type", "S2 does not design voices from a description; send a voice or "
@@ -284,12 +286,14 @@ def peer_fields(message: dict) -> None:
                                        "saved voice, not speaker embeddings")
 
 
-def sentence_request(config: StreamConfig, text: str, seed: int) -> SpeechRequest:
-    """One sentence of the session: its settings, voice and references (the same objects:
-    encoded once per session), PCM streamed, stretched on its own (docs/finished-audio.md);
-    no loudness (a session's sentences are not one mix)."""
-    return replace(config.request, text=config.prefix + text, format="pcm", stream="audio",
-                   seed=seed, loudness=None)
+def sentence_request(config: StreamConfig, text: str, index: int) -> SpeechRequest:
+    """Sentence ``index`` of the session: its checked settings (seed ``batch_seed(seed,
+    index)``: nothing checked again), voice and references (the same objects: encoded once per
+    session), PCM streamed, stretched on its own (docs/finished-audio.md); no loudness (refused
+    in ``session.config``: a session's sentences are not one mix)."""
+    request, text = config.request, config.prefix + text
+    speech = replace(request.speech, text=text, seed=batch_seed(request.speech.seed, index))
+    return replace(request, text=text, format="pcm", stream="audio", speech=speech)
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:
@@ -313,7 +317,6 @@ class Session:
         self.config: StreamConfig | None = None
         self.cutter = SentenceCutter()
         self.utterance: list[str] = []  # split "none": the sentences held until input.done
-        self.seed = 0
         self.sentences: asyncio.Queue = asyncio.Queue()  # complete sentences, then END
         self.queued_chars = 0  # of the sentences waiting to be spoken
         self.drained = asyncio.Event()  # set while queued_chars is under the limit
@@ -422,10 +425,10 @@ class Session:
                           code="already_configured")
             self.config = await off_loop(parse_config, message, self.service)
             self.cutter = SentenceCutter(clauses=self.config.split == "clause")
-            self.seed = pick_seed(self.config.request.seed)
             self.idle_since = time.monotonic()
             configured = {"type": "session.configured", "session_id": self.id,
-                          "seed": self.seed, "format": self.config.format,
+                          "seed": self.config.request.speech.seed,
+                          "format": self.config.format,
                           "response_format": self.config.format,
                           "stream_audio": self.config.stream_audio,
                           "split_granularity": self.config.split, "channels": 1}
@@ -512,8 +515,8 @@ class Session:
         frame at its end, without ``stream_audio``)."""
         items, emit = reports()
         config = self.config
-        seed = batch_seed(self.seed, index)
-        self.task = self.service.scheduler.submit(sentence_request(config, sentence, seed), emit)
+        self.task = self.service.scheduler.submit(sentence_request(config, sentence, index),
+                                                  emit)
         head = {"sentence_index": index, "utterance_index": 0}
         try:
             samples, sent, held, rate = 0, 0, [], 0
