@@ -144,21 +144,26 @@ async def speech_stream(service: Service, request: web.Request) -> web.StreamRes
                             "the README)", None, "upgrade_required", {"Upgrade": "websocket"})
     with service.stream_opened(request.remote):  # a 429 or 503 before the upgrade
         await ws.prepare(request)
-        session = Session(service, ws)
         try:
-            service.check_place()
-            await session.run()
-        except ApiError as e:
-            if e.status in (403, 429):
-                log.warning("Sailfish serve: stream from %s refused: %s", request.remote,
-                            e.message)
-            await session.fail(e)
-        except ConnectionResetError:  # the client left while audio was being sent
-            pass
-        except Exception:  # noqa: BLE001 - logged here, never shown to the client
-            log.exception("Sailfish serve: speech stream failed")
-            await session.fail(ApiError(500, "internal server error; see the server log"))
+            await converse(service, Session(service, ws), request.remote)
         finally:
             if not ws.closed:
                 await ws.close(code=CLOSE_NORMAL)
     return ws
+
+
+async def converse(service: Service, session: Session, peer: str | None) -> None:
+    """The session until its end; an error is said to the client before the close (a
+    refusal logged, the server's own failure logged and never shown)."""
+    try:
+        service.check_place()
+        await session.run()
+    except ApiError as e:
+        if e.status in (403, 429):
+            log.warning("Sailfish serve: stream from %s refused: %s", peer, e.message)
+        await session.fail(e)
+    except ConnectionResetError:  # the client left while audio was being sent
+        pass
+    except Exception:  # noqa: BLE001 - logged here, never shown to the client
+        log.exception("Sailfish serve: speech stream failed")
+        await session.fail(ApiError(500, "internal server error; see the server log"))

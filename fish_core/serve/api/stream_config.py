@@ -83,14 +83,19 @@ def parse_config(message: dict, service: Service) -> StreamConfig:
     fields.pop("instructions", None)
     request = parse_openai({**fields, "response_format": fmt, "input": "-"}, service.limits,
                            service.model_names)
-    if request.references and message.get("task_type") == "CustomVoice":
-        raise bad("task_type", "CustomVoice names a saved voice; with references send Base "
-                               "(or no task_type)")
-    if not request.references and message.get("task_type") == "Base":
-        raise bad("task_type", "Base clones the references (ref_audio or references); send "
-                               "them, or CustomVoice with a voice")
+    check_task(message.get("task_type"), request)
     return StreamConfig(default_voice(request, service), prefix, split, stream_audio,
                         request.format)
+
+
+def check_task(task: str | None, request: SpeechRequest) -> None:
+    """``task_type``: ``Base`` clones references, ``CustomVoice`` speaks a saved voice."""
+    if request.references and task == "CustomVoice":
+        raise bad("task_type", "CustomVoice names a saved voice; with references send Base "
+                               "(or no task_type)")
+    if not request.references and task == "Base":
+        raise bad("task_type", "Base clones the references (ref_audio or references); send "
+                               "them, or CustomVoice with a voice")
 
 
 def peer_fields(message: dict) -> None:

@@ -141,21 +141,7 @@ class Session:
         """One message; ``True`` for ``input.done``."""
         kind = message["type"]
         if kind == "session.config":
-            if self.config is not None:
-                raise bad("type", "session.config was already sent; send it once, first",
-                          code="already_configured")
-            self.config = await off_loop(parse_config, message, self.service)
-            self.cutter = SentenceCutter(clauses=self.config.split == "clause")
-            self.idle_since = time.monotonic()
-            configured = {"type": "session.configured", "session_id": self.id,
-                          "seed": self.config.request.speech.seed,
-                          "format": self.config.format,
-                          "response_format": self.config.format,
-                          "stream_audio": self.config.stream_audio,
-                          "split_granularity": self.config.split, "channels": 1}
-            if self.config.format == "pcm":
-                configured.update(encoding="s16le", sample_width=2)
-            await self.send_json(configured)
+            await self.configure(message)
             return False
         if kind not in ("input.text", "input.done"):
             raise bad("type", f"unknown message type {detail(kind)[:60]!r}; send "
@@ -170,6 +156,27 @@ class Session:
             self.sentences.put_nowait(END)
             self.idle_since = time.monotonic()
             return True
+        self.take_text(message)
+        return False
+
+    async def configure(self, message: dict) -> None:
+        """``session.config``: once, first; answered with ``session.configured``."""
+        if self.config is not None:
+            raise bad("type", "session.config was already sent; send it once, first",
+                      code="already_configured")
+        config = self.config = await off_loop(parse_config, message, self.service)
+        self.cutter = SentenceCutter(clauses=config.split == "clause")
+        self.idle_since = time.monotonic()
+        configured = {"type": "session.configured", "session_id": self.id,
+                      "seed": config.request.speech.seed, "format": config.format,
+                      "response_format": config.format, "stream_audio": config.stream_audio,
+                      "split_granularity": config.split, "channels": 1}
+        if config.format == "pcm":
+            configured.update(encoding="s16le", sample_width=2)
+        await self.send_json(configured)
+
+    def take_text(self, message: dict) -> None:
+        """``input.text``: a piece, its complete sentences queued."""
         reject_unknown(message, {"type", "text"})
         piece = message.get("text")
         if not isinstance(piece, str):
@@ -185,7 +192,6 @@ class Session:
         if sentences:
             self.idle_since = time.monotonic()  # only text that completes a sentence counts
             self.add(sentences)
-        return False
 
     def add(self, sentences: list[str], last: bool = False) -> None:
         """Queue complete sentences (split "none": hold them, then queue all as one text)."""
@@ -235,37 +241,40 @@ class Session:
         """One sentence through the scheduler, its audio sent as it is decoded (or in one
         frame at its end, without ``stream_audio``)."""
         items, emit = reports()
-        config = self.config
-        self.task = self.service.scheduler.submit(sentence_request(config, sentence, index),
+        self.task = self.service.scheduler.submit(sentence_request(self.config, sentence, index),
                                                   emit)
-        head = {"sentence_index": index, "utterance_index": 0}
         try:
-            samples, sent, held, rate = 0, 0, [], 0
-            while True:
-                kind, value = await items.get()
-                if kind == "error":
-                    raise value
-                if kind == "start":
-                    rate = value["sample_rate"]
-                    await self.send_json({"type": "audio.start", **head,
-                                          "sentence_text": sentence, "format": config.format,
-                                          "sample_rate": rate, "seed": value["seed"]})
-                elif kind == "chunk":
-                    samples += value.shape[0]
-                    if config.stream_audio:
-                        sent += await self.send_audio(formats.pcm16(value))
-                    else:
-                        held.append(value)
-                else:  # done
-                    if held:
-                        sent += await self.send_audio(await off_loop(
-                            formats.encode, torch.cat(held), rate, config.format))
-                    await self.send_json({"type": "audio.done", **head, "samples": samples,
-                                          "total_bytes": sent, "error": False})
-                    return
+            await self.relay(items, sentence, {"sentence_index": index, "utterance_index": 0})
         finally:
             self.task.cancel()  # a no-op once it is done
             self.task = None
+
+    async def relay(self, items, sentence: str, head: dict) -> None:
+        """The sentence's reports as messages: ``audio.start``, its audio, ``audio.done``."""
+        config = self.config
+        samples, sent, held, rate = 0, 0, [], 0
+        while True:
+            kind, value = await items.get()
+            if kind == "error":
+                raise value
+            if kind == "start":
+                rate = value["sample_rate"]
+                await self.send_json({"type": "audio.start", **head, "sentence_text": sentence,
+                                      "format": config.format, "sample_rate": rate,
+                                      "seed": value["seed"]})
+            elif kind == "chunk":
+                samples += value.shape[0]
+                if config.stream_audio:
+                    sent += await self.send_audio(formats.pcm16(value))
+                else:
+                    held.append(value)
+            else:  # done
+                if held:
+                    sent += await self.send_audio(await off_loop(
+                        formats.encode, torch.cat(held), rate, config.format))
+                await self.send_json({"type": "audio.done", **head, "samples": samples,
+                                      "total_bytes": sent, "error": False})
+                return
 
     async def send_audio(self, data: bytes) -> int:
         if data:
