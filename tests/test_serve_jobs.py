@@ -21,7 +21,7 @@ except ImportError:
 
 from conftest import served, tone  # noqa: E402
 from fish_core.audio.files import AudioError, read_audio_bytes  # noqa: E402
-from fish_core.serve.api.protocol import SpeechRequest  # noqa: E402
+from fish_core.serve.request import SpeechRequest  # noqa: E402
 from fish_core.serve.http.errors import ApiError  # noqa: E402
 from fish_core.serve.jobs import Jobs  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
@@ -135,3 +135,48 @@ def test_uploaded_audio_is_parsed_once(monkeypatch):
         read_audio_bytes(b"RIFF" + b"\0" * 40, name="ref")
     assert "BytesIO" not in str(error.value)
 
+
+
+def test_the_wire_request_carries_one_checked_request():
+    """Each dialect builds the speech ``Request`` once at parse time (``to_request``): its ranges
+    are the ``Request``'s rules (top_k by ``MAX_TOP_K``), errors name the dialect's fields, the
+    operator's max_new_tokens cap is the door's; the seed is picked there, once."""
+    from fish_core.params import MAX_TOP_K
+    from fish_core.serve.api.fish import parse_fish
+    from fish_core.serve.api.openai import parse_openai
+
+    limits, models = Limits(max_new_tokens=64), {"s2-pro"}
+    wire = parse_openai({"input": "Hi.", "seed": 5, "top_k": 40, "speed": 1}, limits, models)
+    assert (wire.speech.text, wire.speech.seed, wire.speech.sampling.top_k) == ("Hi.", 5, 40)
+    assert wire.speech.sampling.max_new_tokens == 64  # the cap is the default's ceiling
+    assert isinstance(parse_fish({"text": "Hi."}, limits).speech.seed, int)  # picked once
+    cases = [({"top_k": MAX_TOP_K + 1}, "top_k", f"must lie in 1 .. {MAX_TOP_K}"),
+             ({"temperature": 2}, "temperature", "must lie in (0, 2)"),
+             ({"max_new_tokens": 65}, "max_new_tokens", "must lie in 1 .. 64"),
+             ({"max_new_tokens": 0}, "max_new_tokens", "must be >= 1"),
+             ({"speed": 2.5}, "speed", "speed: must be a number from 0.5"),
+             ({"loudness": 3}, "loudness", "loudness: must be a target in LUFS")]
+    for extra, param, message in cases:
+        for parse in (lambda b: parse_openai({"input": "Hi.", **b}, limits, models),
+                      lambda b: parse_fish({"text": "Hi.", **b}, limits)):
+            with pytest.raises(ApiError) as error:
+                parse(extra)
+            assert (error.value.status, error.value.param) == (400, param), extra
+            assert message in error.value.message, error.value.message
+
+
+def test_a_stream_sentence_replaces_text_and_seed_only():
+    """A WS session's sentence i: the session's checked request with its text and the seed
+    ``batch_seed(seed, i)`` (no second check, the references the same objects)."""
+    from fish_core.params import MAX_SEED, batch_seed
+    from fish_core.serve.api.stream_config import StreamConfig, sentence_request
+    from fish_core.serve.api.openai import parse_openai
+
+    wire = parse_openai({"input": "-", "seed": MAX_SEED, "response_format": "pcm"}, Limits(),
+                        {"s2-pro"})
+    config = StreamConfig(wire, "[calm] ")
+    one = sentence_request(config, "Second one.", 1)
+    assert one.text == one.speech.text == "[calm] Second one."
+    assert one.speech.seed == batch_seed(MAX_SEED, 1) == 0
+    assert one.speech.sampling == wire.speech.sampling and one.references is wire.references
+    assert (one.stream, one.format) == ("audio", "pcm")

@@ -20,7 +20,8 @@ from fish_core.params import batch_seed  # noqa: E402
 from fish_core.serve.background import BackgroundServer  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.serve.service import Service  # noqa: E402
-from fish_core.serve.api.speech_stream import PROTOCOL, cut_sentences  # noqa: E402
+from fish_core.serve.api.speech_stream import PROTOCOL  # noqa: E402
+from fish_core.serve.api.stream_config import cut_sentences  # noqa: E402
 
 KEY = "stream-key-456"
 BEARER = {"Authorization": f"Bearer {KEY}"}

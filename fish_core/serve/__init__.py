@@ -12,9 +12,12 @@ aiohttp.
 
 Inside (rooms):
 
-    http/         the plumbing every dialect shares: errors, guard, bodies, formats, logs
-    api/          one module per dialect, its request shape and its handlers: openai, fish,
-                  voices, speech_stream; protocol (SpeechRequest, field checks), speak (answers)
+    http/         the plumbing every dialect shares: errors, guard, bodies, formats, logs,
+                  fields (the field parsers)
+    api/          one module per dialect, its fields and its handlers: openai, fish, voices,
+                  speech_stream (with stream_config, stream_session); speak (answers)
+    request.py    the wire request (SpeechRequest, Reference) and the checked speech Request
+                  it carries (``to_request``: once, at parse time)
     jobs.py       the one place a request becomes a job (voice resolved once, references
                   encoded once per request or session)
     scheduler.py  the queue: fair, batching, cancellable, with timeouts

@@ -1,21 +1,22 @@
 """Where a speech request becomes a job, once: the one place that resolves its voice (the saved
 voice by name, through the library's loaded-voice memo, its name kept), adds its references
-(each encoded once per request or WebSocket session, ``protocol.Reference``), plans its text
-(``speech.finishing.Finishing``: the operator's lexicon, the voice's own, pauses) and builds the
-``SpeechJob`` whose chunks go to the task's ``emit`` (through a ``TakeLayout`` when pauses, speed
-or a stream's loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
+(each encoded once per request or WebSocket session, ``request.Reference``), plans its text
+(the request's ``Finishing`` with the operator's lexicon: the lexicons, pauses) and builds the
+``SpeechJob`` of its checked ``Request`` (sampling, seed, batch size: nothing checked again) whose
+chunks go to the task's ``emit`` (through a ``TakeLayout`` when pauses, speed or a stream's
+loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
 """
 
 from __future__ import annotations
 
-from ..audio.loudness import as_loudness
-from ..params import SamplingParams
-from ..speech.finishing import Finishing
-from ..speech.voices import Voice
+from dataclasses import replace
+
 from ..local.driver import SpeechJob
+from ..speech.finishing import Finishing
 from ..speech.layout import TakeLayout, layout_needed
+from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
-from .api.protocol import SpeechRequest
+from .request import SpeechRequest
 from .limits import Limits
 from .voicelib import VoiceLibrary
 
@@ -45,26 +46,29 @@ class Jobs:
         return [Voice(saved.name if saved else "references", clips, runtime.sample_rate,
                       lexicon=saved.lexicon if saved else None)]
 
+    def finishing(self, request: SpeechRequest) -> Finishing:
+        """The request's finishing with the operator's lexicon. Loudness in the layout for a
+        stream (a gain fixed from its start), off this worker for a whole answer (normalised at
+        its end by the handler, ``api.speak.whole``: the model serves others meanwhile)."""
+        finishing = request.speech.finishing
+        loudness = finishing.loudness if request.stream is not None else None
+        return replace(finishing, loudness=loudness, lexicon=self.lexicon)
+
     def start(self, runtime, task) -> SpeechJob:
         """``task``'s job (``task.job``), its ``start`` event sent."""
-        request = task.request
+        request, speech = task.request, task.request.speech
         voices = self.voice(runtime, request)
-        params = SamplingParams(request.temperature, request.top_p, request.top_k,
-                                request.max_new_tokens)
-        # Finishing: lexicon and pauses here, rate in a layout; loudness in the layout for a
-        # stream (a gain fixed from its start), off this worker for a whole answer (normalised
-        # at its end by the handler, ``api.speak.whole``: the model serves others meanwhile).
-        loudness = as_loudness(request.loudness) if request.stream is not None else None
-        finishing = Finishing(loudness, request.speed, self.lexicon)
-        batches = finishing.batches(request.text, voices, request.max_bytes)
+        finishing = self.finishing(request)
+        batches = finishing.batches(speech.text, voices, speech.max_bytes)
         send = {"emit": lambda chunk: task.emit("chunk", chunk)}
         laid_out = layout_needed(batches, 0.0, finishing)
         layout = None  # made after "start": a lead pause's silence is the first chunk
         if laid_out:
             send = {"emit": lambda chunk: layout.chunk(chunk),
                     "end_batch": lambda: layout.end_batch()}
-        task.job = SpeechJob(runtime, batches, voices, params=params, seed=request.seed,
-                             max_bytes=request.max_bytes, deadline=task.deadline, **send)
+        task.job = SpeechJob(runtime, batches, voices, params=speech.sampling, seed=speech.seed,
+                             max_bytes=speech.max_bytes, history_turns=speech.history_turns,
+                             deadline=task.deadline, **send)
         if task.cancelled.is_set():
             task.job.cancel()
         task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,

@@ -23,6 +23,13 @@ KEY_ENV = "SAILFISH_SERVE_API_KEY"
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
+    add_access_args(g)
+    add_work_args(g)
+    add_limit_args(g)
+
+
+def add_access_args(g) -> None:
+    """Where the server listens and who may use it."""
     g.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback only); any other address needs an "
                         "API key or --allow-no-key")
@@ -44,6 +51,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "127.0.0.1, [::1] and the bound address (bound to 0.0.0.0 or ::, any "
                         "IP address too), e.g. the name clients or a load balancer use; '*' "
                         "turns this DNS-rebinding check off")
+
+
+def add_work_args(g) -> None:
+    """The voices, the lexicon and the model's queue."""
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
@@ -66,6 +77,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "Retry-After (default 4 x --max-batch, at least 16)")
     g.add_argument("--context-length", type=int, default=None,
                    help="cap prompt + generated tokens (bounds the KV cache)")
+
+
+def add_limit_args(g) -> None:
+    """The bounds every request is held to (``Limits``; their defaults shown)."""
     limits = Limits()
     g.add_argument("--max-text-length", type=int, default=limits.max_text_chars,
                    help="characters of text one request may ask to speak (more: 400)")
@@ -127,24 +142,31 @@ def build_service(args, key: str | None = None):
             context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb,
             threads=getattr(args, "threads", None))  # the CLI's count: a server keeps it
 
-    limits = Limits(max_body_bytes=int(args.max_body_mb * 2**20),
-                    max_text_chars=args.max_text_length, max_references=args.max_references,
-                    max_reference_seconds=args.max_reference_seconds,
-                    timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
-                    stream_idle_seconds=args.stream_idle_timeout,
-                    max_streams_per_client=args.max_streams_per_client,
-                    max_streams=args.max_streams)
-    lexicon = None
-    if args.lexicon:
-        from ..text.lexicon import Lexicon
-
-        lexicon = Lexicon.load(args.lexicon, "--lexicon")
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=key,
-                              limits=limits, max_batch=args.max_batch,
+                              limits=limits_of(args), max_batch=args.max_batch,
                               default_voice=args.default_voice, guard=guard(args),
                               max_queue=args.max_queue, batching=args.batching,
-                              lexicon=lexicon)
+                              lexicon=lexicon_of(args))
+
+
+def limits_of(args) -> Limits:
+    return Limits(max_body_bytes=int(args.max_body_mb * 2**20),
+                  max_text_chars=args.max_text_length, max_references=args.max_references,
+                  max_reference_seconds=args.max_reference_seconds,
+                  timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
+                  stream_idle_seconds=args.stream_idle_timeout,
+                  max_streams_per_client=args.max_streams_per_client,
+                  max_streams=args.max_streams)
+
+
+def lexicon_of(args):
+    """The operator's lexicon (``--lexicon``), read once, or None."""
+    if not args.lexicon:
+        return None
+    from ..text.lexicon import Lexicon
+
+    return Lexicon.load(args.lexicon, "--lexicon")
 
 
 def serve(args) -> str:

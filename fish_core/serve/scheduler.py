@@ -33,7 +33,7 @@ from typing import Callable
 from ..params import GenerationError
 from ..local.driver import JobRows, SpeechJob
 from ..text.lexicon import Lexicon
-from .api.protocol import SpeechRequest
+from .request import SpeechRequest
 from .http.errors import ApiError, detail
 from .http.logs import log
 from .jobs import Jobs

@@ -25,8 +25,8 @@ from pathlib import Path
 from ..access import file_stamp
 from ..speech.library import VoiceFolders, VoiceNameError
 from ..speech.voices import Voice, VoiceError
-from .api.protocol import voice_name
 from .http.errors import ApiError, detail
+from .http.fields import voice_name
 
 MEMO_VOICES = 64  # loaded voices kept (a voice is its codes: tens of KiB)
 

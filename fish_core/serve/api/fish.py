@@ -1,25 +1,28 @@
 """The fish-speech dialect: ``POST /v1/tts`` (``ServeTTSRequest``, JSON or msgpack) and the
 reference library at ``/v1/references/list|add|delete|update``. The shared field checks are in
-``protocol.py``; the answer in ``speak.py``; voices are stored by ``..voicelib``."""
+``..http.fields``, the request shape in ``..request``; the answer in ``speak.py``; voices are
+stored by ``..voicelib``."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from ...params import Rule
 from ..http import formats
 from ..http.bodies import off_loop, read_object
 from ..http.errors import bad
+from ..http.fields import (audio_format, choice, integer, number, reject_unknown,
+                           require_object, text_field, voice_name)
 from ..limits import Limits
+from ..request import REPETITION_PENALTY, SpeechRequest, references, settings
 from ..service import Service
-from .protocol import (SpeechRequest, audio_format, choice, finishing, integer, number,
-                       references, reject_unknown, require_object, sampling, text_field,
-                       voice_name)
 from .speak import speak
 from .voices import added_voice
 
 FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
                "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
                "repetition_penalty", "temperature", "top_k", "speed", "loudness"}
+CHUNK_LENGTH = Rule(100, 1000, integer=True)  # fish-speech's text batch size, in bytes
 
 
 def parse_fish(body, limits: Limits) -> SpeechRequest:
@@ -38,15 +41,15 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
     if streaming and request.format not in formats.STREAMABLE:
         raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
     request.stream = "audio" if streaming else None
-    request.max_bytes = integer(body, "chunk_length", 300, 100, 1000)
+    max_bytes = integer(body, "chunk_length", 300, CHUNK_LENGTH)
     choice(body, "latency", "normal", ("normal", "balanced"))
     choice(body, "use_memory_cache", "off", ("on", "off"))
     if not isinstance(body.get("normalize", True), bool):
         raise bad("normalize", "must be true or false")
-    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
-    finishing(body, request, "text")  # extensions: speed, loudness
-    sampling(body, request, limits)
-    return request
+    number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
+    request.settings = {**settings(body, limits), "max_bytes": max_bytes}
+    request.names = {"max_bytes": "chunk_length"}
+    return request.checked()
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:

@@ -1,6 +1,6 @@
 """The OpenAI dialect: ``POST /v1/audio/speech`` (its request shape, plus the S2 extensions of
 SGLang-Omni / vLLM-Omni) and ``GET /v1/models``. The shared field checks are in
-``protocol.py``; the answer in ``speak.py``; the voice routes in ``voices.py``."""
+``..http.fields``, the request shape in ``..request``; the answer in ``speak.py``; the voice routes in ``voices.py``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from aiohttp import web
 from ..http import formats
 from ..http.bodies import read_object
 from ..http.errors import bad
+from ..http.fields import (audio_bytes, audio_format, choice, number, reject_unknown,
+                           require_object, text_field, voice_name)
 from ..limits import Limits
+from ..request import REPETITION_PENALTY, Reference, SpeechRequest, references, settings
 from ..service import Service
-from .protocol import (Reference, SpeechRequest, audio_bytes, audio_format, choice, finishing,
-                       number, references, reject_unknown, require_object, sampling, text_field,
-                       voice_name)
 from .speak import speak
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
@@ -33,24 +33,27 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     voice = body.get("voice")
     if isinstance(voice, dict):
         voice = voice.get("id")
-    request = SpeechRequest(text, None if voice is None else voice_name(voice))
+    request = SpeechRequest(text, None if voice is None else voice_name(voice),
+                            text_param="input")
     request.format = audio_format(body, "response_format", "wav")
-    number(body, "speed", 1.0, 0.25, 4.0)  # OpenAI's range; finishing: ours, 0.5 … 2
-    finishing(body, request, "input")
     request.stream = choice(body, "stream_format", None, ("audio", "sse"))
     if request.stream and request.format not in formats.STREAMABLE:
         raise bad("response_format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.references = references(body, "references", limits)
-    if body.get("ref_audio") is not None:
-        ref_text = text_field(body, "ref_text", limits)
-        request.references.append(Reference(audio_bytes(body["ref_audio"], "ref_audio"),
-                                            ref_text, "ref_audio"))
-        if len(request.references) > limits.max_references:
-            raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
-                                   f"{limits.max_references}")
-    number(body, "repetition_penalty", 1.1, 0.9, 2.0)  # accepted; S2 samples with RAS instead
-    sampling(body, request, limits)
-    return request
+    request.references = references(body, "references", limits) + ref_audio(body, limits)
+    if len(request.references) > limits.max_references:
+        raise bad("ref_audio", f"makes {len(request.references)} references; the limit is "
+                               f"{limits.max_references}")
+    number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
+    request.settings = settings(body, limits)
+    return request.checked()
+
+
+def ref_audio(body: dict, limits: Limits) -> list[Reference]:
+    """SGLang-Omni's and vLLM-Omni's one reference: ``ref_audio`` with ``ref_text``."""
+    if body.get("ref_audio") is None:
+        return []
+    ref_text = text_field(body, "ref_text", limits)
+    return [Reference(audio_bytes(body["ref_audio"], "ref_audio"), ref_text, "ref_audio")]
 
 
 def instructions_prefix(body: dict, limits: Limits) -> str:

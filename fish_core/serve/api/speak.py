@@ -16,7 +16,7 @@ from ..http import formats
 from ..http.errors import ApiError, ClientGone
 from ..http.logs import log
 from ..service import Service
-from .protocol import SpeechRequest
+from ..request import SpeechRequest
 
 POLL_SECONDS = 0.05  # how often a waiting handler looks whether its client is still there
 

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from ..http.bodies import off_loop, read_form, read_object
 from ..http.errors import bad
+from ..http.fields import decode_reference, text_field, voice_name
 from ..service import Service
-from .protocol import decode_reference, text_field, voice_name
 
 
 async def added_voice(service: Service, request: web.Request, name_field: str) -> str:

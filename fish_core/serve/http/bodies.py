@@ -239,39 +239,57 @@ def parse_form(data: bytes, boundary: bytes, limits: Limits) -> dict:
     """RFC 7578 form data: parts between ``--boundary`` lines (CRLF), each with a
     ``Content-Disposition: form-data; name=…[; filename=…]`` header. Files (a filename) are
     bytes, other fields UTF-8 text."""
-    unreadable = bad("body", "is not a readable multipart/form-data body")
     delimiter = b"--" + boundary
-    if data.startswith(delimiter):
-        at = len(delimiter)
-    else:  # a preamble before the first delimiter line
-        at = data.find(b"\r\n" + delimiter)
-        if at < 0:
-            raise unreadable
-        at += 2 + len(delimiter)
+    at = first_part(data, delimiter)
     fields: dict = {}
     parts = 0
-    while True:
-        if data.startswith(b"--", at):  # the close delimiter
-            return fields
-        line_end = data.find(b"\r\n", at)
-        if line_end < 0 or data[at:line_end].strip(b" \t"):
-            raise unreadable
+    while not data.startswith(b"--", at):  # until the close delimiter
         parts += 1
         if parts > limits.max_form_parts:
+            check_part_line(data, at)  # a broken line is unreadable, as in any part
             raise bad("body", f"has more than {limits.max_form_parts} form parts")
-        head_end = data.find(b"\r\n\r\n", line_end, line_end + MAX_PART_HEADER_BYTES)
-        if head_end < 0:
-            raise unreadable
-        name, filename = part_names(data[line_end + 2:head_end + 2])
-        body_start = head_end + 4
-        body_end = data.find(b"\r\n" + delimiter, body_start)
-        if body_end < 0:
-            raise unreadable
-        content = data[body_start:body_end]
+        name, filename, content, at = read_part(data, at, delimiter)
         if name is not None:
             fields[name] = (content if filename is not None else
                             content.decode("utf-8", "replace"))
-        at = body_end + 2 + len(delimiter)
+    return fields
+
+
+def unreadable() -> ApiError:
+    return bad("body", "is not a readable multipart/form-data body")
+
+
+def first_part(data: bytes, delimiter: bytes) -> int:
+    """Where the first part's delimiter line ends (after any preamble)."""
+    if data.startswith(delimiter):
+        return len(delimiter)
+    at = data.find(b"\r\n" + delimiter)
+    if at < 0:
+        raise unreadable()
+    return at + 2 + len(delimiter)
+
+
+def check_part_line(data: bytes, at: int) -> int:
+    """The end of a delimiter line (only white space after the delimiter)."""
+    line_end = data.find(b"\r\n", at)
+    if line_end < 0 or data[at:line_end].strip(b" \t"):
+        raise unreadable()
+    return line_end
+
+
+def read_part(data: bytes, at: int, delimiter: bytes) -> tuple:
+    """The part after the delimiter ending at ``at``: (name, filename, content, where the
+    next delimiter ends)."""
+    line_end = check_part_line(data, at)
+    head_end = data.find(b"\r\n\r\n", line_end, line_end + MAX_PART_HEADER_BYTES)
+    if head_end < 0:
+        raise unreadable()
+    name, filename = part_names(data[line_end + 2:head_end + 2])
+    body_start = head_end + 4
+    body_end = data.find(b"\r\n" + delimiter, body_start)
+    if body_end < 0:
+        raise unreadable()
+    return name, filename, data[body_start:body_end], body_end + 2 + len(delimiter)
 
 
 def part_names(head: bytes) -> tuple[str | None, str | None]:
