@@ -235,17 +235,7 @@ def debug_flag() -> argparse.ArgumentParser:
     return p
 
 
-def build_parser() -> Parser:
-    common = [debug_flag()]
-    ap = Parser(prog=prog_name(), description=sys.modules[__package__].__doc__.replace("``", "`"), parents=common)
-    version = sys.modules["fish_core"].__version__  # imported before its cli
-    ap.add_argument("--version", action="version", version=f"Sailfish TTS {version}")
-    sub = ap.add_subparsers(dest="command", metavar="command", required=True,
-                            parser_class=Parser)
-
-    def add_command(name: str, help: str, **kwargs) -> Parser:
-        return sub.add_parser(name, parents=common, help=help, description=help, **kwargs)
-
+def add_say_command(add_command, common: list) -> None:
     p = add_command("say", "text to speech")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
     p.add_argument("--text-file", metavar="FILE",
@@ -270,6 +260,8 @@ def build_parser() -> Parser:
     add_sampling_args(p)
     add_finishing_args(p)
 
+
+def add_plan_command(add_command, common: list) -> None:
     p = add_command("plan", help="print the text batches the model will read (after the "
                                  "lexicon, pauses and speaker tags); loads no model")
     p.add_argument("text", nargs="?", help="the text (or use --text-file / --script)")
@@ -285,6 +277,8 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print JSON")
     add_finishing_args(p, rate=False, loudness=False)
 
+
+def add_book_command(add_command, common: list) -> None:
     p = add_command("book", help="speak a .txt/.md/.epub book, one audio file per chapter "
                                  "(resumes an interrupted run)")
     p.add_argument("book", help="the book: .txt, .md or .epub")
@@ -296,18 +290,23 @@ def build_parser() -> Parser:
     add_sampling_args(p)
     add_finishing_args(p)
 
+
+def add_codes_command(add_command, common: list) -> None:
     p = add_command("codes", "generate semantic codes only")
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)
     add_sampling_args(p, batches=False, history=False)
 
+
+def add_voice_command(add_command, common: list) -> None:
     p = add_command("voice", "make a reusable voice from a reference clip or a generated take")
     vs = p.add_subparsers(dest="voice_command", metavar="voice_command", required=True,
                           parser_class=Parser)
     for name, about, audio, text in (
             ("encode", "encode a reference clip into a voice file",
-             "the reference clip (5-15 s of one speaker is plenty)", "the words spoken in the clip"),
+             "the reference clip (5-15 s of one speaker is plenty)",
+             "the words spoken in the clip"),
             ("from-take", "keep a generated take as a voice (casting: silence trimmed, tags "
              "taken out of the transcript)", "the take (.wav/.flac, e.g. written by say)",
              "the text the take says (as given to say)")):
@@ -328,6 +327,8 @@ def build_parser() -> Parser:
     r.add_argument("--name", required=True, help="the voice's name on the engine")
     add_remote_args(r)
 
+
+def add_srt_command(add_command, common: list) -> None:
     p = add_command("srt", "speak an SRT subtitle file on its timeline")
     p.add_argument("srt", help="the .srt file")
     add_voice_args(p, many=False)
@@ -338,22 +339,30 @@ def build_parser() -> Parser:
     add_sampling_args(p, batches=False)
     add_finishing_args(p)
 
+
+def add_encode_command(add_command, common: list) -> None:
     p = add_command("encode", "codec: audio file to codes")
     p.add_argument("audio", help="the audio file")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p, precision=False, engine=False)
 
+
+def add_decode_command(add_command, common: list) -> None:
     p = add_command("decode", "codec: codes to audio")
     p.add_argument("codes", help=".npy or .safetensors codes [10, frames]")
     p.add_argument("-o", "--out", required=True, help=f"output file: {' '.join(AUDIO_SUFFIXES)}")
     add_model_args(p, precision=False, engine=False)
 
+
+def add_serve_command(add_command, common: list) -> None:
     p = add_command("serve", "HTTP API: OpenAI /v1/audio/speech, fish-speech /v1/tts")
     add_model_args(p)
     from ..serve.main import add_serve_args
 
     add_serve_args(p)
 
+
+def add_download_command(add_command, common: list) -> None:
     p = add_command("download", "download a model variant (or a Hugging Face repo you trust)")
     p.add_argument("variant", nargs="?", default=DEFAULT_MODEL,
                    help=" / ".join(f"{v.name}: {v.note}, pinned to commit {v.revision[:8]}"
@@ -361,6 +370,29 @@ def build_parser() -> Parser:
                    + "; or a repo id owner/name, at its latest revision")
     p.add_argument("--models-dir", default=None,
                    help=f"where downloaded models live (default {hub.DEFAULT_MODELS_DIR})")
+
+
+COMMAND_PARSERS = (  # in the order --help lists them
+    add_say_command, add_plan_command, add_book_command, add_codes_command, add_voice_command,
+    add_srt_command, add_encode_command, add_decode_command, add_serve_command,
+    add_download_command,
+)
+
+
+def build_parser() -> Parser:
+    common = [debug_flag()]
+    doc = sys.modules[__package__].__doc__.replace("``", "`")  # the usage in cli/__init__.py
+    ap = Parser(prog=prog_name(), description=doc, parents=common)
+    version = sys.modules["fish_core"].__version__  # imported before its cli
+    ap.add_argument("--version", action="version", version=f"Sailfish TTS {version}")
+    sub = ap.add_subparsers(dest="command", metavar="command", required=True,
+                            parser_class=Parser)
+
+    def add_command(name: str, help: str, **kwargs) -> Parser:
+        return sub.add_parser(name, parents=common, help=help, description=help, **kwargs)
+
+    for add in COMMAND_PARSERS:
+        add(add_command, common)
     return ap
 
 
