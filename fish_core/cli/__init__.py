@@ -42,13 +42,13 @@ except ImportError:  # `pip install .` leaves torch to you (ComfyUI owns it in i
 from ..loading import hub
 from ..engine import threads
 from ..engine.device import codec_dtypes_for, resolve_device
-from ..params import Cancelled, SamplingParams, check_seed
+from ..params import Cancelled, SamplingParams
 from ..outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputError,
                       check_audio_output, check_output, take_paths, write_audio, write_or_keep)
 from ..remote.http import RemoteError
-from ..speech.results import MAX_TAKES
 from ..text.pace import Pace
 from ..text.plan import check_text, read_text_file
+from .request import build, sampling
 from .parser import (DEFAULT_MODEL, LOUDNESS_HELP, Parser, build_parser, parse, plural,  # noqa: F401
                      prog_name, shows_default, subparser)
 
@@ -146,12 +146,6 @@ def load_codec(args):
     return Codec.from_file(folder, device, encode, decode_dtype=decode)
 
 
-def sampling(args) -> dict:
-    return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                max_new_tokens=args.max_new_tokens, seed=args.seed,
-                history_turns=args.history_turns)
-
-
 def compile_note(args, synth) -> None:
     """``--compile auto``: say once which mode it kept and why (stderr)."""
     choice = getattr(getattr(synth, "engine", None), "compile_choice", "")
@@ -180,27 +174,23 @@ def check_request(args) -> None:
             check_audio_output(path, "--out")
     elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
         check_output(args.out, "--out", OUTPUTS[args.command])
-    if getattr(args, "takes", 1) != 1 and not 1 <= args.takes <= MAX_TAKES:
-        raise ValueError(f"--takes must be 1 .. {MAX_TAKES}, got {args.takes}")
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, "--device")
-    if getattr(args, "seed", None) is not None:
-        check_seed(args.seed, "--seed")
     if args.command in ("say", "srt", "book"):
         voice_sources(args)  # every voice file or clip exists and is what it claims
     if args.command == "encode" or getattr(args, "voice_command", None):
         from ..audio.files import check_audio_file
 
         check_audio_file(args.audio, "audio")
-    options = finishing(args)  # a bad lexicon, speed or loudness fails before a model loads
-    if "speed" in options:
-        from ..audio.stretch import check_speed, import_pedalboard
+    # What a speed or a loudness needs is there before a model loads (their values are the
+    # Request's to check, ``cli.request``).
+    if getattr(args, "speed", 1.0) != 1.0:
+        from ..audio.stretch import import_pedalboard
 
-        check_speed(args.speed, "--speed")
         import_pedalboard("--speed")
-    if "loudness" in options:
+    if getattr(args, "loudness", None) is not None:
         from ..audio.loudness import import_pyloudnorm
 
         import_pyloudnorm()
@@ -400,16 +390,11 @@ def cmd_say(args) -> str:
     voices = load_voices(args, synth)
     if args.stream:
         return stream_say(args, synth, voices, text)
+    request = build("dialogue" if script is not None else "tts", args, synth,
+                    script if script is not None else text, voices, finishing(args))
     bar = Bar()
-    takes = args.takes if args.takes > 1 else None
     try:
-        if script is not None:
-            speech = synth.dialogue(script, voices, pause=args.pause, max_bytes=args.max_bytes,
-                                    takes=takes, on_progress=bar, **sampling(args),
-                                    **finishing(args))
-        else:
-            speech = synth.tts(text, voices, max_bytes=args.max_bytes, takes=takes,
-                               on_progress=bar, **sampling(args), **finishing(args))
+        speech = synth.speak(request, on_progress=bar)
     finally:
         bar.close()
     compile_note(args, synth)
@@ -434,8 +419,7 @@ def stream_say(args, synth, voices, text: str | None) -> str:
         raise ValueError("--stream speaks a text (or --text-file), not a --script")
     to_stdout = args.out == "-"
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
-    stream = synth.stream(text, voices, max_bytes=args.max_bytes,
-                          first_frames=args.first_frames, **sampling(args), **finishing(args))
+    stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
     out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
     try:
@@ -521,11 +505,10 @@ def cmd_srt(args) -> str:
     parse_srt(document)  # a bad SRT fails before the model loads
     synth = load_synth(args)
     voices = load_voices(args, synth)
+    request = build("subtitles", args, synth, document, voices, finishing(args))
     bar = Bar()
     try:
-        result = synth.subtitles(document, voices[0] if voices else None, on_progress=bar,
-                                 **sampling(args),
-                                 **finishing(args))
+        result = synth.speak(request, on_progress=bar)
     finally:
         bar.close()
     compile_note(args, synth)
@@ -593,7 +576,7 @@ def cmd_book(args) -> str:
     synth = load_synth(args)
     voices = load_voices(args, synth)
     voice = voices[0] if voices else None
-    options = {k: v for k, v in sampling(args).items() if k != "seed"}
+    options = {k: v for k, v in sampling(args).items() if k != "seed"}  # seeded per chapter
     bar = Bar(book.title[:30] or "book")
     try:
         result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
