@@ -110,11 +110,10 @@ def make_draws(device, rows: list[int], seed, seeds, generator) -> tuple[list[Dr
         if len(seeds) != len(rows):
             raise GenerationError(f"seeds must hold one seed per prompt: got {len(seeds)} "
                                   f"for {len(rows)} prompts")
-        seeds = [check_seed(s, f"seeds[{i}]") for i, s in enumerate(seeds)]
         return [Draws(new(s), slice(r, r + 1), slice(i, i + 1))
                 for i, (s, r) in enumerate(zip(seeds, rows))], seeds
     if generator is None:
-        seed = random_seed() if seed is None else check_seed(seed)
+        seed = random_seed() if seed is None else seed
         generator = new(seed)
     if rows != list(range(rows[0], rows[0] + len(rows))):
         raise GenerationError("prompts sharing one generator need consecutive free rows")
@@ -357,17 +356,27 @@ def first_draws(engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Ten
     return rand
 
 
+def check_settings(params, seed, seeds) -> None:
+    """The sampling settings and seeds of a direct ``generate`` call, checked once; the
+    synthesizers' jobs come from a checked ``speech.request.Request`` and are not checked
+    again (``join_many`` takes them as they are)."""
+    for p in [params] if isinstance(params, SamplingParams) else params:
+        p.validate()
+    if seed is not None:
+        check_seed(seed)
+    for i, s in enumerate(seeds or ()):
+        check_seed(s, f"seeds[{i}]")
+
+
 def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
-    """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and their
-    SamplingParams (one for all, or one each)."""
+    """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and pair
+    them with their SamplingParams (one for all, or one each)."""
     prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
     if not prompts:
         raise GenerationError("prompts must hold at least one prompt")
     params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     if len(params) != len(prompts):
         raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-    for p in params:
-        p.validate()
     width = 1 + engine.config.num_codebooks
     for i, p in enumerate(prompts):
         if p.dim() != 2 or p.shape[0] != width or p.shape[1] == 0:
@@ -443,6 +452,7 @@ def generate(engine, prompts: Tensor | Sequence[Tensor],
     prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
     if not prompts:
         raise GenerationError("prompts must hold at least one prompt")
+    check_settings(params, seed, seeds)  # the engine's own door (a Request came checked)
     batch = RowBatch(engine, len(prompts))
     rows, column = batch.join_many(prompts, params, seeds, prefixes, seed=seed,
                                    generator=generator, stop_on_eos=stop_on_eos)

@@ -244,7 +244,7 @@ def plan_batches(text: str, max_bytes: int = DEFAULT_MAX_BYTES, max_speakers: in
     """Batches of text to generate one after another (see the module rules)."""
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 16:
         raise ValueError(f"max_bytes must be an integer >= 16, got {max_bytes!r}")
-    turns = split_turns(check_text(text, "text"))
+    turns = split_turns(text)  # a checked request's text (``speech.request``)
     if not turns:
         raise ValueError("text is empty: nothing to say")
     if len(turns) == 1 and turns[0].speaker is None:
@@ -298,7 +298,7 @@ def parse_script(script: str, names: list[str] | None = None) -> list[ScriptTurn
     ``Name:`` lines count as speaker lines when ``Name`` is one of ``names``, or when the script
     starts with such a line and has at least two (so a lone "Note: …" in prose is left alone).
     Lines without a label continue the previous turn."""
-    if SPEAKER_TAG.search(check_text(script, "script")):
+    if SPEAKER_TAG.search(script):
         return [ScriptTurn(str(t.speaker) if t.speaker is not None else "", t.text)
                 for t in split_turns(script)]
     lines = [line for line in script.splitlines() if line.strip()]

@@ -18,7 +18,6 @@ def check_script(script: str, names: Sequence[str], require_voices: bool = True,
     ``max_speakers``, a limit of ``model``, e.g. Drama 3's 16) when a speaker index is past it.
     Without ``max_speakers`` (S2) speaker indices are not bounded here."""
     names = list(names)
-    textplan.check_text(script, "script")
     script, pauses = protect(script)  # a line "[pause:2s]" is a pause, not a [speaker] label
     turns = [textplan.ScriptTurn(t.label, restore(t.text, pauses))
              for t in textplan.parse_script(script, names)]
