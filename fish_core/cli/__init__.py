@@ -48,7 +48,7 @@ from ..outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, OutputErr
 from ..remote.http import RemoteError
 from ..text.pace import Pace
 from ..text.plan import check_text, read_text_file
-from .request import build, sampling
+from .request import build, finishing, sampling
 from .parser import (DEFAULT_MODEL, LOUDNESS_HELP, Parser, build_parser, parse, plural,  # noqa: F401
                      prog_name, shows_default, subparser)
 
@@ -63,22 +63,6 @@ USER_ERRORS = (ValueError, FileNotFoundError, Cancelled, RemoteError)
 
 
 # ---------------------------------------------------------------- the parser
-def finishing(args) -> dict:
-    """The finishing keywords of ``tts``/``dialogue``/``subtitles``/``stream``."""
-    from ..audio.loudness import Loudness, check_target
-    from ..text.lexicon import Lexicon
-
-    found: dict = {}
-    if getattr(args, "lexicon", None):
-        found["lexicon"] = Lexicon.load(args.lexicon, "--lexicon")
-    if getattr(args, "speed", 1.0) != 1.0:
-        found["speed"] = args.speed
-    if getattr(args, "loudness", None) is not None:
-        found["loudness"] = Loudness(check_target(args.loudness, "--loudness"), args.ceiling,
-                                     not args.sample_peak, args.loudness_per)
-    return found
-
-
 def finish_note(speech) -> str:
     """What finishing did, for the report line."""
     info = (speech.finishing or {}).get("loudness")

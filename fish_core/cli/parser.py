@@ -13,9 +13,9 @@ from ..loading import hub
 from ..engine.device import PRECISIONS
 from ..params import DEFAULTS, FIRST_FRAMES
 from ..outputs import (AUDIO_SUFFIXES)
+from .request import LOUDNESS_HELP, add_finishing_args  # noqa: F401
 from ..speech.results import MAX_TAKES
 
-LOUDNESS_HELP = "normalise to this integrated loudness, LUFS (-16 podcast, -23 broadcast)"
 
 DEFAULT_MODEL = "s2-pro"
 CODEC_FRAME_RATE = 44100 / 2048  # S2's codec, for a progress estimate without one loaded
@@ -183,25 +183,6 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
     if history:
         g.add_argument("--history-turns", type=int, default=3,
                        help="earlier batches the model hears again as context")
-
-
-def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: bool = True
-                       ) -> None:
-    """Finished audio (``speech.finishing``): loudness, speaking rate, lexicon."""
-    g = p.add_argument_group("finished audio (docs/finished-audio.md)")
-    g.add_argument("--lexicon", default=None, metavar="FILE",
-                   help="pronunciation lexicon: word<TAB>respelling lines (# comments)")
-    if rate:
-        g.add_argument("--speed", type=float, default=1.0,
-                       help="speaking rate 0.5-2.0, pitch kept (needs pedalboard)")
-    if loudness:
-        g.add_argument("--loudness", type=float, default=None, metavar="LUFS", help=LOUDNESS_HELP)
-        g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
-                       help="normalise the mix, each speaker's track or each line")
-        g.add_argument("--ceiling", type=float, default=-1.0, metavar="DB",
-                       help="highest peak after --loudness, dB")
-        g.add_argument("--sample-peak", action="store_true",
-                       help="hold the ceiling as sample peak (dBFS), not true peak (dBTP)")
 
 
 def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:

@@ -4,8 +4,11 @@ model), with the backend's ``Accepts`` (a remote engine's seed range and speaker
 
 from __future__ import annotations
 
+import argparse
+
 from ..speech.request import Request
 
+LOUDNESS_HELP = "normalise to this integrated loudness, LUFS (-16 podcast, -23 broadcast)"
 NAMES = {"seed": "--seed", "temperature": "--temperature", "top_p": "--top-p",
          "top_k": "--top-k", "max_new_tokens": "--max-new-tokens",
          "history_turns": "--history-turns", "max_bytes": "--max-bytes", "takes": "--takes",
@@ -46,3 +49,39 @@ def build(kind: str, args, synth, text: str, voices: list, finishing: dict) -> R
         return Request.tts(text, voices, max_bytes=args.max_bytes, takes=takes, **common)
     except ValueError as e:
         raise in_flag_names(e) from None
+
+
+# ---------------------------------------------------------------- finishing: flags → keywords
+def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: bool = True
+                       ) -> None:
+    """Finished audio (``speech.finishing``): loudness, speaking rate, lexicon."""
+    g = p.add_argument_group("finished audio (docs/finished-audio.md)")
+    g.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="pronunciation lexicon: word<TAB>respelling lines (# comments)")
+    if rate:
+        g.add_argument("--speed", type=float, default=1.0,
+                       help="speaking rate 0.5-2.0, pitch kept (needs pedalboard)")
+    if loudness:
+        g.add_argument("--loudness", type=float, default=None, metavar="LUFS", help=LOUDNESS_HELP)
+        g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
+                       help="normalise the mix, each speaker's track or each line")
+        g.add_argument("--ceiling", type=float, default=-1.0, metavar="DB",
+                       help="highest peak after --loudness, dB")
+        g.add_argument("--sample-peak", action="store_true",
+                       help="hold the ceiling as sample peak (dBFS), not true peak (dBTP)")
+
+
+def finishing(args) -> dict:
+    """The finishing keywords of ``tts``/``dialogue``/``subtitles``/``stream``."""
+    from ..audio.loudness import Loudness, check_target
+    from ..text.lexicon import Lexicon
+
+    found: dict = {}
+    if getattr(args, "lexicon", None):
+        found["lexicon"] = Lexicon.load(args.lexicon, "--lexicon")
+    if getattr(args, "speed", 1.0) != 1.0:
+        found["speed"] = args.speed
+    if getattr(args, "loudness", None) is not None:
+        found["loudness"] = Loudness(check_target(args.loudness, "--loudness"), args.ceiling,
+                                     not args.sample_peak, args.loudness_per)
+    return found

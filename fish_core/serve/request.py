@@ -135,10 +135,14 @@ def reference(item, where: str, limits: Limits) -> Reference:
                      f"{where}.{key}")
 
 
+SETTINGS = {"seed", "temperature", "top_p", "top_k", "max_new_tokens", "speed", "loudness"}
+
+
 def settings(body: dict, limits: Limits) -> dict:
     """The settings both dialects take (``Request.tts``'s keywords; JSON types checked here,
     ranges by the ``Request``): seed, sampling, and the finishing extensions speed and
-    loudness (LUFS). ``max_new_tokens`` is capped by the operator (``Limits``)."""
+    loudness (LUFS): the fields ``SETTINGS`` every dialect declares. ``max_new_tokens`` is
+    capped by the operator (``Limits``)."""
     cap = limits.max_new_tokens
     max_new_tokens = integer(body, "max_new_tokens", min(DEFAULTS.max_new_tokens, cap))
     if max_new_tokens > cap:

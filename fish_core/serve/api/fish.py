@@ -14,14 +14,13 @@ from ..http.errors import bad
 from ..http.fields import (audio_format, choice, integer, number, reject_unknown,
                            require_object, text_field, voice_name)
 from ..limits import Limits
-from ..request import REPETITION_PENALTY, SpeechRequest, references, settings
+from ..request import REPETITION_PENALTY, SETTINGS, SpeechRequest, references, settings
 from ..service import Service
 from .speak import speak
 from .voices import added_voice
 
-FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id", "seed",
-               "use_memory_cache", "normalize", "streaming", "max_new_tokens", "top_p",
-               "repetition_penalty", "temperature", "top_k", "speed", "loudness"}
+FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "reference_id",
+               "use_memory_cache", "normalize", "streaming", "repetition_penalty", *SETTINGS}
 CHUNK_LENGTH = Rule(100, 1000, integer=True)  # fish-speech's text batch size, in bytes
 
 

@@ -12,13 +12,13 @@ from ..http.errors import bad
 from ..http.fields import (audio_bytes, audio_format, choice, number, reject_unknown,
                            require_object, text_field, voice_name)
 from ..limits import Limits
-from ..request import REPETITION_PENALTY, Reference, SpeechRequest, references, settings
+from ..request import (REPETITION_PENALTY, SETTINGS, Reference, SpeechRequest, references,
+                       settings)
 from ..service import Service
 from .speak import speak
 
-OPENAI_FIELDS = {"model", "input", "voice", "response_format", "speed", "instructions",
-                 "stream_format", "references", "ref_audio", "ref_text", "seed", "temperature",
-                 "top_p", "top_k", "max_new_tokens", "repetition_penalty", "loudness"}
+OPENAI_FIELDS = {"model", "input", "voice", "response_format", "instructions", "stream_format",
+                 "references", "ref_audio", "ref_text", "repetition_penalty", *SETTINGS}
 
 
 def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
