@@ -1,5 +1,4 @@
-"""The local synthesizer: ``synthesizer`` (``Synthesizer``, the public API), ``runtime``
-(``Runtime``: the loaded model's engine, codec and prompts, under it), ``driver`` (the one
-generation driver: ``SpeechJob``, ``JobRows``, ``run_round``, ``ChunkDecoder``), ``stream``
-(``AudioStream``) and ``layout``
-(``TakeLayout``: chunks laid out while they are generated)."""
+"""The local synthesizer: ``synthesizer`` (``Synthesizer``, the local backend of
+``speech.front.Front``), ``runtime`` (``Runtime``: the loaded model's engine, codec and prompts,
+under it) and ``driver`` (the one generation driver: ``SpeechJob``, ``JobRows``, ``run_round``,
+``ChunkDecoder``)."""

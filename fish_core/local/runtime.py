@@ -5,8 +5,8 @@ prefixes), the codec, the tokenizer with its prompt encoder and the context limi
 voices into prompt references, encodes prompts (a voice's system turn once per job, then each
 text batch after it) and opens the row batches every generation decodes in
 (``engine.rows.RowBatch``). The driver (``SpeechJob``, ``run_round``, ``JobRows``),
-``AudioStream`` and the HTTP scheduler take a runtime; ``Synthesizer`` is the public API over
-it (loading, voices, tts, dialogue, subtitles, stream).
+the local ``Synthesizer`` (the front's backend: loading, voices, render, streams) and the HTTP
+scheduler take a runtime.
 """
 
 from __future__ import annotations

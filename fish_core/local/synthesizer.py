@@ -18,9 +18,8 @@ Long text is planned into sentence-bounded batches (``text.plan.plan_batches``);
 the references plus the last ``history_turns`` generated turns, trimmed further if the prompt
 would not leave room for ``max_new_tokens``. A job's codes go through one causal codec state,
 cut into chunks exactly as ``stream`` cuts them, so the joins have no clicks and a stream equals
-the whole. Sampling keywords (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``) are
-checked once, by ``params.SamplingParams.from_options``; the interface is
-``speech.interface.SpeechSynthesizer``.
+the whole. The public methods are the ``speech.front.Front``'s (a ``speech.request.Request``
+checked once, planned, rendered here, laid out and finished there); this is its local backend.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def stated_consent(consent, dialect: str) -> str:
 
 
 class Sailfish(Dialect):
-    """Our own ``serve`` (fish_core/serve/routes.py, api/protocol.py): OpenAI
+    """Our own ``serve`` (fish_core/serve/routes.py, serve/request.py): OpenAI
     ``/v1/audio/speech`` + S2 fields, ``stream_format: "audio"`` → one streamed WAV (unknown
     length); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``, ``text``)."""
 

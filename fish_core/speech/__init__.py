@@ -1,4 +1,5 @@
-"""What both synthesizers (local and remote) take and return, with no engine: ``results``
-(``Speech``, ``Segment``, takes, tracks), ``timeline`` (placing audio), ``voices`` (``Voice``),
-``arguments`` (the checks of the arguments both take) and ``interface`` (the
-``SpeechSynthesizer`` Protocol both implement)."""
+"""The front both synthesizers (local and remote) share and what they take and return, with no
+engine: ``request`` (one checked ``Request``), ``front`` (``Front``: plan, the backend's render,
+lay out, finish; the public API), ``layout`` and ``stream`` (audio handed out as it is made),
+``results`` (``Speech``, ``Segment``, takes, tracks), ``timeline`` (placing audio), ``voices``
+(``Voice``), ``finishing``."""
