@@ -8,7 +8,8 @@ from dataclasses import replace
 from ..fish_core.params import MAX_SEED, MAX_TOP_K, SamplingParams
 from ..fish_core.speech.request import Request
 from ..fish_core.speech.results import MAX_TAKES, timeline_json
-from ..fish_core.text import plan as textplan
+from ..fish_core.text import script as textscript
+from ..fish_core.text import srt as textsrt
 from .audio import from_audio, to_audio, tracks_to_audio
 from .remote import backend_accepts
 from .runner import generation, require_text, typed_lexicon
@@ -110,7 +111,7 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
             script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
             accepts=accepts, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
             **finishing(loudness, speed, lexicon, loudness_per))
-    except textplan.ScriptError as e:
+    except textscript.ScriptError as e:
         raise ValueError(script_hint(e, voices, accepts)) from None
     with generation(model) as run:
         speeches = run.speak(request)
@@ -147,7 +148,7 @@ def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice
         request = Request.subtitles(srt, voice, accepts=backend_accepts(model), **sampling(
             seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed,
                                                                           lexicon))
-    except textplan.SubtitleError as e:
+    except textsrt.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
     with generation(model) as run:
         result = run.speak(request)

@@ -26,7 +26,9 @@ from fish_core.params import Cancelled, GenerationError
 from fish_core.loading.hub import ModelNotFound
 from fish_core.text.prompt import conversation
 from fish_core.local.synthesizer import Synthesizer
-from fish_core.text.plan import MAX_SRT_CUES, ScriptError, format_time, read_text_file
+from fish_core.text.plan import read_text_file
+from fish_core.text.srt import MAX_SRT_CUES, format_time
+from fish_core.text.script import ScriptError
 from fish_core.speech.voices import Voice, VoiceError
 import comfy_stubs
 from test_cli import run_cli

@@ -16,7 +16,7 @@ from fish_core.speech.results import Batch, BatchResult
 from fish_core.speech.timeline import join_batches
 from fish_core.local.driver import ChunkDecoder, decode_batches
 from fish_core.speech.layout import TakeLayout
-from fish_core.text.plan import parse_srt
+from fish_core.text.srt import parse_srt
 
 FAST = dict(max_new_tokens=24, temperature=0.8, top_p=0.8, top_k=30)
 SRT = ("1\n00:00:00,300 --> 00:00:00,900\nFirst cue.\n\n"

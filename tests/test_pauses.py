@@ -8,7 +8,7 @@ import torch
 from fish_core.speech.finishing import Finishing
 from fish_core.text.pauses import (MAX_PAUSE, PauseError, protect, restore, split_pauses,
                                    strip_pauses)
-from fish_core.text.plan import parse_srt
+from fish_core.text.srt import parse_srt
 
 FAST = dict(max_new_tokens=8, temperature=0.8, top_p=0.8, top_k=30)
 

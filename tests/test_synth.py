@@ -10,7 +10,8 @@ import torch
 from fish_core.engine.rows import RowBatch
 from fish_core.params import Cancelled
 from fish_core.local.synthesizer import Synthesizer
-from fish_core.text.plan import ScriptError, parse_srt
+from fish_core.text.srt import parse_srt
+from fish_core.text.script import ScriptError
 
 FAST = dict(max_new_tokens=6, temperature=0.8, top_p=0.8, top_k=30)
 

@@ -7,10 +7,10 @@ import re
 import pytest
 
 from fish_core.text.plan import (PROMPT_CLAUSES, PROMPT_CLOSERS, PROMPT_ENDS, SPACED_CLAUSES,
-                                 SPACED_CLOSERS, SPACED_ENDS, SPEAKER_TAG, Cue, ScriptError,
-                                 SentenceCutter, SubtitleError, assign_speakers, format_srt,
-                                 group_turns, nbytes, parse_script, parse_srt, plan_batches,
-                                 split_sentences, split_turns)
+                                 SPACED_CLOSERS, SPACED_ENDS, SPEAKER_TAG, SentenceCutter,
+                                 group_turns, nbytes, plan_batches, split_sentences, split_turns)
+from fish_core.text.srt import Cue, SubtitleError, format_srt, parse_srt
+from fish_core.text.script import ScriptError, assign_speakers, parse_script
 
 
 def reference_batches(text: str, chunk_length: int) -> list[str]:

@@ -134,7 +134,7 @@ def test_takes_and_tracks_examples_use_the_new_outputs(nodes):
 
 
 def test_drama3_example_names_an_operator_endpoint_and_more_than_four_speakers(nodes):
-    from fish_core.text.plan import parse_script
+    from fish_core.text.script import parse_script
 
     ours = nodes[0]
     (path,) = [p for p in WORKFLOWS if "Drama 3" in p.stem]

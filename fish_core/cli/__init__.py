@@ -483,7 +483,7 @@ def cmd_voice_register(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from ..text.plan import parse_srt
+    from ..text.srt import parse_srt
 
     document = read_input(args.srt, "srt")
     parse_srt(document)  # a bad SRT fails before the model loads

@@ -26,6 +26,7 @@ import torch
 from ..audio import loudness as lufs
 from ..audio.stretch import check_speed, stretch
 from ..text import plan as textplan
+from ..text import srt as textsrt
 from ..text.lexicon import Lexicon
 from ..text.pauses import PauseError, check_total, split_pauses
 from .results import Batch, Speech
@@ -125,7 +126,7 @@ class Finishing:
         tagged = "".join(t.tagged for t in turns)
         return self.batches(tagged, voices, max_bytes, field="script")
 
-    def cue_batches(self, cues: Sequence[textplan.Cue], voices: Sequence[Voice] = ()
+    def cue_batches(self, cues: Sequence[textsrt.Cue], voices: Sequence[Voice] = ()
                     ) -> tuple[list[Batch], list[int]]:
         """Subtitle cues as text batches (a cue with pauses is several) and the cue of each."""
         batches, owners = [], []

@@ -23,6 +23,8 @@ from typing import Mapping, Sequence
 from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, MAX_SEED, RequestError, Rule,
                       SamplingParams, check_seed, random_seed)
 from ..text import plan as textplan
+from ..text import script as textscript
+from ..text import srt as textsrt
 from ..text.script import check_script, check_speaker_count
 from .finishing import Finishing
 from .results import MAX_TAKES
@@ -69,7 +71,7 @@ class Request:
     pause: float = 0.0  # seconds between a dialogue's turns
     turn_by_turn: bool = False
     turns: tuple = ()  # a dialogue's checked turns (``text.plan.Turn``)
-    cues: tuple = ()  # the subtitles' cues (``text.plan.Cue``)
+    cues: tuple = ()  # the subtitles' cues (``text.srt.Cue``)
     first_frames: int = FIRST_FRAMES  # a stream's chunking
     chunk_frames: int = CHUNK_FRAMES
 
@@ -109,7 +111,7 @@ class Request:
         every speaker maps to one unless ``require_voices`` is False (default: False where the
         model invents voices)."""
         if not textplan.check_text(script, "script").strip():
-            raise textplan.ScriptError("the script is empty: nothing to say")
+            raise textscript.ScriptError("the script is empty: nothing to say")
         sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
         voices = accepts.voices(voices)
         if isinstance(voices, Mapping):
@@ -134,7 +136,7 @@ class Request:
                   history_turns: int = 3, loudness=None, speed: float = 1.0, lexicon=None,
                   accepts: Accepts = ANY, where: str = "subtitles", **sampling) -> "Request":
         """Each SRT cue spoken at its start time."""
-        cues = textplan.parse_srt(srt)
+        cues = textsrt.parse_srt(srt)
         sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
         return cls("subtitles", srt, tuple(as_voices(accepts.voices(voice))),
                    **common(seed, None, history_turns, textplan.DEFAULT_MAX_BYTES, loudness,

@@ -12,6 +12,7 @@ from typing import Sequence
 import torch
 
 from ..text import plan as textplan
+from ..text import srt as textsrt
 from ..params import Generated
 
 MAX_TAKES = 8  # takes of one request, generated together
@@ -135,8 +136,8 @@ def timeline_json(takes: Sequence[Speech]) -> str:
 
 @dataclass
 class SubtitleSpeech(Speech):
-    cues: list[textplan.Cue] = field(default_factory=list)  # where each cue really sits
+    cues: list[textsrt.Cue] = field(default_factory=list)  # where each cue really sits
     overruns: list[str] = field(default_factory=list)  # cues longer than their slot
 
     def srt(self) -> str:
-        return textplan.format_srt(self.cues)
+        return textsrt.format_srt(self.cues)

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import torch
 
-from ..text import plan as textplan
+from ..text import srt as textsrt
 from .results import Batch, BatchResult, Segment
 
 FADE_SECONDS = 0.01
@@ -24,7 +24,7 @@ class Timeline:
 
 @dataclass
 class CueTimeline(Timeline):
-    cues: list[textplan.Cue] = field(default_factory=list)  # where each cue really sits
+    cues: list[textsrt.Cue] = field(default_factory=list)  # where each cue really sits
     overruns: list[str] = field(default_factory=list)  # cues longer than their slot or late
 
 
@@ -90,7 +90,7 @@ def lay_pieces(pieces: Sequence[torch.Tensor], spaced: Sequence[int], sample_rat
     return (torch.cat(out) if out else torch.zeros(0)), spans
 
 
-def place_cues(cues: Sequence[textplan.Cue], waves: Sequence[torch.Tensor],
+def place_cues(cues: Sequence[textsrt.Cue], waves: Sequence[torch.Tensor],
                results: Sequence[BatchResult], sample_rate: int,
                owners: Sequence[int] | None = None) -> CueTimeline:
     """Put cue i's speech at its start time, or right after the previous cue when that one runs
@@ -115,7 +115,7 @@ def place_cues(cues: Sequence[textplan.Cue], waves: Sequence[torch.Tensor],
                             f"{cursor / sample_rate - next_start:.2f} s into cue {cue.index + 1}")
         if start > asked:
             overruns.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
-        placed.append(textplan.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
+        placed.append(textsrt.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
         segments += [replace(s, start_sample=s.start_sample + start, end_sample=s.end_sample + start)
                      for s in timeline.segments]
     tail = max(0, round(cues[-1].end * sample_rate) - cursor)
