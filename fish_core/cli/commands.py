@@ -1,0 +1,309 @@
+"""The commands: each turns its parsed flags into work on a synthesizer (through one ``Request``,
+``cli.request``) and says in one line what it wrote."""
+
+from __future__ import annotations
+
+import errno
+import sys
+from pathlib import Path
+
+import torch
+
+from ..loading import hub
+from ..params import SamplingParams
+from ..outputs import (OutputError,
+                      take_paths, write_audio, write_or_keep)
+from ..text.pace import Pace
+from ..text.plan import check_text
+from .parser import plural
+from . import inputs
+from .progress import CODEC_FRAME_RATE, Bar
+from .request import build, finishing
+from .book import cmd_book
+from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
+                     read_input, read_text)
+
+
+
+
+# ---------------------------------------------------------------- the parser
+def finish_note(speech) -> str:
+    """What finishing did, for the report line."""
+    info = (speech.finishing or {}).get("loudness")
+    if not info or info.get("measured") is None:
+        return ""
+    held = ", held by the ceiling" if info["held_by_ceiling"] else ""
+    unit = "dBTP" if info["true_peak"] else "dBFS"
+    return f", {info['measured']:.1f} LUFS, peak {info['peak']:.1f} {unit}{held}"
+
+
+# ---------------------------------------------------------------- progress
+
+
+def compile_note(args, synth) -> None:
+    """``--compile auto``: say once which mode it kept and why (stderr)."""
+    choice = getattr(getattr(synth, "engine", None), "compile_choice", "")
+    if getattr(args, "compile", None) == "auto" and choice.startswith("auto: "):
+        print(f"--compile auto kept {choice.removeprefix('auto: ')}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- inputs and outputs
+def save(path: str, write, what: str) -> None:
+    """``write(path)``, keeping the result elsewhere (and saying where) if that fails."""
+    note = write_or_keep(write, Path(path), what)
+    if note:
+        raise OutputError(note)
+
+
+def save_codes(path: str | Path, codes: torch.Tensor) -> None:
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".npy":
+        np.save(path, codes.cpu().numpy().astype(np.int64))
+    elif path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({"codes": codes.cpu().to(torch.int64).contiguous()}, str(path))
+    else:
+        raise ValueError(f"codes are written as .npy or .safetensors, got {path.name!r}")
+
+
+def cmd_say(args) -> str:
+    script = read_input(args.script, "--script") if args.script else None
+    text = None if script is not None else read_text(args)
+    note = long_text_note(text or script or "")
+    if note:
+        print(note, file=sys.stderr)
+    synth = inputs.load_synth(args)
+    voices = load_voices(args, synth)
+    if args.stream:
+        return stream_say(args, synth, voices, text)
+    request = build("dialogue" if script is not None else "tts", args, synth,
+                    script if script is not None else text, voices, finishing(args))
+    bar = Bar()
+    try:
+        speech = synth.speak(request, on_progress=bar)
+    finally:
+        bar.close()
+    compile_note(args, synth)
+    speeches = speech if isinstance(speech, list) else [speech]
+    paths = take_paths(args.out, args.takes)
+    for path, one in zip(paths, speeches):
+        save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
+    if len(speeches) == 1:
+        return (f"wrote {args.out}: {speech.duration:.2f} s in "
+                f"{plural(len(speech.segments), 'batch', 'batches')}, seed {speech.seed}"
+                f"{finish_note(speech)}")
+    return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
+                     f"{finish_note(s)}"
+                     for k, (p, s) in enumerate(zip(paths, speeches)))
+
+
+def stream_say(args, synth, voices, text: str | None) -> str:
+    """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
+    from ..audio.wav import StreamEncoder, wav_header
+
+    if text is None:
+        raise ValueError("--stream speaks a text (or --text-file), not a --script")
+    to_stdout = args.out == "-"
+    fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
+    stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
+    encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
+    out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
+    try:
+        with stream:
+            for chunk in stream:
+                out.write(encode(chunk))
+                out.flush()
+                samples += chunk.shape[0]
+        if fmt == "wav" and not to_stdout:  # a file: put the real length in the header
+            out.seek(0)
+            out.write(wav_header(synth.sample_rate, samples))
+    finally:
+        if not to_stdout:
+            out.close()
+    compile_note(args, synth)
+    return f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}"
+
+
+def cmd_codes(args) -> str:
+    from ..engine.rows import generate
+    from ..text.prompt import conversation
+
+    if not check_text(args.text, "text").strip():
+        raise ValueError("text is empty: nothing to say")
+    synth = inputs.load_synth(args)
+    prompt = synth.encoder.encode(conversation(args.text))
+    params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
+    codec = synth.codec
+    rate = codec.sample_rate / codec.frame_length if codec is not None else CODEC_FRAME_RATE
+    pace, bar = Pace([args.text], rate, min(args.max_new_tokens, synth.engine.max_context)), Bar()
+    try:
+        gen = generate(synth.engine, prompt, params, seed=args.seed,
+                       on_frame=lambda i, n: bar(*pace.frame(i)))[0]
+    finally:
+        bar.close()
+    compile_note(args, synth)
+    save(args.out, lambda p: save_codes(p, gen.codes), "codes")
+    return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
+
+
+def cmd_voice(args) -> str:
+    from ..speech.voices import encode_voice
+
+    if args.voice_command == "register":
+        return cmd_voice_register(args)
+    lexicon = finishing(args).get("lexicon")
+    codec = load_codec(args)  # as `say` loads it (codec_dtypes_for): the same codes
+    name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
+    notes = []
+    if args.voice_command == "from-take":
+        from ..audio.files import load_audio
+        from ..speech.casting import take_clip
+
+        wave = load_audio(args.audio, target_sr=codec.sample_rate)
+        clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
+        voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
+    else:
+        voice = encode_voice(codec, args.audio, args.text, name=name)
+    voice.lexicon = lexicon
+    save(args.out, voice.save, "voice")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
+
+
+def cmd_voice_register(args) -> str:
+    """``voice register``: a clip into a remote engine's voice store, with the consent the
+    user states (``--voice-consent``), checked before anything is sent."""
+    if not args.remote:
+        raise ValueError("voice register needs --remote URL (the engine whose voice store "
+                         "keeps the voice)")
+    synth = inputs.load_synth(args)
+    voice = synth.register_voice(synth.encode_voice(args.audio, args.text, name=args.name),
+                                 consent=args.voice_consent)
+    return (f"registered voice {voice.name!r} on {synth.url} (model "
+            f"{synth.spec.label}): requests name it there from now on")
+
+
+def cmd_srt(args) -> str:
+    from ..text.srt import parse_srt
+
+    document = read_input(args.srt, "srt")
+    parse_srt(document)  # a bad SRT fails before the model loads
+    synth = inputs.load_synth(args)
+    voices = load_voices(args, synth)
+    request = build("subtitles", args, synth, document, voices, finishing(args))
+    bar = Bar()
+    try:
+        result = synth.speak(request, on_progress=bar)
+    finally:
+        bar.close()
+    compile_note(args, synth)
+    for line in result.overruns:
+        print(f"warning: {line}", file=sys.stderr)
+    notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
+                           Path(args.out), "audio")]
+    if args.srt_out:
+        notes.append(write_or_keep(lambda p: p.write_text(result.srt(), encoding="utf-8"),
+                                   Path(args.srt_out), "SRT"))
+    if any(notes):
+        raise OutputError("; ".join(n for n in notes if n))
+    return f"wrote {args.out}: {result.duration:.2f} s, {plural(len(result.cues), 'cue')}"
+
+
+def cmd_plan(args) -> str:
+    """``plan``: the text batches exactly as the model will read them, with the pauses."""
+    import json
+
+    from ..speech.finishing import Finishing
+    from ..speech.request import Request
+    from ..speech.voices import Voice
+
+    voices = [Voice.load(v) for v in args.voice]
+    finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
+    if args.script:
+        request = Request.dialogue(read_input(args.script, "--script"), voices,
+                                   pause=args.pause, seed=0)
+        batches = finish.turn_batches(request.turns, request.voices, args.max_bytes,
+                                      args.pause > 0 or args.turn_by_turn)
+    else:
+        batches = finish.batches(read_text(args), voices, args.max_bytes)
+    from ..speech.timeline import gaps
+
+    silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]
+    if args.json:
+        return json.dumps({"batches": [
+            {"text": b.text, "speaker": b.speaker, "silence_before": silences[i],
+             **({"silence_after": silences[-1]} if i == len(batches) - 1 else {})}
+            for i, b in enumerate(batches)]}, ensure_ascii=False, indent=1)
+    lines = []
+    for i, batch in enumerate(batches):
+        if silences[i]:
+            lines.append(f"        [silence {silences[i]:g} s]")
+        who = "" if batch.speaker is None else f" (voice {batch.speaker + 1})"
+        lines.append(f"batch {i + 1}{who}: {batch.text}")
+    if silences[-1]:
+        lines.append(f"        [silence {silences[-1]:g} s]")
+    return "\n".join(lines)
+
+
+def cmd_encode(args) -> str:
+    from ..codec.files import encode_file
+
+    codes = encode_file(load_codec(args), args.audio)
+    save(args.out, lambda p: save_codes(p, codes), "codes")
+    return f"wrote {args.out}: codes {tuple(codes.shape)}"
+
+
+def cmd_decode(args) -> str:
+    codes = read_codes(args.codes)
+    codes = codes[0] if codes.ndim == 3 else codes  # [1, 10, n] as written by other tools
+    codec = load_codec(args)
+    if codes.ndim != 2:
+        raise ValueError(f"codes: {args.codes} holds a {list(codes.shape)} tensor; expected "
+                         f"[{codec.num_codebooks}, frames]")
+    wave = codec.decode(codes)[0, 0].cpu()  # [T]
+    save(args.out, lambda p: write_audio(p, wave, codec.sample_rate), "audio")
+    return f"wrote {args.out}: {wave.shape[0] / codec.sample_rate:.2f} s"
+
+
+def cmd_serve(args) -> str:
+    from ..serve.main import api_key, check_bind, serve
+
+    check_bind(args.host, api_key(args), args.allow_no_key)
+    check_port(args.host, args.port)
+    print(serve_banner(args), file=sys.stderr, flush=True)
+    try:
+        return serve(args)
+    except OSError as e:  # the port was taken while the model loaded
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(port_in_use(args.host, args.port)) from None
+        raise
+
+
+def serve_banner(args) -> str:
+    """The start-up line: where it listens, which model, whether a key is needed, the voices."""
+    from ..serve.main import KEY_ENV, api_key
+
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    key = api_key(args)
+    source = ("--api-key-file" if args.api_key_file else "--api-key" if args.api_key
+              else f"${KEY_ENV}")
+    return (f"sailfish serve: http://{host}:{args.port}/v1 (OpenAI /v1/audio/speech, "
+            f"fish-speech /v1/tts) | model {args.model} "
+            f"({'loaded on the first request' if args.lazy else 'loading now'}) | API key "
+            f"{f'on (from {source})' if key else 'off'} | voices {args.voices}")
+
+
+def cmd_download(args) -> str:
+    path = hub.resolve(args.variant, models_dir=args.models_dir, download=True)
+    return f"model ready in {path}"
+
+
+COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_codes,
+            "voice": cmd_voice, "srt": cmd_srt,
+            "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
+            "download": cmd_download}
