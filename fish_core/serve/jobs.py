@@ -1,7 +1,8 @@
 """Where a speech request becomes a job, once: the one place that resolves its voice (the saved
 voice by name, through the library's loaded-voice memo, its name kept), adds its references
 (each encoded once per request or WebSocket session, ``request.Reference``), plans its text
-(the request's ``Finishing`` with the operator's lexicon: the lexicons, pauses) and builds the
+as the front plans every request (``speech.front.plan``, with the operator's lexicon over the
+request's ``Finishing``) and builds the
 ``SpeechJob`` of its checked ``Request`` (sampling, seed, batch size: nothing checked again) whose
 chunks go to the task's ``emit`` (through a ``TakeLayout`` when pauses, speed or a stream's
 loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 from ..local.driver import SpeechJob
 from ..speech.finishing import Finishing
+from ..speech.front import plan
 from ..speech.layout import TakeLayout, layout_needed
 from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
@@ -59,7 +61,7 @@ class Jobs:
         request, speech = task.request, task.request.speech
         voices = self.voice(runtime, request)
         finishing = self.finishing(request)
-        batches = finishing.batches(speech.text, voices, speech.max_bytes)
+        batches = plan(replace(speech, voices=tuple(voices), finishing=finishing)).batches
         send = {"emit": lambda chunk: task.emit("chunk", chunk)}
         laid_out = layout_needed(batches, 0.0, finishing)
         layout = None  # made after "start": a lead pause's silence is the first chunk

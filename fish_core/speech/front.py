@@ -176,16 +176,8 @@ class Front:
             request.finishing)))
 
     def plan(self, request: Request) -> Plan:
-        """The text batches: respelled, cut at pauses, planned (``speech.finishing``)."""
-        f, voices = request.finishing, request.voices
-        max_bytes = request.max_bytes if self.plans_batches else None
-        if request.kind == "tts":
-            return Plan(f.batches(request.text, voices, max_bytes))
-        if request.kind == "dialogue":
-            by_turn = request.pause > 0 or request.turn_by_turn or not self.plans_batches
-            return Plan(f.turn_batches(request.turns, voices, max_bytes, by_turn), request.pause)
-        batches, owners = f.cue_batches(request.cues, voices)
-        return Plan(batches, 0.0, owners)
+        """The text batches: respelled, cut at pauses, planned (``plan``)."""
+        return plan(request, self.plans_batches)
 
     def sink(self, request: Request, plan: Plan, on_chunk: OnChunk) -> Deferred:
         """Take 1 laid out as it is made (``speech.layout``), made on its first samples."""
@@ -208,6 +200,22 @@ class Front:
             timeline = join_pieces(pieces, take.results, rate, plan.pause)
             speech = Speech(timeline.waveform, rate, take.codes, timeline.segments, take.seed)
         return request.finishing.finish(speech)
+
+
+def plan(request: Request, batches: bool = True) -> Plan:
+    """A request's text batches (``speech.finishing``: respelled, cut at pauses, planned into
+    batches of ``max_bytes``; ``batches`` False: each piece between pauses is one batch, each
+    turn of a dialogue its own), their silences and (subtitles) each one's cue. The front's
+    and the HTTP scheduler's jobs' (``serve.jobs``) one plan."""
+    f, voices = request.finishing, request.voices
+    max_bytes = request.max_bytes if batches else None
+    if request.kind == "tts":
+        return Plan(f.batches(request.text, voices, max_bytes))
+    if request.kind == "dialogue":
+        by_turn = request.pause > 0 or request.turn_by_turn or not batches
+        return Plan(f.turn_batches(request.turns, voices, max_bytes, by_turn), request.pause)
+    cues, owners = f.cue_batches(request.cues, voices)
+    return Plan(cues, 0.0, owners)
 
 
 SpeechSynthesizer = Front  # the interface every synthesizer implements, by name
