@@ -70,6 +70,17 @@ def save_codes(path: str | Path, codes: torch.Tensor) -> None:
         raise ValueError(f"codes are written as .npy or .safetensors, got {path.name!r}")
 
 
+def speak(args, synth, request):
+    """``request`` spoken with a progress bar; what ``--compile auto`` chose said after it."""
+    bar = Bar()
+    try:
+        result = synth.speak(request, on_progress=bar)
+    finally:
+        bar.close()
+    compile_note(args, synth)
+    return result
+
+
 def cmd_say(args) -> str:
     script = read_input(args.script, "--script") if args.script else None
     text = None if script is not None else read_text(args)
@@ -80,14 +91,9 @@ def cmd_say(args) -> str:
     voices = load_voices(args, synth)
     if args.stream:
         return stream_say(args, synth, voices, text)
-    request = build("dialogue" if script is not None else "tts", args, synth,
-                    script if script is not None else text, voices, finishing(args))
-    bar = Bar()
-    try:
-        speech = synth.speak(request, on_progress=bar)
-    finally:
-        bar.close()
-    compile_note(args, synth)
+    speech = speak(args, synth, build("dialogue" if script is not None else "tts", args, synth,
+                                      script if script is not None else text, voices,
+                                      finishing(args)))
     speeches = speech if isinstance(speech, list) else [speech]
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
@@ -195,13 +201,8 @@ def cmd_srt(args) -> str:
     parse_srt(document)  # a bad SRT fails before the model loads
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
-    request = build("subtitles", args, synth, document, voices, finishing(args))
-    bar = Bar()
-    try:
-        result = synth.speak(request, on_progress=bar)
-    finally:
-        bar.close()
-    compile_note(args, synth)
+    result = speak(args, synth, build("subtitles", args, synth, document, voices,
+                                      finishing(args)))
     for line in result.overruns:
         print(f"warning: {line}", file=sys.stderr)
     notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
