@@ -24,3 +24,23 @@ def test_voice_save_and_load_round_trip(env, voice):
         run_v1(env, "SailfishVoiceSave", voice=voice, filename_prefix="../outside")
     with pytest.raises(FileNotFoundError, match="voice: '../x.safetensors'"):
         run_v1(env, "SailfishVoiceLoad", voice="../x.safetensors")
+
+
+def test_voice_save_on_a_full_disk_is_one_clear_node_error(env, voice, monkeypatch):
+    """The disk fills while the voice is written: the node's error names the file and the
+    reason, and no file (whole or partial) is left in the voices folder."""
+    import errno
+
+    from fish_core.audio import atomic
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    voices_dir = env.base / "models" / "fish_speech_voices"
+    before = sorted(p.name for p in voices_dir.rglob("*")) if voices_dir.exists() else []
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(ValueError, match=r"cannot write .*full_00001\.safetensors: no space "
+                                         r"left on the device$"):
+        run_v1(env, "SailfishVoiceSave", voice=voice, filename_prefix="full")
+    monkeypatch.undo()
+    assert sorted(p.name for p in voices_dir.rglob("*")) == before

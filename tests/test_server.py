@@ -211,6 +211,35 @@ def test_voice_library_both_dialects(server, voices_dir):
     assert sorted(p.name for p in voices_dir.rglob("*.safetensors")) == ["alice.safetensors"]
 
 
+def test_voice_upload_on_a_full_disk_is_507_naming_the_field(server, voices_dir, monkeypatch):
+    """The disk fills while a voice is saved: 507 naming the field and the reason (not a 500,
+    not the server's path), no file left behind, the voice not listed; then it saves."""
+    import errno
+
+    from fish_core.audio import atomic
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    before = sorted(p.name for p in voices_dir.rglob("*"))
+    clip = wav_bytes(tone(44100, 0.6, 180), 44100)
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    for path, data in (("/v1/audio/voices", {"name": "dora", "text": "Dora here."}),
+                       ("/v1/references/add", {"id": "dora", "text": "Dora here."})):
+        answer = http(server, "POST", path, data=data, files={"audio": ("d.wav", clip, "audio/wav")})
+        error = answer.json()["error"]
+        assert answer.status_code == 507, answer.text
+        assert error["param"] == ("name" if "voices" in path else "id")
+        assert "no space left on the device" in error["message"]
+        assert str(voices_dir) not in error["message"]
+    assert sorted(p.name for p in voices_dir.rglob("*")) == before
+    assert "dora" not in [v["id"] for v in http(server, "GET", "/v1/audio/voices").json()["data"]]
+    monkeypatch.undo()
+    added = http(server, "POST", "/v1/audio/voices", data={"name": "dora", "text": "Dora."},
+                 files={"audio": ("d.wav", clip, "audio/wav")})
+    assert added.status_code == 201 and http(server, "DELETE", "/v1/audio/voices/dora").is_success
+
+
 # ---------------------------------------------------------------- bad requests
 GOOD = {"model": "s2-pro", "input": "Fine.", "voice": "alice", "max_new_tokens": 8}
 AUDIO = base64.b64encode(wav_bytes(tone(44100, 0.3), 44100)).decode()

@@ -234,7 +234,8 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     """Write ``wave`` ([T], [C, T] or [1, C, T], float in [-1, 1]) to .wav or .flac.
 
     Samples are clipped to [-1, 1]. Default subtype is 16-bit PCM for both formats; wav also takes
-    PCM_24/PCM_32/FLOAT and flac PCM_24. Parent folders are created. Returns the path written.
+    PCM_24/PCM_32/FLOAT and flac PCM_24. Parent folders are created; the file is replaced
+    atomically (``atomic.write_file``: a failed write leaves the old file). Returns the path.
     """
     path = Path(path)
     ext = path.suffix.lower()
@@ -262,13 +263,15 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     if not np.isfinite(x).all():
         raise AudioError(f"cannot write {path}: wave contains NaN/Inf samples")
 
+    from .atomic import write_bytes
+
     sf = import_soundfile()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    data = io.BytesIO()
     try:
-        sf.write(str(path), np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
-    except (sf.LibsndfileError, RuntimeError, OSError) as e:
+        sf.write(data, np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
+    except (sf.LibsndfileError, RuntimeError) as e:
         raise AudioError(f"cannot write {path}: {e}") from None
-    return path
+    return write_bytes(path, data.getvalue())
 
 
 def _check_rate(sample_rate, name: str) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .atomic import write_bytes
 from .files import AudioError, import_soundfile, import_soxr
 from .wav import pcm16, wav_header
 
@@ -70,9 +71,7 @@ def encode(wave: torch.Tensor, sample_rate: int, fmt: str) -> bytes:
 
 def write(path, wave: torch.Tensor, sample_rate: int) -> Path:
     """``wave`` ``[T]`` written to ``path`` in the format its suffix names (parent folders are
-    made). Returns the path."""
+    made), atomically (``atomic.write_file``: a failed write leaves the old file). Returns the
+    path."""
     path = Path(path)
-    data = encode(wave, sample_rate, format_of(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return path
+    return write_bytes(path, encode(wave, sample_rate, format_of(path)))

@@ -108,7 +108,10 @@ def stopped_note(args) -> str:
         return (f"the chapters finished so far are in {args.out}; the same command resumes "
                 "with the next one")
     if getattr(args, "stream", False) and args.out != "-":
-        return f"{args.out} holds the audio streamed so far"
+        from ..outputs import partial_path
+
+        return (f"{partial_path(args.out)} holds the audio streamed so far (a partial answer; "
+                f"{args.out} was not written)")
     if args.command == "serve":
         return "server stopped"
     if args.command == "download":

@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from ..loading import hub
-from ..params import SamplingParams
-from ..outputs import (OutputError,
-                      take_paths, write_audio, write_or_keep)
+from ..params import Cancelled, SamplingParams
+from ..remote.http import RemoteError
+from ..outputs import (OutputError, StreamFile,
+                      take_paths, write_audio, write_bytes, write_or_keep, write_text)
 from ..text.pace import Pace
 from ..text.plan import check_text
 from .parser import plural
@@ -56,16 +57,20 @@ def save(path: str, write, what: str) -> None:
 
 
 def save_codes(path: str | Path, codes: torch.Tensor) -> None:
+    """Codes as .npy or .safetensors, written atomically (``audio.atomic``)."""
+    import io
+
     import numpy as np
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".npy":
-        np.save(path, codes.cpu().numpy().astype(np.int64))
+        data = io.BytesIO()
+        np.save(data, codes.cpu().numpy().astype(np.int64))
+        write_bytes(path, data.getvalue())
     elif path.suffix == ".safetensors":
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        save_file({"codes": codes.cpu().to(torch.int64).contiguous()}, str(path))
+        write_bytes(path, save({"codes": codes.cpu().to(torch.int64).contiguous()}))
     else:
         raise ValueError(f"codes are written as .npy or .safetensors, got {path.name!r}")
 
@@ -108,7 +113,9 @@ def cmd_say(args) -> str:
 
 
 def stream_say(args, synth, voices, text: str | None) -> str:
-    """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
+    """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks. A file
+    grows as ``NAME.partial.wav`` and takes its name when the answer is whole; a stream that
+    fails leaves it marked partial and says so (``outputs.StreamFile``)."""
     from ..audio.wav import StreamEncoder, wav_header
 
     if text is None:
@@ -117,19 +124,30 @@ def stream_say(args, synth, voices, text: str | None) -> str:
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
     stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
-    out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
+    out = None if to_stdout else StreamFile(args.out, synth.sample_rate,
+                                            wav_header if fmt == "wav" else None)
     try:
         with stream:
             for chunk in stream:
-                out.write(encode(chunk))
-                out.flush()
+                if out is None:
+                    sys.stdout.buffer.write(encode(chunk))
+                    sys.stdout.buffer.flush()
+                else:
+                    out.write(encode(chunk), chunk.shape[0])
                 samples += chunk.shape[0]
-        if fmt == "wav" and not to_stdout:  # a file: put the real length in the header
-            out.seek(0)
-            out.write(wav_header(synth.sample_rate, samples))
-    finally:
-        if not to_stdout:
-            out.close()
+    except KeyboardInterrupt:
+        if out is not None:
+            out.abandon()
+        raise
+    except Exception as e:
+        held = (out.abandon() if out is not None else
+                f"the {samples / synth.sample_rate:.2f} s on stdout are a partial answer")
+        if not isinstance(e, (ValueError, OSError, RemoteError, Cancelled)):
+            print(f"error: the stream failed; {held}", file=sys.stderr)
+            raise
+        raise OutputError(f"{e}; {held}") from None
+    if out is not None:
+        out.finish()
     compile_note(args, synth)
     return f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}"
 
@@ -208,7 +226,7 @@ def cmd_srt(args) -> str:
     notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
                            Path(args.out), "audio")]
     if args.srt_out:
-        notes.append(write_or_keep(lambda p: p.write_text(result.srt(), encoding="utf-8"),
+        notes.append(write_or_keep(lambda p: write_text(p, result.srt()),
                                    Path(args.srt_out), "SRT"))
     if any(notes):
         raise OutputError("; ".join(n for n in notes if n))

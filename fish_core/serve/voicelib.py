@@ -17,12 +17,14 @@ added, renamed or deleted a voice.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
 from ..access import file_stamp
+from ..audio.atomic import WriteError
 from ..speech.library import VoiceFolders, VoiceNameError
 from ..speech.voices import Voice, VoiceError
 from .http.errors import ApiError, detail
@@ -126,9 +128,11 @@ class VoiceLibrary:
             path = self._inside(self.roots[0], name, param)
             voice.name = name.rsplit("/", 1)[-1]
             try:
-                return voice.save(path)
+                return voice.save(path)  # atomic: a failed write leaves no file
             except (FileExistsError, NotADirectoryError, IsADirectoryError):  # made meanwhile
                 raise self.taken(name, param, "is taken by a file or folder") from None
+            except WriteError as e:
+                raise not_saved(name, param, e) from None
             finally:
                 self.changed()
 
@@ -151,6 +155,17 @@ class VoiceLibrary:
             finally:
                 self.changed()
             return target
+
+
+def not_saved(name: str, param: str, error: WriteError) -> ApiError:
+    """A voice the disk would not take: 507 Insufficient Storage when it is full (or over a
+    quota), 409 when the name is taken by a folder meanwhile, else 500; the reason, never the
+    server's path."""
+    if error.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        return VoiceLibrary.taken(name, param, "is taken by a file or folder")
+    status = 507 if error.full else 500
+    return ApiError(status, f"{param}: the voice {name!r} could not be saved: {error.reason}",
+                    param, "insufficient_storage" if error.full else "voice_not_saved")
 
 
 def subfolders(root: Path) -> list[Path]:

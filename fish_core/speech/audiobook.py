@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Callable
 
 import torch
 
+from ..audio.atomic import TEMP_BYTES, write_text
 from ..params import pick_seed
 from ..text.book import Book, read_book
 from ..text.lexicon import Lexicon
@@ -46,7 +46,7 @@ FORMATS = ("wav", "flac")
 VERSION = 1
 NAME_BYTES = 255  # a file name's limit on common file systems (ext4, APFS, NTFS in UTF-16)
 TITLE_BYTES = 200  # a title's part of a chapter's file name
-PARTIAL = ".partial-"  # a chapter file's name while it is written
+PARTIAL = "." + "x" * TEMP_BYTES  # what a chapter file's temporary name adds (audio.atomic)
 
 
 @dataclass
@@ -196,17 +196,13 @@ def read_manifest(folder: Path) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(partial, path)
+    write_text(path, json.dumps(data, ensure_ascii=False, indent=1))
 
 
 def write_audio(path: Path, wave: torch.Tensor, sample_rate: int) -> None:
     from ..audio.files import save_audio
 
-    partial = path.with_name(f"{PARTIAL}{path.name}")
-    save_audio(partial, wave, sample_rate)
-    os.replace(partial, path)
+    save_audio(path, wave, sample_rate)  # atomic: a temporary file, renamed when whole
 
 
 def write_chapter_files(folder: Path, result: BookResult) -> None:
@@ -225,14 +221,14 @@ def write_chapter_files(folder: Path, result: BookResult) -> None:
                 f"  TRACK {row['index']:02d} AUDIO",
                 f'    TITLE "{cue_text(row["title"])}"',
                 "    INDEX 01 00:00:00"]
-    (folder / "book.cue").write_text("\n".join(cue) + "\n", encoding="utf-8")
+    write_text(folder / "book.cue", "\n".join(cue) + "\n")
     meta = [";FFMETADATA1", f"title={ffmeta_text(result.title)}"]
     for row in rows:
         begin = round(row["start"] * 1000)
         meta += ["", "[CHAPTER]", "TIMEBASE=1/1000", f"START={begin}",
                  f"END={begin + round(row['duration'] * 1000)}",
                  f"title={ffmeta_text(row['title'])}"]
-    (folder / "chapters.ffmetadata").write_text("\n".join(meta) + "\n", encoding="utf-8")
+    write_text(folder / "chapters.ffmetadata", "\n".join(meta) + "\n")
 
 
 def one_line(value: str) -> str:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
+from ..audio.atomic import write_bytes
 from ..text.lexicon import Lexicon, LexiconError
 from ..text.prompt import Reference
 from ..text.plan import Turn, check_text
@@ -64,9 +65,8 @@ class Voice:
                 "num_codebooks": str(num_codebooks)}
         if self.lexicon:
             meta["lexicon"] = self.lexicon.text()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, str(path), metadata=meta)
-        return path
+        # our own temporary file, renamed when whole (never safetensors' own file writing)
+        return write_bytes(path, save(tensors, metadata=meta))
 
     @classmethod
     def load(cls, path: str | Path, num_codebooks: int | None = None,
