@@ -347,3 +347,42 @@ def test_finishing_happens_locally_and_pauses_split_the_requests(server, synth):
         streamed = torch.cat(list(stream))
     whole = client.tts("One. [pause:250ms] Two.", seed=2, **FAST)
     assert torch.equal(streamed, whole.waveform)
+
+
+def test_a_stream_cut_by_the_server_is_never_a_finished_answer(server, synth, tmp_path,
+                                                               monkeypatch, capsys):
+    """The server's timeout passes right after a request's first chunk went out: the stream is
+    cut (no final chunk), so ``say --remote -o x.wav`` fails (after its retries) and leaves
+    the old file as it was; ``say --stream`` keeps what came as ``x.partial.wav`` and says so;
+    the Python API raises rather than return the cut answer."""
+    from fish_core import cli
+    from fish_core.serve import scheduler
+
+    class TimesOut(scheduler.Task):
+        def __init__(self, request, emit, timeout):
+            def emitting(kind, value):
+                emit(kind, value)
+                if kind == "chunk" and self.job is not None:
+                    self.job.deadline = 0.0  # the request's --timeout passes now
+            super().__init__(request, emitting, timeout)
+
+    monkeypatch.setattr(scheduler, "Task", TimesOut)
+    monkeypatch.setenv("TEST_ENGINE_KEY", KEY)
+    engine = ["--remote", server.url, "--api-key-env", "TEST_ENGINE_KEY", "--max-new-tokens",
+              str(FAST["max_new_tokens"]), "--seed", "13"]
+    text = "The first sentence is here. A second one follows it."
+    out = tmp_path / "remote.wav"
+    out.write_bytes(b"an older, whole answer")
+    capsys.readouterr()
+    assert cli.main(["say", text, "-o", str(out), *engine]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "cut off before its end" in err, err
+    assert out.read_bytes() == b"an older, whole answer"
+    live = tmp_path / "live.wav"
+    assert cli.main(["say", text, "--stream", "-o", str(live), *engine]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'live.partial.wav'} holds the" in err and "a partial answer" in err
+    assert not live.exists() and (tmp_path / "live.partial.wav").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live.partial.wav", "remote.wav"]
+    with pytest.raises(RemoteError, match="cut off before its end"):
+        remote(server, synth, retries=0).tts(text, seed=13, **FAST)

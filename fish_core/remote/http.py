@@ -165,7 +165,10 @@ class Response:
 
     def read(self) -> bytes:
         self.check_cancel()
-        return self._count(self.raw.read1(min(CHUNK_BYTES, self.limit - self.received + 1)))
+        piece = self.raw.read1(min(CHUNK_BYTES, self.limit - self.received + 1))
+        if not piece and self.raw.length:  # closed before its Content-Length: a short answer
+            raise http.client.IncompleteRead(b"", self.raw.length)
+        return self._count(piece)
 
     def body(self) -> bytes:
         data = bytearray()
@@ -396,6 +399,8 @@ def server_message(data: bytes, quote: Callable[[str], str] = quote) -> str:
 def describe(error: Exception) -> str:
     if isinstance(error, socket.timeout):
         return "timed out"
+    if isinstance(error, http.client.IncompleteRead):  # a cut chunked body, a short one
+        return "the answer was cut off before its end (an incomplete transfer)"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 

@@ -118,31 +118,44 @@ async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.Str
         response.headers["Cache-Control"] = "no-cache"
     await response.prepare(request)
     try:
-        await stream_body(items, request, response, encode, sse, kind, value, info)
+        whole = await stream_body(items, request, response, encode, sse, kind, value, info)
     except (ClientGone, ConnectionResetError):  # the client left mid-stream
+        return response
+    if not whole:  # never end a cut answer as if it were whole: no final chunk
+        cut(request)
         return response
     await response.write_eof()
     return response
 
 
+def cut(request: web.Request) -> None:
+    """End a streamed answer that failed after its first byte as an incomplete transfer: the
+    connection is closed (what was sent is delivered) without HTTP's final chunk, so every
+    client sees a cut answer (curl: exit 18, aiohttp: ``ClientPayloadError``, http.client:
+    ``IncompleteRead``), never a whole one."""
+    if request.transport is not None:
+        request.transport.close()
+
+
 async def stream_body(items, request, response, encode, sse: bool, kind: str, value,
-                      info: dict) -> None:
-    """Write the chunks as they come (``kind, value``: the first report, already read)."""
+                      info: dict) -> bool:
+    """Write the chunks as they come (``kind, value``: the first report, already read).
+    Returns whether the answer is whole (False: it failed after its first byte)."""
     samples = 0
     while True:
-        if kind == "error":  # too late for a status: say it in the stream, or just end it
+        if kind == "error":  # too late for a status: say it in the stream, and cut it
             log.warning("Sailfish serve: stream ended early: %s", value.message)
             if sse:
                 await response.write(sse_event({"type": "error", "error": value.body()["error"]}))
-            break
+            return False
         if kind == "done":
             if sse:
                 frames = samples // info["frame_length"]
                 await response.write(sse_event({"type": "speech.audio.done",
                                                 "usage": {"output_tokens": frames}}))
-            break
+            return True
         samples += value.shape[0]
-        if samples > info["max_samples"]:  # said in the stream (SSE) or the stream just ends
+        if samples > info["max_samples"]:  # said in the stream (SSE), and the stream is cut
             kind, value = "error", too_long(info)
             continue
         data = encode(value)
