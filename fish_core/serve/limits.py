@@ -1,5 +1,5 @@
 """``Limits``: the bounds one service holds every request to (bodies, text, references, time,
-WebSocket sessions); the CLI's ``serve`` options set them."""
+WebSocket sessions, the drain at shutdown); the CLI's ``serve`` options set them."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class Limits:
     max_streams_per_client: int = 8  # WS sessions open at once from one peer address
     max_answer_seconds: float = MAX_ANSWER_SECONDS  # audio of one answer (``budgets``)
     max_streams: int = 64  # WS sessions open at once in all (503 before the upgrade beyond)
+    shutdown_seconds: float = 5.0  # SIGTERM: what is in progress may finish within this
 
     def request_bytes(self) -> int:
         """The most bytes of a request (or WebSocket message) that carries no reference audio:

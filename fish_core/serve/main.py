@@ -19,6 +19,7 @@ from .limits import Limits
 
 DEFAULT_VOICES = hub.DEFAULT_MODELS_DIR.parent / "voices"  # where the nodes save outside ComfyUI
 KEY_ENV = "SAILFISH_SERVE_API_KEY"
+HANDLERS_GRACE_SECONDS = 2.0  # after the drain, for told handlers to finish before cancelling
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -103,6 +104,11 @@ def add_limit_args(g) -> None:
     g.add_argument("--max-streams", type=int, default=limits.max_streams,
                    help="WS /v1/audio/speech/stream sessions open at once from all clients "
                         "together; more get 503 with Retry-After")
+    g.add_argument("--shutdown-timeout", type=float, default=limits.shutdown_seconds,
+                   metavar="SECONDS",
+                   help="on SIGTERM or Ctrl-C: new requests get 503 at once, those in progress "
+                        "may finish within this many seconds; what is left is ended (503, a "
+                        "cut stream, a WebSocket error and close) and the server exits")
 
 
 def api_key(args) -> str | None:
@@ -157,7 +163,7 @@ def limits_of(args) -> Limits:
                   timeout_seconds=args.timeout, body_timeout_seconds=args.body_timeout,
                   stream_idle_seconds=args.stream_idle_timeout,
                   max_streams_per_client=args.max_streams_per_client,
-                  max_streams=args.max_streams)
+                  max_streams=args.max_streams, shutdown_seconds=args.shutdown_timeout)
 
 
 def lexicon_of(args):
@@ -184,7 +190,13 @@ def serve(args) -> str:
                          f"{args.max_streams_per_client}")
     if args.max_streams < 1:
         raise ValueError(f"--max-streams must be at least 1, got {args.max_streams}")
+    if not args.shutdown_timeout >= 0:
+        raise ValueError(f"--shutdown-timeout must be 0 or more seconds, got "
+                         f"{args.shutdown_timeout}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     service = build_service(args, key)
-    web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG)
+    # SIGTERM/SIGINT: the app's on_shutdown drains and ends every request (Service.shutdown);
+    # the handlers, told, end at once: aiohttp waits a moment more for them, not a minute
+    web.run_app(create_app(service), host=args.host, port=args.port, access_log=ACCESS_LOG,
+                shutdown_timeout=HANDLERS_GRACE_SECONDS)
     return "server stopped"

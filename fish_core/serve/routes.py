@@ -55,7 +55,7 @@ def create_app(service: Service) -> web.Application:
     app.add_routes(routes(service))
 
     async def close(_app):
-        await asyncio.get_running_loop().run_in_executor(None, service.close)
+        await service.shutdown(service.limits.shutdown_seconds)
 
     app.on_shutdown.append(close)
     return app

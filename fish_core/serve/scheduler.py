@@ -34,7 +34,7 @@ from ..params import GenerationError
 from ..local.driver import JobRows, SpeechJob
 from ..text.lexicon import Lexicon
 from .request import SpeechRequest
-from .http.errors import ApiError, detail
+from .http.errors import ApiError, detail, shutting_down
 from .http.logs import log
 from .jobs import Jobs
 from .limits import Limits
@@ -91,7 +91,7 @@ class Scheduler:
         task = Task(request, emit, self.limits.timeout_seconds)
         with self._cond:
             if self._closed:
-                raise ApiError(503, "the server is shutting down")
+                raise shutting_down()
             self._queue.append(task)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sailfish-scheduler",
@@ -105,10 +105,13 @@ class Scheduler:
         return len(self._queue)
 
     def close(self) -> None:
+        """Stop: every queued task is told the server is shutting down (and the running ones,
+        at the worker's next frame: ``step``), then the worker ends."""
         with self._cond:
             self._closed = True
             for task in self._queue:
-                task.cancel()
+                end(task)
+            self._queue.clear()
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -157,7 +160,7 @@ class Scheduler:
             return False
         if self._closed:
             for task in running.values():
-                task.cancel()
+                end(task)
         for job in rows.step():
             self._settle(running.pop(id(job)))
         return True
@@ -226,11 +229,21 @@ class Scheduler:
             task.emit("done", None)
         else:
             with self._cond:
-                self._queue.append(task)  # its next text batch waits its turn
+                if self._closed:
+                    end(task)
+                else:
+                    self._queue.append(task)  # its next text batch waits its turn
 
     def _start(self, runtime, task: Task) -> None:
         """Build the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""
         self.jobs.start(runtime, task)
+
+
+def end(task: Task) -> None:
+    """The server stops: tell the task (once), and stop its generation."""
+    if not task.cancelled.is_set():
+        task.emit("error", shutting_down())
+    task.cancel()
 
 
 def fail(task: Task, error: Exception) -> None:

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .http.errors import ApiError
+from .http.errors import ApiError, shutting_down
+from .http.logs import log
 from .http.guard import Guard, require_loopback_peer
 from .limits import Limits
 from .scheduler import Scheduler
@@ -72,6 +73,8 @@ class Service:
         self._open = 0  # requests admitted and not finished
         self._open_lock = threading.Lock()
         self._streams: dict[str, int] = {}  # open WebSocket sessions per client (peer address)
+        self.sessions: set = set()  # the WebSocket sessions running (told at shutdown)
+        self.stopping = False  # shutting down: every new request gets 503
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
                                    default_voice=default_voice, batching=batching,
                                    lexicon=lexicon)
@@ -115,10 +118,14 @@ class Service:
 
     def check_place(self) -> None:
         """429 when every place is taken (a WebSocket session starting; it takes none yet)."""
+        if self.stopping:
+            raise shutting_down()
         if self._open >= self.max_queue:
             raise self.busy_error()
 
     def _take(self) -> bool:
+        if self.stopping:
+            raise shutting_down()
         with self._open_lock:
             if self._open >= self.max_queue:
                 return False
@@ -161,6 +168,8 @@ class Service:
         server)."""
         client = client or "?"
         limit = self.limits.max_streams_per_client
+        if self.stopping:
+            raise shutting_down()
         with self._open_lock:
             if sum(self._streams.values()) >= self.limits.max_streams:
                 raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
@@ -189,3 +198,22 @@ class Service:
 
     def close(self) -> None:
         self.scheduler.close()
+
+    async def shutdown(self, timeout: float) -> None:
+        """The server stops (SIGTERM, SIGINT; ``--shutdown-timeout``): new requests get 503 "the
+        server is shutting down" at once; those in progress may finish within ``timeout``
+        seconds; then what is left is ended and told: a request with nothing sent yet gets the
+        503, a stream already started is cut (``api/speak.py``), a WebSocket session gets the
+        error message and the close."""
+        self.stopping = True
+        if self._open or self.sessions:
+            log.warning("Sailfish serve: shutting down: %d requests in progress and %d "
+                        "speech streams open get up to %g s to finish", self._open,
+                        len(self.sessions), timeout)
+        deadline = time.monotonic() + timeout
+        while self._open and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        error = shutting_down()
+        await asyncio.gather(asyncio.get_running_loop().run_in_executor(None, self.close),
+                             *(session.fail(error) for session in list(self.sessions)),
+                             return_exceptions=True)

@@ -22,7 +22,8 @@ from .stream_config import (StreamConfig, parse_config, parse_message, sentence_
                             text_message_limit)
 
 INLINE_PARSE_BYTES = 16 * 1024  # larger messages are parsed on an executor thread
-CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1008, 1011, 1013
+CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_ERROR, CLOSE_TRY_LATER = (
+    1000, 1001, 1008, 1011, 1013)
 END = object()  # queued after the last sentence
 
 
@@ -47,6 +48,7 @@ class Session:
         self.idle_since = time.monotonic()  # the last progress: a sentence added or spoken
         self.task = None  # the scheduler task of the sentence being spoken
         self._send = asyncio.Lock()
+        self.failed = False  # the error was said (once: the session's own or the shutdown's)
 
     # ---------------------------------------------------------------- run
     async def run(self) -> None:
@@ -54,6 +56,7 @@ class Session:
         either side fails (its error raised here)."""
         speaker = asyncio.ensure_future(self.speak())
         reader = asyncio.ensure_future(self.read())
+        self.service.sessions.add(self)  # told when the server stops (Service.shutdown)
         try:
             done, _ = await asyncio.wait({speaker, reader}, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -62,6 +65,7 @@ class Session:
             for task in (speaker, reader):
                 task.cancel()
             await asyncio.gather(speaker, reader, return_exceptions=True)
+            self.service.sessions.discard(self)
             self.stop()
 
     def stop(self) -> None:
@@ -71,9 +75,11 @@ class Session:
 
     async def fail(self, error: ApiError) -> None:
         """The error message, then the close (when the client can still hear it)."""
-        if self.ws.closed:
+        if self.ws.closed or self.failed:
             return
-        code = {429: CLOSE_TRY_LATER, 500: CLOSE_ERROR}.get(error.status, CLOSE_POLICY)
+        self.failed = True
+        code = {429: CLOSE_TRY_LATER, 500: CLOSE_ERROR, 503: CLOSE_GOING_AWAY}.get(
+            error.status, CLOSE_POLICY)
         try:
             await self.send_json({"type": "error", "error": error.body()["error"]})
             await self.ws.close(code=code, message=error.message[:120].encode("utf-8", "ignore"))

@@ -30,6 +30,13 @@ class ApiError(Exception):
                           "code": self.code}}
 
 
+def shutting_down() -> ApiError:
+    """What a request is told when the server stops (SIGTERM, SIGINT) before it could be
+    answered: a 503 a load balancer retries elsewhere."""
+    return ApiError(503, "the server is shutting down", None, "shutting_down",
+                    {"Retry-After": "1"})
+
+
 def bad(param: str, message: str, status: int = 400, code: str | None = None) -> ApiError:
     return ApiError(status, f"{param}: {message}", param, code)
 
