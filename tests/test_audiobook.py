@@ -288,3 +288,40 @@ def test_the_book_command_says_one_error_line_for_a_zip_bomb(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: book: bomb.epub: 'OEBPS/a.xhtml' inflates to 67108864 bytes")
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_re_rendered_book_holds_exactly_its_chapters(tmp_path):
+    """Chapter 2 renamed, chapter 3 deleted, then the run again: the old files of chapters 2
+    and 3 are moved aside into a dated folder (said in the report), so the folder holds exactly
+    the chapters, and its listing is what the docs' ffmpeg recipe joins; files that are not a
+    book's are left alone, a killed run's temporary files are removed."""
+    from types import SimpleNamespace
+
+    import torch
+
+    class Speaker:  # a short tone per chapter, no model: this is about the files
+        def tts(self, text, voice, **_):
+            wave = 0.1 * torch.sin(torch.arange(2205 + len(text)) / 5.0)
+            return SimpleNamespace(waveform=wave, sample_rate=44100, duration=wave.shape[0] / 44100)
+
+    out = tmp_path / "out"
+    first = text_chapters("Morning\n\nThe sun.\n\n\n\nNoon\n\nThe heat.\n\n\n\nNight\n\nThe moon.")
+    render_book(Speaker(), first, out, seed=1)
+    assert sorted(p.name for p in out.glob("0*.wav")) == [
+        "001 Morning.wav", "002 Noon.wav", "003 Night.wav"]
+    (out / "notes.txt").write_text("mine")
+    (out / ".001 Morning.wav.k2j4x9ab.tmp").write_bytes(b"half")  # a killed run's
+    second = text_chapters("Morning\n\nThe sun.\n\n\n\nMidday\n\nThe heat.")
+    result = render_book(Speaker(), second, out, seed=1)
+    chapters = ["001 Morning.wav", "002 Midday.wav"]
+    aside = result.stale.folder
+    assert aside is not None and aside.parent == out and aside.name.startswith("stale-")
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(
+        chapters + ["book.json", "chapters.json", "book.cue", "chapters.ffmetadata", "notes.txt"])
+    assert sorted(p.name for p in aside.iterdir()) == ["002 Noon.wav", "003 Night.wav"]
+    assert [c["file"] for c in json.loads((out / "chapters.json").read_text())["chapters"]] == chapters
+    assert result.stale.note() == (f"moved 2 files of chapters the book no longer has "
+                                   f"(002 Noon.wav, 003 Night.wav) to {aside}")
+    assert [c.skipped for c in result.chapters] == [True, False]
+    again = render_book(Speaker(), second, out, seed=1)  # nothing stale: nothing moved
+    assert again.stale.files == [] and again.stale.note() == ""

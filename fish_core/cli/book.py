@@ -30,6 +30,7 @@ def cmd_book(args) -> str:
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped
+    stale = result.stale.note()
     return (f"wrote {args.out}: {plural(len(result.chapters), 'chapter')} ({made} spoken, "
             f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
-            "chapters.ffmetadata")
+            "chapters.ffmetadata" + (f"; {stale}" if stale else ""))

@@ -15,7 +15,10 @@ What the folder gets:
   setting: voice, seed, finishing, sampling, model). A run that is interrupted (Ctrl-C, a
   crash, a kill) resumes: a chapter whose file is there with the same digest is left
   untouched and skipped. Files are written under a temporary name and renamed when complete,
-  so a killed run never leaves a half chapter that looks finished.
+  so a killed run never leaves a half chapter that looks finished;
+* after a run that spoke the whole book, the files of chapters it no longer has (renamed,
+  removed, another format) are moved aside into ``stale-<date>/`` (``speech.stale_chapters``),
+  so the folder holds exactly the book's chapters.
 
 Without a seed the first run picks one and keeps it in ``book.json``, so a resumed run
 speaks in the same voice. Progress (``on_progress(done, total)``) counts characters of the
@@ -39,6 +42,7 @@ from ..params import pick_seed
 from ..text.book import Book, read_book
 from ..text.lexicon import Lexicon
 from .finishing import Finishing
+from .stale_chapters import SetAside, set_aside
 from .voices import Voice
 
 MANIFEST = "book.json"
@@ -64,6 +68,7 @@ class BookResult:
     folder: Path
     seed: int
     chapters: list[ChapterFile] = field(default_factory=list)
+    stale: SetAside = field(default_factory=SetAside)  # chapters the book no longer has
 
     @property
     def skipped(self) -> int:
@@ -141,6 +146,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     write_json(folder / MANIFEST, {"title": book.title, "seed": seed, "settings": settings,
                                    "chapters": entries})
     write_chapter_files(folder, result)
+    result.stale = set_aside(folder, names)  # the folder holds exactly the book's chapters
     return result
 
 
