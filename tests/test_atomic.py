@@ -207,3 +207,23 @@ def test_cli_outputs_survive_a_file_size_limit(ckpt_dir, sizes, tmp_path):
         assert (out / name).read_bytes() == data
     assert [stray(f, set()) for f in (work, temp)] == [[], []]
     assert stray(out, set(old)) == []
+
+
+def test_voices_and_codes_never_rely_on_safetensors_own_file_writing(tmp_path, monkeypatch):
+    """Voices and codes are serialised in memory and written through ``write_file`` (whatever
+    the installed safetensors does with files), and read back whole."""
+    import safetensors.torch
+
+    from fish_core.cli.commands import save_codes
+    from fish_core.speech.voices import Voice
+    from fish_core.text.prompt import Reference
+
+    def never(*args, **kwargs):
+        raise AssertionError("safetensors' own file writing was used")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", never)
+    codes = torch.arange(6, dtype=torch.long).reshape(2, 3)
+    Voice("me", [Reference("Hi.", codes)]).save(tmp_path / "me.safetensors")
+    assert torch.equal(Voice.load(tmp_path / "me.safetensors").clips[0].codes, codes)
+    save_codes(tmp_path / "c.safetensors", codes)
+    assert torch.equal(safetensors.torch.load_file(tmp_path / "c.safetensors")["codes"], codes)
