@@ -227,3 +227,29 @@ def test_voices_and_codes_never_rely_on_safetensors_own_file_writing(tmp_path, m
     assert torch.equal(Voice.load(tmp_path / "me.safetensors").clips[0].codes, codes)
     save_codes(tmp_path / "c.safetensors", codes)
     assert torch.equal(safetensors.torch.load_file(tmp_path / "c.safetensors")["codes"], codes)
+
+
+def test_a_streamed_file_takes_its_name_only_when_whole(tmp_path):
+    """``say --stream -o talk.wav``: the audio grows in ``talk.partial.wav`` (its WAV header
+    keeping the length written); a whole answer replaces ``talk.wav``, a failed one keeps the
+    partial name, playable, and ``talk.wav`` untouched."""
+    import soundfile as sf
+
+    from fish_core.audio.wav import StreamEncoder, wav_header
+    from fish_core.outputs import StreamFile
+
+    target = tmp_path / "talk.wav"
+    target.write_bytes(b"an older answer")
+    chunk = 0.1 * torch.sin(torch.arange(441) / 3.0)
+    encode, failed = StreamEncoder("wav", 44100), StreamFile(target, 44100, wav_header)
+    failed.write(encode(chunk), chunk.shape[0])
+    failed.write(encode(chunk), chunk.shape[0])
+    note = failed.abandon()
+    partial = tmp_path / "talk.partial.wav"
+    assert note == f"{partial} holds the 0.02 s streamed before it (a partial answer); {target} was not written"
+    assert target.read_bytes() == b"an older answer" and sf.info(partial).frames == 882
+    encode, whole = StreamEncoder("wav", 44100), StreamFile(target, 44100, wav_header)
+    whole.write(encode(chunk), chunk.shape[0])
+    whole.finish()
+    assert sf.info(target).frames == 441 and not partial.exists()
+    assert stray(tmp_path, {"talk.wav"}) == []
