@@ -775,3 +775,34 @@ def test_the_worker_behind_a_router_is_named_in_errors_and_logs(sizes, caplog):
     with StandIn(app) as router, caplog.at_level("INFO", logger="sailfish.remote"):
         RemoteSynthesizer(router.url, "sglang-omni", sample_rate=rate).tts("Hi.", **FAST)
     assert any("(worker worker-a): HTTP 200" in r.getMessage() for r in caplog.records)
+
+
+def test_our_dialect_needs_the_explicit_end():
+    """Sailfish's SSE answer is whole only with ``speech.audio.done``: one cut on an event's
+    boundary (nothing in HTTP's framing wrong) is an incomplete answer, retried or failed."""
+    import http.client
+    import json as json_
+
+    from fish_core.audio.wav import wav_header
+    from fish_core.remote.dialects import Params, Sailfish
+
+    pcm = np.arange(64, dtype="<i2").tobytes()
+    events = [{"type": "speech.audio.delta",
+               "audio": base64.b64encode(wav_header(44100) + pcm).decode()}]
+
+    class Answer:
+        where, headers, quote = "test", {"Content-Type": "text/event-stream"}, str
+
+        def __init__(self, events):
+            self.data = [b"".join(f"data: {json_.dumps(e)}\n\n".encode() for e in events), b""]
+
+        def read(self):
+            return self.data.pop(0)
+
+    got = []
+    params = Params(1, 0.8, 0.8, 30, 8, 200, "s2-pro", 44100)
+    Sailfish().read(Answer(events + [{"type": "speech.audio.done"}]),
+                    lambda s, r: got.append(s), params)
+    assert sum(s.shape[0] for s in got) == 64
+    with pytest.raises(http.client.IncompleteRead):
+        Sailfish().read(Answer(events), lambda s, r: None, params)

@@ -15,6 +15,7 @@ import io
 import json
 import re
 import uuid
+from http.client import IncompleteRead
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -206,8 +207,11 @@ def stated_consent(consent, dialect: str) -> str:
 
 class Sailfish(Dialect):
     """Our own ``serve`` (fish_core/serve/routes.py, serve/request.py): OpenAI
-    ``/v1/audio/speech`` + S2 fields, ``stream_format: "audio"`` → one streamed WAV (unknown
-    length); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``, ``text``)."""
+    ``/v1/audio/speech`` + S2 fields, ``stream_format: "sse"`` with ``wav`` → the WAV of
+    unknown length in ``speech.audio.delta`` events, whose end is explicit: an answer is whole
+    only with its ``speech.audio.done`` (a stream cut anywhere, even on an event's boundary,
+    is retried or fails); voices at ``/v1/audio/voices`` (multipart ``name``, ``audio``,
+    ``text``)."""
 
     name = "sailfish"
     voices_path = "/v1/audio/voices"
@@ -220,7 +224,7 @@ class Sailfish(Dialect):
         return model_ids(answer, f"{transport.name}/v1/models")
 
     def body(self, text, clips, voice_id, p):
-        body = {"input": text, "response_format": "wav", "stream_format": "audio",
+        body = {"input": text, "response_format": "wav", "stream_format": "sse",
                 **sampling(p)}
         if clips:
             body["references"] = [{"audio": c.base64(), "text": c.text} for c in clips]
@@ -229,7 +233,18 @@ class Sailfish(Dialect):
         return with_model(body, p)
 
     def read(self, response, on_chunk, p):
-        read_wav_stream(response, on_chunk, p)
+        if "event-stream" not in response.headers.get("Content-Type", ""):
+            return read_wav_stream(response, on_chunk, p)  # a server that streams plain WAV
+        reader, whole = WavReader(response.where), False
+        for payload in sse_events(bounded_lines(iter(response.read, b""), response.where)):
+            kind, audio = sse_audio(payload, response.where, response.quote)
+            whole = kind == "speech.audio.done"
+            if audio:
+                samples = reader.feed(audio)
+                if samples.numel():
+                    on_chunk(samples, reader.sample_rate)
+        if not whole:  # ended without saying so: cut (retried like a broken transfer)
+            raise IncompleteRead(b"")
 
     def voice_names(self, transport):
         return listed_names(transport.request("GET", self.voices_path, read_json), "data")
