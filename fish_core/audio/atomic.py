@@ -94,10 +94,24 @@ def mode_for(path: Path) -> int:
         return os.stat(path).st_mode & 0o7777
     except OSError:
         pass
+    return 0o666 & ~umask()
+
+
+def umask() -> int:
+    """The process's umask: read where the system shows it (Linux), else set and restored
+    (to the strictest mask meanwhile, so a file another thread makes then is never more open
+    than it should be)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     with _UMASK_LOCK:
-        mask = os.umask(0o022)
+        mask = os.umask(0o077)
         os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
 def sync_folder(folder: Path) -> None:
