@@ -99,7 +99,8 @@ def socket_session(url: str, text: str | None):
     return lambda client: asyncio.run(session(client))
 
 
-def test_sigterm_ends_every_request_within_seconds(ckpt_dir, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_ends_every_request_within_seconds(ckpt_dir, tmp_path, stop):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
@@ -134,7 +135,7 @@ def test_sigterm_ends_every_request_within_seconds(ckpt_dir, tmp_path):
         time.sleep(0.5)
         assert all(c.ended is None for c in clients.values()), {
             n: c.outcome for n, c in clients.items()}
-        server.send_signal(signal.SIGTERM)
+        server.send_signal(stop)
         signalled = time.monotonic()
         for client in clients.values():
             client.join(TOLD_WITHIN + 5)
