@@ -124,8 +124,12 @@ def stream_say(args, synth, voices, text: str | None) -> str:
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
     stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
-    out = None if to_stdout else StreamFile(args.out, synth.sample_rate,
-                                            wav_header if fmt == "wav" else None)
+    try:
+        out = None if to_stdout else StreamFile(args.out, synth.sample_rate,
+                                                wav_header if fmt == "wav" else None)
+    except BaseException:
+        stream.close()  # its worker stops
+        raise
     try:
         with stream:
             for chunk in stream:
