@@ -73,6 +73,28 @@ def test_rope_is_the_reference_rotation_bit_for_bit(dtype):
         assert torch.equal(fused.qk_rope(x, qw, kw, rotation, 3, 1e-6), old_rope(normed, table))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_and_kv_store_equal_rope_then_the_cache_write(dtype):
+    """``qk_rope_store`` (one kernel on CUDA) = QK-norm + RoPE, then the KV write by slots
+    (per row) or from a static start."""
+    B, S, H, Hkv, Dh, L = 2, 3, 4, 2, 16, 12
+    qkv = data(B, S, H + 2 * Hkv, Dh, dtype=dtype)
+    rotation = rope_rotations(L, Dh, 1e6)[torch.tensor([[3, 4, 5], [8, 9, 10]])]
+    qw, kw = data(Dh, dtype=dtype, seed=1), data(Dh, dtype=dtype, seed=2)
+    for slots, start in ((torch.tensor([[3, 4, 5], [8, 9, 10]]), 0), (None, 2)):
+        caches = [torch.zeros(B, Hkv, L, Dh, dtype=dtype) for _ in range(4)]
+        with fused.everywhere():
+            q = fused.qk_rope_store(qkv, qw, kw, rotation, H, 1e-6, caches[0], caches[1],
+                                    slots, start)
+        qk = fused.qk_rope_reference(qkv[:, :, :H + Hkv], qw, kw, rotation, H, 1e-6)
+        k, v = qk[:, :, H:].transpose(1, 2), qkv[:, :, H + Hkv:].transpose(1, 2)
+        for b in range(B):
+            at = slots[b] if slots is not None else torch.arange(start, start + S)
+            caches[2][b][:, at], caches[3][b][:, at] = k[b], v[b]
+        assert torch.equal(q, qk[:, :, :H])
+        assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
+
+
 def test_silu_mul_is_the_reference():
     a, b = data(3, 40, dtype=torch.bfloat16), data(3, 40, dtype=torch.bfloat16, seed=1)
     with fused.everywhere():
@@ -122,6 +144,16 @@ for dtype in (torch.float32, torch.bfloat16):
     qw, kw = torch.randn(16, generator=g).to(dtype), torch.randn(16, generator=g).to(dtype)
     out[f"qk_rope {dtype}"] = ulps(fused._qk_rope(qk, qw, kw, rot[:1], 4, 1e-6),
                                    fused.qk_rope_reference(qk, qw, kw, rot[:1], 4, 1e-6))
+    for norm, slots, start in ((True, torch.tensor([[5, 9, 2], [0, 1, 7]]), 0),
+                               (False, None, 4)):
+        want, got = [torch.zeros(2, 2, 12, 16, dtype=dtype) for _ in range(4)], None
+        ws = (qw, kw) if norm else (None, None)
+        q = fused.qk_rope_store_reference(qkv, *ws, rot, 4, 1e-6, want[0], want[1], slots,
+                                          start)
+        got = fused._qk_rope_store(qkv, *ws, rot, 4, 1e-6, want[2], want[3], slots, start)
+        out[f"store q {norm} {dtype}"] = ulps(got, q)
+        out[f"store k {norm} {dtype}"] = ulps(want[2], want[0])
+        out[f"store v {norm} {dtype}"] = ulps(want[3], want[1])
     a, b = torch.randn(3, 1500, generator=g).to(dtype), torch.randn(3, 1500, generator=g).to(dtype)
     out[f"silu_mul {dtype}"] = ulps(fused._silu_mul(a, b), fused.silu_mul_reference(a, b))
 print(json.dumps(out))
@@ -140,11 +172,12 @@ def test_triton_kernels_keep_the_reference_roundings():
                          check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
-    assert len(out) == 12
+    assert len(out) == 24
     for case, err in out.items():
         if "bfloat16" in case:
             assert err <= 2.0 ** -6, (case, err)
-        elif case.startswith(("add ", "rope ")):
+        elif case.startswith(("add ", "rope ", "store v")) or (
+                case.startswith(("store q False", "store k False"))):
             assert err == 0.0, case
         else:
             assert err <= 1e-6, (case, err)

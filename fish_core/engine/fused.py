@@ -68,6 +68,31 @@ def qk_rope_reference(qk: Tensor, q_weight: Tensor | None, k_weight: Tensor | No
     return rotated.flatten(-2).to(qk.dtype)
 
 
+def write_cache(k_cache: Tensor, v_cache: Tensor, slots: Tensor | None, start: int, k: Tensor,
+                v: Tensor) -> None:
+    """Store ``k, v [B, Hkv, S, Dh]`` at ``slots [B, S]`` (per row) or, without, at the static
+    slots ``start .. start + S - 1``."""
+    if slots is None:
+        k_cache[:, :, start:start + k.shape[2]] = k
+        v_cache[:, :, start:start + k.shape[2]] = v
+        return
+    index = slots[:, None, :, None].expand(k.shape)  # row b's tokens go to slots[b]
+    k_cache.scatter_(2, index, k)
+    v_cache.scatter_(2, index, v)
+
+
+def qk_rope_store_reference(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None,
+                            rotation: Tensor, heads: int, eps: float, k_cache: Tensor,
+                            v_cache: Tensor, slots: Tensor | None, start: int) -> Tensor:
+    """``qkv [B, S, H + 2 Hkv, Dh]``: QK-norm and RoPE of q and k, k and v stored in the
+    caches (``write_cache``); returns q ``[B, S, H, Dh]``."""
+    kv = (qkv.shape[2] - heads) // 2
+    qk = qk_rope_reference(qkv[:, :, :heads + kv], q_weight, k_weight, rotation, heads, eps)
+    write_cache(k_cache, v_cache, slots, start, qk[:, :, heads:].transpose(1, 2),
+                qkv[:, :, heads + kv:].transpose(1, 2))
+    return qk[:, :, :heads].contiguous()
+
+
 def silu_mul_reference(a: Tensor, b: Tensor) -> Tensor:
     return F.silu(a) * b
 
@@ -105,36 +130,56 @@ if triton is not None:
 
     @triton.jit
     def _qk_rope_kernel(qk_ptr, stride_b, stride_s, stride_h, qw_ptr, kw_ptr, rot_ptr,
-                        rot_stride_b, out_ptr, S, HEADS, QHEADS, eps, HAS_NORM: tl.constexpr,
-                        HALF: tl.constexpr, EXACT: tl.constexpr):
-        pid = tl.program_id(0)  # one head of one position of one row
-        head = pid % HEADS
-        s = (pid // HEADS) % S
-        b = pid // (HEADS * S)
+                        rot_stride_b, out_ptr, S, HEADS, QHEADS, eps, k_ptr, v_ptr, cache_b,
+                        cache_h, cache_l, slots_ptr, start, HAS_NORM: tl.constexpr,
+                        HALF: tl.constexpr, EXACT: tl.constexpr, STORE: tl.constexpr,
+                        HAS_SLOTS: tl.constexpr):
+        # One head of one position of one row. HEADS = H + Hkv rotated heads; with STORE the
+        # Hkv value heads after them too, and k, v go to the caches (q alone to ``out``).
+        pid = tl.program_id(0)
+        ALL = HEADS
+        if STORE:
+            ALL = 2 * HEADS - QHEADS
+        head = pid % ALL
+        s = (pid // ALL) % S
+        b = pid // (ALL * S)
         i = tl.arange(0, HALF)
         base = qk_ptr + b * stride_b + s * stride_s + head * stride_h
         x0 = tl.load(base + 2 * i)
         x1 = tl.load(base + 2 * i + 1)
         dtype = x0.dtype
-        if HAS_NORM:
+        slot = start + s
+        if HAS_SLOTS:
+            slot = tl.load(slots_ptr + b * S + s)
+        if head >= HEADS:  # a value head (STORE): stored as it is
+            dst = v_ptr + b * cache_b + (head - HEADS) * cache_h + slot * cache_l
+            tl.store(dst + 2 * i, x0)
+            tl.store(dst + 2 * i + 1, x1)
+        else:
+            if HAS_NORM:
+                f0, f1 = x0.to(tl.float32), x1.to(tl.float32)
+                rstd = 1.0 / tl.sqrt((tl.sum(f0 * f0, axis=0) + tl.sum(f1 * f1, axis=0))
+                                     / (2 * HALF) + eps)
+                if head < QHEADS:
+                    w0, w1 = tl.load(qw_ptr + 2 * i), tl.load(qw_ptr + 2 * i + 1)
+                else:
+                    w0, w1 = tl.load(kw_ptr + 2 * i), tl.load(kw_ptr + 2 * i + 1)
+                x0 = (f0 * rstd * w0.to(tl.float32)).to(dtype)
+                x1 = (f1 * rstd * w1.to(tl.float32)).to(dtype)
             f0, f1 = x0.to(tl.float32), x1.to(tl.float32)
-            rstd = 1.0 / tl.sqrt((tl.sum(f0 * f0, axis=0) + tl.sum(f1 * f1, axis=0))
-                                 / (2 * HALF) + eps)
-            if head < QHEADS:
-                w0, w1 = tl.load(qw_ptr + 2 * i), tl.load(qw_ptr + 2 * i + 1)
+            rot = rot_ptr + b * rot_stride_b + s * (HALF * 4) + 4 * i  # [[c, s], [-s, c]]
+            c, sn = tl.load(rot), tl.load(rot + 1)
+            neg = tl.load(rot + 2)
+            y0 = _add(_mul(f0, c, EXACT), _mul(f1, neg, EXACT), EXACT).to(dtype)
+            y1 = _add(_mul(f0, sn, EXACT), _mul(f1, c, EXACT), EXACT).to(dtype)
+            if STORE and head >= QHEADS:
+                dst = k_ptr + b * cache_b + (head - QHEADS) * cache_h + slot * cache_l
             else:
-                w0, w1 = tl.load(kw_ptr + 2 * i), tl.load(kw_ptr + 2 * i + 1)
-            x0 = (f0 * rstd * w0.to(tl.float32)).to(dtype)
-            x1 = (f1 * rstd * w1.to(tl.float32)).to(dtype)
-        f0, f1 = x0.to(tl.float32), x1.to(tl.float32)
-        rot = rot_ptr + b * rot_stride_b + s * (HALF * 4) + 4 * i  # [[c, s], [-s, c]]
-        c, sn = tl.load(rot), tl.load(rot + 1)
-        neg = tl.load(rot + 2)
-        y0 = _add(_mul(f0, c, EXACT), _mul(f1, neg, EXACT), EXACT)
-        y1 = _add(_mul(f0, sn, EXACT), _mul(f1, c, EXACT), EXACT)
-        out = out_ptr + ((b * S + s) * HEADS + head) * (2 * HALF)
-        tl.store(out + 2 * i, y0.to(dtype))
-        tl.store(out + 2 * i + 1, y1.to(dtype))
+                dst = out_ptr + ((b * S + s) * ALL + head) * (2 * HALF)
+                if STORE:
+                    dst = out_ptr + ((b * S + s) * QHEADS + head) * (2 * HALF)
+            tl.store(dst + 2 * i, y0)
+            tl.store(dst + 2 * i + 1, y1)
 
     @triton.jit
     def _silu_mul_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -173,20 +218,50 @@ def _add_rms_norm(x: Tensor, delta: Tensor, weight: Tensor, eps: float
     return h, rms_norm_reference(h, weight, eps)
 
 
-def _qk_rope(qk: Tensor, q_weight: Tensor | None, k_weight: Tensor | None, rotation: Tensor,
-             heads: int, eps: float) -> Tensor:
-    B, S, Hs, Dh = qk.shape
-    if not triton_runs(qk) or qk.stride(-1) != 1:
-        return qk_rope_reference(qk, q_weight, k_weight, rotation, heads, eps)
+def _rope_launch(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None,
+                 rotation: Tensor, heads: int, rotated: int, eps: float, out: Tensor,
+                 store: tuple | None) -> None:
+    B, S, _, Dh = qkv.shape
     rotation = rotation.expand(B, *rotation.shape[1:]) if rotation.shape[0] == 1 else rotation
     if rotation.stride()[1:] != (Dh * 2, 4, 2, 1):
         rotation = rotation.contiguous()
-    out = torch.empty(B, S, Hs, Dh, dtype=qk.dtype, device=qk.device)
     norm = q_weight is not None
-    _qk_rope_kernel[(B * S * Hs,)](qk, qk.stride(0), qk.stride(1), qk.stride(2),
-                                   q_weight if norm else qk, k_weight if norm else qk, rotation,
-                                   rotation.stride(0), out, S, Hs, heads, eps,
-                                   HAS_NORM=norm, HALF=Dh // 2, EXACT=not INTERPRETED)
+    k_cache, v_cache, slots, start = store or (out, out, None, 0)
+    programs = B * S * (qkv.shape[2] if store else rotated)
+    _qk_rope_kernel[(programs,)](
+        qkv, qkv.stride(0), qkv.stride(1), qkv.stride(2), q_weight if norm else qkv,
+        k_weight if norm else qkv, rotation, rotation.stride(0), out, S, rotated, heads, eps,
+        k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out if slots is None else slots, start, HAS_NORM=norm, HALF=Dh // 2,
+        EXACT=not INTERPRETED, STORE=store is not None, HAS_SLOTS=slots is not None)
+
+
+def _kernel_takes(qkv: Tensor, *caches: Tensor) -> bool:
+    return (triton_runs(qkv) and qkv.stride(-1) == 1
+            and all(c.stride(-1) == 1 and c.stride() == caches[0].stride() for c in caches))
+
+
+def _qk_rope(qk: Tensor, q_weight: Tensor | None, k_weight: Tensor | None, rotation: Tensor,
+             heads: int, eps: float) -> Tensor:
+    if not _kernel_takes(qk):
+        return qk_rope_reference(qk, q_weight, k_weight, rotation, heads, eps)
+    out = torch.empty(qk.shape, dtype=qk.dtype, device=qk.device)
+    _rope_launch(qk, q_weight, k_weight, rotation, heads, qk.shape[2], eps, out, None)
+    return out
+
+
+def _qk_rope_store(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None,
+                   rotation: Tensor, heads: int, eps: float, k_cache: Tensor, v_cache: Tensor,
+                   slots: Tensor | None, start: int) -> Tensor:
+    if not _kernel_takes(qkv, k_cache, v_cache):
+        return qk_rope_store_reference(qkv, q_weight, k_weight, rotation, heads, eps, k_cache,
+                                       v_cache, slots, start)
+    B, S, _, Dh = qkv.shape
+    kv = (qkv.shape[2] - heads) // 2
+    out = torch.empty(B, S, heads, Dh, dtype=qkv.dtype, device=qkv.device)
+    slots = None if slots is None else slots.contiguous()
+    _rope_launch(qkv, q_weight, k_weight, rotation, heads, heads + kv, eps, out,
+                 (k_cache, v_cache, slots, start))
     return out
 
 
@@ -205,7 +280,8 @@ def _register():
     under two package names: ComfyUI's and the tests')."""
     ops = torch.ops.sailfish
     try:
-        return ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul
+        return (ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul,
+                ops.qk_rope_store)
     except (AttributeError, RuntimeError):
         pass
     rms = torch.library.custom_op("sailfish::rms_norm", _rms_norm, mutates_args=())
@@ -221,10 +297,15 @@ def _register():
         qk.shape, dtype=qk.dtype, device=qk.device))
     silu = torch.library.custom_op("sailfish::silu_mul", _silu_mul, mutates_args=())
     silu.register_fake(lambda a, b: torch.empty_like(a))
-    return ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul
+    store = torch.library.custom_op("sailfish::qk_rope_store", _qk_rope_store,
+                                    mutates_args=("k_cache", "v_cache"))
+    store.register_fake(lambda qkv, q_weight, k_weight, rotation, heads, eps, k_cache, v_cache,
+                        slots, start: qkv.new_empty(qkv.shape[0], qkv.shape[1], heads,
+                                                    qkv.shape[3]))
+    return ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul, ops.qk_rope_store
 
 
-rms_norm_op, add_rms_norm_op, qk_rope_op, silu_mul_op = _register()
+rms_norm_op, add_rms_norm_op, qk_rope_op, silu_mul_op, qk_rope_store_op = _register()
 
 # ``SAILFISH_FUSED=all``: through the ops on every device (to run the parity tests that way)
 _EVERYWHERE = [os.environ.get("SAILFISH_FUSED") == "all"]
@@ -265,6 +346,18 @@ def qk_rope(qk: Tensor, q_weight: Tensor | None, k_weight: Tensor | None, rotati
     if routed(qk):
         return qk_rope_op(qk, q_weight, k_weight, rotation, heads, eps)
     return qk_rope_reference(qk, q_weight, k_weight, rotation, heads, eps)
+
+
+def qk_rope_store(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None,
+                  rotation: Tensor, heads: int, eps: float, k_cache: Tensor, v_cache: Tensor,
+                  slots: Tensor | None, start: int = 0) -> Tensor:
+    """``qk_rope`` of ``qkv [B, S, H + 2 Hkv, Dh]``'s q and k, k and v written into the caches
+    (``write_cache``) in the same kernel; returns q ``[B, S, H, Dh]``."""
+    if routed(qkv):
+        return qk_rope_store_op(qkv, q_weight, k_weight, rotation, heads, eps, k_cache,
+                                v_cache, slots, start)
+    return qk_rope_store_reference(qkv, q_weight, k_weight, rotation, heads, eps, k_cache,
+                                   v_cache, slots, start)
 
 
 def silu_mul(a: Tensor, b: Tensor) -> Tensor:

@@ -157,14 +157,30 @@ class Attention(nn.Module):
         causal run from slot 0 (a prompt; the fast AR's first pass) or one query at static slot
         ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
-        q, k, v = self.project(x, rope)
-        keys, values = (k, v) if cache is None else cache.write(pos, k, v)
+        if cache is not None and getattr(cache, "index", None) is None and fused.routed(x):
+            # one kernel: QK-norm, RoPE and the KV write (the cache, or a view of its rows)
+            qkv = self.wqkv(x).view(B, S, -1, self.head_dim)
+            q = fused.qk_rope_store(
+                qkv, None if self.q_norm is None else self.q_norm.weight,
+                None if self.k_norm is None else self.k_norm.weight, rope, self.n_head,
+                0.0 if self.q_norm is None else self.q_norm.eps, cache.k, cache.v,
+                None if isinstance(pos, int) else pos, pos if isinstance(pos, int) else 0)
+            q = q.transpose(1, 2)
+            end = pos + S if isinstance(pos, int) else S
+            k = v = None
+            keys, values = ((cache.k, cache.v) if mask is not None
+                            else (cache.k[:, :, :end], cache.v[:, :, :end]))
+        else:
+            q, k, v = self.project(x, rope)
+            keys, values = (k, v) if cache is None else cache.write(pos, k, v)
         if mask is not None:  # each row picks its slots from the whole cache
             y = grouped_attention(q, keys, values, mask)
         elif isinstance(pos, int):  # static slots: attend to the cache up to them
             y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
-        else:  # a prompt from slot 0: attend to itself
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
+        else:  # a prompt from slot 0: attend to itself (the slots it was stored in)
+            y = F.scaled_dot_product_attention(q, keys if k is None else k,
+                                               values if v is None else v, is_causal=S > 1,
+                                               enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
 
 
