@@ -34,7 +34,6 @@ from fish_core.engine import fused  # noqa: E402
 from fish_core.engine.config import ModelConfig  # noqa: E402
 from fish_core.engine.model import DualAR  # noqa: E402
 
-S2_PRO_DEPTH = (36, 4)  # slow layers, fast layers
 TOP = 15
 # ops that launch no kernel: allocation and metadata
 SILENT = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
@@ -83,8 +82,15 @@ def fixtures_dir() -> Path:
     return Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests" / "fixtures"))
 
 
-def widened_config(depth: tuple[int, int] = S2_PRO_DEPTH) -> ModelConfig:
-    """The fixture checkpoint's config with S2-Pro's layer counts."""
+def s2_pro_depth() -> tuple[int, int]:
+    """(slow layers, fast layers) of the real S2-Pro (``real-s2-config.json``)."""
+    real = ModelConfig.from_file(fixtures_dir() / "real-s2-config.json")
+    return real.text.n_layer, real.fast.n_layer
+
+
+def widened_config(depth: tuple[int, int] | None = None) -> ModelConfig:
+    """The fixture checkpoint's config with S2-Pro's layer counts (or ``depth``)."""
+    depth = depth or s2_pro_depth()
     data = ModelConfig.from_file(fixtures_dir() / "tiny-s2").to_dict()
     data["text_config"]["n_layer"], data["audio_decoder_config"]["n_layer"] = depth
     return ModelConfig.from_dict(data)
@@ -152,26 +158,63 @@ def codec_chunk_counts(frames: int | None = None) -> dict:
     return {"frames": frames, **summary(ops)}
 
 
+def quantize_counts(mode: str = "int4") -> dict:
+    """Ops to quantize S2-Pro's Linear weights for ``mode`` on a GPU with our kernels' layers
+    (int4: the fast AR int8, ``quant.convert.MIXED``), counted on meta tensors of the real
+    shapes (``tests/fixtures/real-s2-config.json``): the same ops as on CUDA, no memory."""
+    import quant
+    from quant import int_gemv, int_linear
+    from quant.convert import layer_mode
+    from fish_core.loading.checkpoint import build_meta
+
+    config = ModelConfig.from_file(fixtures_dir() / "real-s2-config.json")
+    weights = quant.linear_weights(build_meta(config))
+    ops, layers = Counter(), Counter()
+    for name, (n, k) in weights.items():
+        kind = layer_mode(name, mode)
+        if kind == "int4" and not int_linear.int4_gemv_fits((n, k)):
+            kind = "int8"
+        w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+
+        def quantize():
+            if kind == "int4":
+                codes, _ = int_linear.quantize_int4(w, torch.bfloat16)
+                int_gemv.pack(codes)
+            else:
+                int_linear.quantize_int8(w, torch.bfloat16)
+
+        ops.update(count(quantize))
+        layers[kind] += 1
+    return {"mode": mode, "layers": dict(layers), **summary(ops)}
+
+
 def main(argv=None) -> dict:
     from fish_core.engine.runner import Engine
+    from fish_core.loading.checkpoint import join_feed_forwards
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     parser.add_argument("--prompt-len", type=int, default=256)
-    parser.add_argument("--depth", default="36,4", help="slow,fast layers")
+    parser.add_argument("--depth", default=None, help="slow,fast layers (default S2-Pro's)")
     parser.add_argument("--no-codec", action="store_true")
+    parser.add_argument("--separate-w13", action="store_true",
+                        help="keep w1 and w3 apart (as on a CPU)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    depth = tuple(int(n) for n in args.depth.split(","))
+    depth = (tuple(int(n) for n in args.depth.split(",")) if args.depth
+             else s2_pro_depth())
     config = widened_config(depth)
     model = random_model(config, getattr(torch, args.dtype))
+    if not args.separate_w13:  # as the loader leaves a model on CUDA
+        join_feed_forwards(model)
     engine = Engine(model, cuda_graph=False)
     prompt = prompt_for(config, min(args.prompt_len, engine.max_context // 2))
     report = {"dtype": args.dtype, "depth": list(depth), "prompt_len": prompt.shape[1],
               **frame_counts(engine, prompt)}
     if not args.no_codec:
         report["first_codec_chunk"] = codec_chunk_counts()
+    report["quantize"] = {mode: quantize_counts(mode) for mode in ("int4", "int8")}
     print(json.dumps(report, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -117,6 +117,47 @@ def test_a_generation_through_the_ops_is_the_generation_without(ckpt_dir, dtype)
         assert torch.equal(plain, routed)
 
 
+def test_w13_joins_w1_and_w3_with_the_same_numbers(ckpt_dir):
+    """``quant.join_rows`` for each kind the loader joins on CUDA: the joined layer holds both
+    layers' rows (and scales), so it computes their outputs side by side; a model with joined
+    SwiGLUs generates what the model without does."""
+    import quant
+    from fish_core.loading.checkpoint import join_feed_forwards
+
+    g = torch.Generator().manual_seed(0)
+    w1, w3 = torch.randn(48, 256, generator=g), torch.randn(48, 256, generator=g)
+    x = torch.randn(2, 256, generator=g)
+    plain = [torch.nn.Linear(256, 48, bias=False) for _ in range(2)]
+    for layer, w in zip(plain, (w1, w3)):
+        layer.weight = torch.nn.Parameter(w, requires_grad=False)
+    kinds = {"linear": plain,
+             "fp8": [quant.FP8Linear.from_weight(w) for w in (w1, w3)],
+             "int8": [quant.Int8Linear.from_weight(w, torch.float32) for w in (w1, w3)],
+             "int4": [quant.Int4GemvLinear.from_weight(w, torch.float32) for w in (w1, w3)]}
+    for name, (a, b) in kinds.items():
+        joined = quant.join_rows(a, b)
+        assert type(joined) is type(a), name
+        if name == "int4":  # its kernel runs on CUDA (or the interpreter): compare the weight
+            assert torch.equal(joined.dequantized(torch.float32), torch.cat(
+                [a.dequantized(torch.float32), b.dequantized(torch.float32)])), name
+        else:
+            assert torch.equal(joined(x), torch.cat([a(x), b(x)], -1)), name
+    with torch.device("meta"):
+        torch_linear = torch.nn.Linear(64, 48)  # a bias: not joined
+    assert quant.join_rows(torch_linear, torch_linear) is None
+
+    engine = Engine(load_model(ckpt_dir, dtype=torch.float32))
+    c = engine.config
+    prompt = torch.zeros(1 + c.num_codebooks, 12, dtype=torch.long)
+    prompt[0] = torch.arange(12) % c.semantic_start_token_id
+    params = SamplingParams(max_new_tokens=6)
+    before = generate(engine, prompt, params, seed=42, stop_on_eos=False)[0].columns
+    assert join_feed_forwards(engine.model) == c.text.n_layer + c.fast.n_layer
+    engine.follow_model()
+    assert torch.equal(generate(engine, prompt, params, seed=42, stop_on_eos=False)[0].columns,
+                       before)
+
+
 INTERPRETER_CHECK = r"""
 import json, torch
 import torch.nn.functional as F
@@ -156,6 +197,9 @@ for dtype in (torch.float32, torch.bfloat16):
         out[f"store v {norm} {dtype}"] = ulps(want[3], want[1])
     a, b = torch.randn(3, 1500, generator=g).to(dtype), torch.randn(3, 1500, generator=g).to(dtype)
     out[f"silu_mul {dtype}"] = ulps(fused._silu_mul(a, b), fused.silu_mul_reference(a, b))
+    y = torch.randn(2, 3, 3000, generator=g).to(dtype)  # w13's output: strided halves
+    a, b = y[..., :1500], y[..., 1500:]
+    out[f"silu_mul w13 {dtype}"] = ulps(fused._silu_mul(a, b), fused.silu_mul_reference(a, b))
 print(json.dumps(out))
 """
 
@@ -172,7 +216,7 @@ def test_triton_kernels_keep_the_reference_roundings():
                          check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
-    assert len(out) == 24
+    assert len(out) == 26
     for case, err in out.items():
         if "bfloat16" in case:
             assert err <= 2.0 ** -6, (case, err)

@@ -182,14 +182,15 @@ if triton is not None:
             tl.store(dst + 2 * i + 1, y1)
 
     @triton.jit
-    def _silu_mul_kernel(a_ptr, b_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        live = offs < n
-        a = tl.load(a_ptr + offs, mask=live, other=0.0)
-        b = tl.load(b_ptr + offs, mask=live, other=0.0)
+    def _silu_mul_kernel(a_ptr, b_ptr, y_ptr, H, stride_a, stride_b, BLOCK: tl.constexpr):
+        row = tl.program_id(1)  # rows of a and b may be strided (the halves of w13's output)
+        cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        live = cols < H
+        a = tl.load(a_ptr + row * stride_a + cols, mask=live, other=0.0)
+        b = tl.load(b_ptr + row * stride_b + cols, mask=live, other=0.0)
         af = a.to(tl.float32)
         silu = (af / (1.0 + tl.exp(-af))).to(a.dtype).to(tl.float32)
-        tl.store(y_ptr + offs, (silu * b.to(tl.float32)).to(a.dtype), mask=live)
+        tl.store(y_ptr + row * H + cols, (silu * b.to(tl.float32)).to(a.dtype), mask=live)
 
 
 def _norm_launch(x: Tensor, delta: Tensor | None, weight: Tensor, eps: float):
@@ -268,11 +269,24 @@ def _qk_rope_store(qkv: Tensor, q_weight: Tensor | None, k_weight: Tensor | None
 def _silu_mul(a: Tensor, b: Tensor) -> Tensor:
     if not triton_runs(a):
         return silu_mul_reference(a, b)
-    a, b = a.contiguous(), b.contiguous()
-    y = torch.empty_like(a)
-    n, block = a.numel(), 1024
-    _silu_mul_kernel[(triton.cdiv(n, block),)](a, b, y, n, BLOCK=block)
+    H = a.shape[-1]
+    a2, b2 = _rows(a, H), _rows(b, H)  # [rows, H], each row's H values contiguous
+    y = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    block = min(1024, triton.next_power_of_2(H))
+    _silu_mul_kernel[(triton.cdiv(H, block), a2.shape[0])](a2, b2, y, H, a2.stride(0),
+                                                            b2.stride(0), BLOCK=block)
     return y
+
+
+def _rows(t: Tensor, width: int) -> Tensor:
+    """``t`` as ``[rows, width]`` rows of contiguous values (a view where the strides allow:
+    the halves of a ``w13`` output are)."""
+    if t.stride(-1) == 1:
+        try:
+            return t.view(-1, width)
+        except RuntimeError:
+            pass
+    return t.contiguous().view(-1, width)
 
 
 def _register():
@@ -296,7 +310,7 @@ def _register():
     rope.register_fake(lambda qk, q_weight, k_weight, rotation, heads, eps: torch.empty(
         qk.shape, dtype=qk.dtype, device=qk.device))
     silu = torch.library.custom_op("sailfish::silu_mul", _silu_mul, mutates_args=())
-    silu.register_fake(lambda a, b: torch.empty_like(a))
+    silu.register_fake(lambda a, b: torch.empty(a.shape, dtype=a.dtype, device=a.device))
     store = torch.library.custom_op("sailfish::qk_rope_store", _qk_rope_store,
                                     mutates_args=("k_cache", "v_cache"))
     store.register_fake(lambda qkv, q_weight, k_weight, rotation, heads, eps, k_cache, v_cache,

@@ -65,11 +65,24 @@ class RMSNorm(nn.Module):
 
 
 class FeedForward(nn.Module):
+    """SwiGLU: ``w2(silu(w1 x) · w3 x)``. ``join`` puts ``w1`` and ``w3`` in one layer, ``w13``
+    (their rows stacked: one GEMV, one launch), as the loader does on CUDA."""
+
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.w1 = nn.Linear(dim, hidden, bias=False)
         self.w3 = nn.Linear(dim, hidden, bias=False)
         self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w13 = None
+
+    def join(self, w13: nn.Module) -> None:
+        """Use ``w13`` (``w1``'s rows then ``w3``'s) for both; ``w1`` and ``w3`` are dropped."""
+        del self.w1, self.w3
+        self.w13 = w13
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(fused.silu_mul(self.w1(x), self.w3(x)))
+        if self.w13 is None:
+            return self.w2(fused.silu_mul(self.w1(x), self.w3(x)))
+        y = self.w13(x)
+        half = y.shape[-1] // 2
+        return self.w2(fused.silu_mul(y[..., :half], y[..., half:]))

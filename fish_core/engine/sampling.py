@@ -47,9 +47,10 @@ def sample(logits: Tensor, temperature: Tensor, top_p: Tensor, top_k, rand: Tens
 
 class Settings(NamedTuple):
     """A row's sampling settings made ready once for every draw of one width in a frame (the
-    9 fast codebooks share one): ``temperature`` clamped as the reference clamps it, ``top_p``
-    per rank ``[B, N]`` (+inf at rank 0: the most likely token always survives) and ``cut``,
-    the ranks past ``top_k`` ``[B, N]`` (never rank 0)."""
+    9 fast codebooks share one): ``temperature`` clamped as the reference clamps it, ``cut``,
+    the ranks past ``top_k`` ``[B, N]`` (never rank 0), and ``top_p`` per rank ``[B, N]``:
+    +inf at rank 0 (the most likely token always survives), -inf where ``cut`` (removed
+    whatever the cumulative probability, which is never -inf), else ``top_p``."""
 
     temperature: Tensor
     top_p: Tensor
@@ -61,7 +62,7 @@ def prepare(temperature: Tensor, top_p: Tensor, top_k, width: int,
     rank = torch.arange(width, device=temperature.device)
     if cut is None:
         cut = (rank >= top_k) & (rank != 0)
-    top_p = torch.where(rank == 0, float("inf"), top_p)
+    top_p = torch.where(cut, float("-inf"), torch.where(rank == 0, float("inf"), top_p))
     return Settings(torch.clamp(temperature, min=1e-5), top_p, cut)
 
 
@@ -69,13 +70,13 @@ def draw(logits: Tensor, settings: Settings, log_rand: Tensor) -> Tensor:
     """``sample`` with ``prepare``d settings and ``log_rand = log(rand)``: the same arithmetic
     in the same dtype, so the same index, bit for bit.
 
-    ``(cum > top_p | rank >= top_k) & rank != 0`` is ``cum > top_p'`` (+inf at rank 0)
-    ``| cut``; ``where(remove, -inf, x)`` is ``masked_fill``; and ``argmax(p / -log r)`` is
+    ``(cum > top_p | rank >= top_k) & rank != 0`` is ``cum > top_p'`` (``Settings.top_p``);
+    ``where(remove, -inf, x)`` is ``masked_fill``; and ``argmax(p / -log r)`` is
     ``argmin(p / log r)`` (IEEE division is exact under a sign change, and both take the first
     index of their extreme)."""
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     cum_probs = torch.cumsum(torch.softmax(sorted_logits, dim=-1), dim=-1)
-    remove_sorted = (cum_probs > settings.top_p) | settings.cut
+    remove_sorted = cum_probs > settings.top_p
     remove = remove_sorted.scatter(-1, order, remove_sorted)
     probs = torch.softmax(logits.masked_fill(remove, float("-inf")) / settings.temperature,
                           dim=-1)
