@@ -143,15 +143,15 @@ def frame_counts(engine, prompt) -> dict:
             "join": summary(one), "prefill": summary(prefill)}
 
 
-def codec_chunk_counts(frames: int | None = None) -> dict:
+def codec_chunk_counts(frames: int | None = None, device="cpu") -> dict:
     """Ops of a stream's first codec chunk (``FIRST_FRAMES`` frames), the fixture codec."""
     from fish_core.codec.model import Codec
     from fish_core.params import FIRST_FRAMES
 
     frames = frames or FIRST_FRAMES
-    codec = Codec.from_file(fixtures_dir() / "tiny-s2")
+    codec = Codec.from_file(fixtures_dir() / "tiny-s2", device=device)
     codebooks = 1 + codec.config.n_codebooks
-    codes = torch.zeros(1, codebooks, frames, dtype=torch.long)
+    codes = torch.zeros(1, codebooks, frames, dtype=torch.long, device=device)
     with torch.inference_mode(), fused.everywhere():
         codec.decode_chunk(codes, {})
         ops = count(lambda: codec.decode_chunk(codes, {}))
