@@ -10,6 +10,9 @@ own subprocess with its own timeout, so a crash, a hang or a torchao setting can
 others with it; a stage that does not fit in what is left of the budget is skipped, and says so:
 
     preflight      versions, capability, which optional packages import, copy bandwidth
+    kernels        ops a decode frame, a join and a prefill (bench/count_ops.py: S2-Pro's
+                   depth, tiny widths, eager), one frame's kernels and launch calls under the
+                   profiler, the first codec chunk's ops
     bf16-graph     eager kernels replayed as one CUDA graph per frame; time to first audio
     bf16-eager     a short eager run (Python launches every kernel)
     fp8-gemv       FP8 weight-only on its fast path (fp8 path "auto": the Triton GEMV)
@@ -106,6 +109,7 @@ TORCHAO_INT = (("SAILFISH_INT_KERNEL", "torchao"),)  # int8/int4 through torchao
 FP8_BITS = (("SAILFISH_FP8_DECODE", "bits"),)  # the GEMV decoding e4m3 with bit operations
 STAGES = [  # in order of what a short budget should measure first (the rest is skipped)
     Stage("preflight", 60, 10),
+    Stage("kernels", 90, 20),
     Stage("bf16-graph", 100, 30, "none"),
     Stage("fp8-gemv", 100, 30, "fp8", "auto"),
     Stage("fp8-gemv-bits", 100, 30, "fp8", "auto", env=FP8_BITS),
@@ -287,6 +291,7 @@ DIAGNOSIS_TOP = 15
 # (cuBLAS, CUTLASS, tinygemm, our Triton GEMVs, Inductor's decomposed mm reductions are not
 # recognisable by name and count as "other").
 GEMV_NAMES = re.compile(r"gemv|gemm|xmma|cutlass|cublas|tinygemm|int4pack|int8pack|splitk|"
+                        r"_int[48]_kernel|"
                         r"sm\d+_.*(?:h|b)mma|_mm\b|_mm_|aten::(?:mm|addmm|bmm|linear|_weight)",
                         re.IGNORECASE)
 LAUNCH_NAMES = re.compile(r"^cu(?:da)?(?:Graph)?Launch", re.IGNORECASE)
@@ -421,6 +426,31 @@ def diagnosis(engine, model, prompt, device, dtype) -> dict:
             out[key] = run()
         except Exception as e:  # noqa: BLE001 - recorded in the row
             out[key + "_error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
+def kernel_counts(args) -> dict:
+    """``bench/count_ops.py`` on the device: the fixture's config widened to S2-Pro's depth,
+    bf16, eager (every op a launch; a CUDA graph replays the same kernels): ops a decode frame,
+    a join and a prefill (dispatch counts, the top ops), and one frame under the profiler
+    (kernels and launch calls a frame, the top kernels by time)."""
+    import torch
+
+    import count_ops
+    from fish_core.engine.runner import Engine
+    from fish_core.loading.checkpoint import join_feed_forwards
+
+    device = torch.device(args.device)
+    config = count_ops.widened_config()
+    model = count_ops.random_model(config, torch.bfloat16).to(device)
+    if device.type == "cuda":  # as the loader leaves a model on CUDA
+        join_feed_forwards(model)
+    engine = Engine(model, cuda_graph=False)
+    prompt = count_ops.prompt_for(config, min(args.prompt_len, 256))
+    out = {"depth": list(count_ops.s2_pro_depth()), "prompt_len": prompt.shape[1],
+           **count_ops.frame_counts(engine, prompt)}
+    out["profiled_frame"] = profile_frame(engine, prompt, device)
+    out["first_codec_chunk"] = count_ops.codec_chunk_counts(device=device)
     return out
 
 
@@ -712,6 +742,8 @@ def run_stage(args) -> dict:
         warnings.simplefilter("always")
         if stage.name == "preflight":
             out = preflight(args)
+        elif stage.name == "kernels":
+            out = kernel_counts(args)
         elif stage.name == "codec":
             out = codec_speed(args)
         elif stage.name == "serving":

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from . import cpu_gemv, int_gemv, int_linear, layout, packed, torchao_modes
 from .convert import (DEFAULT_SKIP, EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets,
-    embedding_weights, linear_weights, normalize_mode, packs, quantize_model, skipped)
+    embedding_weights, join_rows, linear_weights, normalize_mode, packs, quantize_model, skipped)
 from .fp8 import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
 from .int_linear import Int4GemvLinear, Int4Linear, Int8Linear
 from .packed import PackedLinear
@@ -32,6 +32,6 @@ from .sizes import planned_bytes, tensor_bytes, weight_bytes
 __all__ = ["MODES", "DEFAULT_SKIP", "EMBEDDINGS_BY_MODE", "Converter", "FP8Embedding",
            "FP8Linear", "Int4GemvLinear", "Int4Linear", "Int8Linear", "PackedLinear",
            "QuantizationError", "cpu_gemv", "dequantize_rows", "embedding_targets",
-           "embedding_weights", "int_gemv", "int_linear", "layout", "linear_weights",
+           "embedding_weights", "int_gemv", "int_linear", "join_rows", "layout", "linear_weights",
            "normalize_mode", "packed", "packs", "planned_bytes", "quantize_model",
            "quantize_rows", "skipped", "tensor_bytes", "torchao_modes", "weight_bytes"]

@@ -301,3 +301,36 @@ def quantize_model(model: nn.Module, mode: str = "fp8", skip=DEFAULT_SKIP,
             parent._parameters[leaf] = nn.Parameter(converter(name, tensor.detach()),
                                                     requires_grad=False)
     return converter.finish(model)
+
+
+def join_rows(first: nn.Module, second: nn.Module) -> nn.Module | None:
+    """One bias-free Linear computing ``cat([first(x), second(x)], -1)`` (a SwiGLU's ``w1`` and
+    ``w3`` as one ``w13`` GEMV: one kernel, one launch), or None where the two cannot be joined
+    (other kinds, a bias, a torchao tensor subclass, oneDNN-packed weights).
+
+    Every kind here is quantized row by row (FP8 and int8 a scale per row, int4 a (scale, zero)
+    per group of a row), so the joined layer holds exactly both layers' codes and parameters:
+    its rows concatenated, their scales with them."""
+    kind = type(first)
+    if (kind is not type(second) or first.in_features != second.in_features
+            or getattr(first, "bias", None) is not None
+            or getattr(second, "bias", None) is not None):
+        return None
+    w1, w3 = first.weight, second.weight
+    if type(w1) is not nn.Parameter or w1.is_mkldnn or w1.dtype != w3.dtype:
+        return None
+    rows = first.out_features + second.out_features
+    if kind is nn.Linear:
+        joined = nn.Linear(first.in_features, rows, bias=False, device="meta")
+        joined.weight = nn.Parameter(torch.cat([w1, w3]), requires_grad=False)
+        return joined
+    if kind is FP8Linear:
+        joined = FP8Linear(first.in_features, rows, first.path, device="meta")
+        joined.set_quantized(torch.cat([w1, w3]), torch.cat([first.scale, second.scale]))
+        return joined
+    if kind is int_linear.Int8Linear:
+        return kind.holding(torch.cat([w1, w3]), torch.cat([first.scale, second.scale]))
+    if kind is int_linear.Int4GemvLinear:  # parameters [K / GROUP, N, 2]: rows are dim 1
+        return kind.holding(torch.cat([w1, w3]),
+                            torch.cat([first.scales_and_zeros, second.scales_and_zeros], 1))
+    return None

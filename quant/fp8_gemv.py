@@ -171,7 +171,7 @@ if triton is not None:
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output features
         cols = tl.arange(0, BLOCK_K)  # [BLOCK_K]
         live = outs < N
-        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + cols
             in_k = ks < K
@@ -184,11 +184,11 @@ if triton is not None:
                 w = half.to(tl.float16, bitcast=True).to(tl.float32)
             else:
                 w = tl.load(where, mask=inside, other=0.0).to(tl.float32)
-            acc += w * x[None, :]
+            acc += tl.sum(w * x[None, :], axis=1)
         scale = tl.load(scale_ptr + outs, mask=live, other=0.0)  # [BLOCK_N]
         if BITS:
             scale = scale * 256.0  # the 2^-8 of the decode, exactly
-        y = tl.sum(acc, axis=1) * scale
+        y = acc * scale
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     _tuned_kernel = triton.autotune(configs=CONFIGS[:1] if INTERPRETED else CONFIGS,

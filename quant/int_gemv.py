@@ -140,16 +140,16 @@ if triton is not None:
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         cols = tl.arange(0, BLOCK_K)
         live = outs < N
-        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + cols
             in_k = ks < K
             x = tl.load(x_ptr + row * K + ks, mask=in_k, other=0.0).to(tl.float32)
             q = tl.load(q_ptr + outs[:, None] * K + ks[None, :],
                         mask=live[:, None] & in_k[None, :], other=0)
-            acc += q.to(tl.float32) * x[None, :]
+            acc += tl.sum(q.to(tl.float32) * x[None, :], axis=1)
         scale = tl.load(s_ptr + outs, mask=live, other=0.0).to(tl.float32)
-        y = tl.sum(acc, axis=1) * scale
+        y = acc * scale
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     @triton.jit
@@ -162,7 +162,7 @@ if triton is not None:
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         cols = tl.arange(0, BLOCK_K)
         live = outs < N
-        acc = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
         for j0 in range(0, K // 2, BLOCK_K):
             js = j0 + cols
             in_k = js < K // 2
@@ -188,9 +188,9 @@ if triton is not None:
             z_lo = tl.load(sz_ptr + at_lo + 1, mask=ok, other=0.0).to(tl.float32)
             s_hi = tl.load(sz_ptr + at_hi, mask=ok, other=0.0).to(tl.float32)
             z_hi = tl.load(sz_ptr + at_hi + 1, mask=ok, other=0.0).to(tl.float32)
-            acc += (s_lo * dot_lo + z_lo * sum_lo[None, :]
-                    + s_hi * dot_hi + z_hi * sum_hi[None, :])
-        y = tl.sum(acc, axis=1)
+            acc += tl.sum(s_lo * dot_lo + z_lo * sum_lo[None, :]
+                          + s_hi * dot_hi + z_hi * sum_hi[None, :], axis=1)
+        y = acc
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     _int8_tuned = triton.autotune(

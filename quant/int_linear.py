@@ -54,11 +54,18 @@ PREFILL_ROWS = 16  # Int8Linear: more rows than this go through the cast codes a
 # zeroed by the kernel on first touch: the real-size int4 load took 5-6 min instead of ~1
 # (one [9728, 2560] weight: 2.2 s against 0.4 s).
 QUANTIZE_BYTES = 256 << 10
+# On a GPU (or the meta device, which counts its ops) there are no page faults to avoid but a
+# launch per op: a whole S2-Pro weight ([9728, 2560] fp32: 100 MB) is one step, so int4 of the
+# model is a few thousand kernels, not millions (transient device memory: a few such copies).
+DEVICE_QUANTIZE_BYTES = 128 << 20
 
 
-def quantize_rows(in_features: int) -> int:
-    """Weight rows per quantization step for rows of ``in_features`` columns."""
-    return max(1, QUANTIZE_BYTES // (4 * in_features))
+def quantize_rows(in_features: int, device=None) -> int:
+    """Weight rows per quantization step for rows of ``in_features`` columns on ``device``
+    (default the CPU)."""
+    limit = (QUANTIZE_BYTES if device is None or torch.device(device).type == "cpu"
+             else DEVICE_QUANTIZE_BYTES)
+    return max(1, limit // (4 * in_features))
 
 
 def int4_fits(shape: tuple[int, int]) -> bool:
@@ -119,7 +126,7 @@ def quantize_int8(w: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     ``scale ≈ absmax(row) / 127`` rounded to ``dtype`` first; all-zero rows get scale 1."""
     codes = torch.empty(w.shape, dtype=torch.int8, device=w.device)
     scales = torch.empty(w.shape[0], dtype=dtype, device=w.device)
-    step = quantize_rows(w.shape[1])
+    step = quantize_rows(w.shape[1], w.device)
     for i in range(0, w.shape[0], step):
         rows = w[i: i + step].float()
         amax = rows.abs().amax(dim=1)
@@ -210,24 +217,20 @@ def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
     n, k = w.shape
     codes = torch.empty(n, k, dtype=torch.int32, device=w.device)
     params = torch.empty(k // GROUP, n, 2, dtype=dtype, device=w.device)
-    step = quantize_rows(k)
+    # every ratio at once (a leading dim): the same numbers, a third of the kernels
+    ratios = torch.tensor(clip_ratios, dtype=torch.float32, device=w.device).view(-1, 1, 1, 1)
+    step = quantize_rows(k, w.device)
+    if w.device.type == "cpu":  # R copies of each temporary: keep each under QUANTIZE_BYTES
+        step = max(1, step // len(clip_ratios))
     for i in range(0, n, step):
         g = w[i: i + step].float().reshape(-1, k // GROUP, GROUP)  # [r, G, GROUP]
         lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
-        best_err = best_q = best_sz = None
-        for ratio in clip_ratios:
-            q, scale, zero = _int4_grid(g, lo * ratio, hi * ratio, dtype)
-            err = ((q - 8) * scale + zero - g).square().sum(-1, keepdim=True)  # [r, G, 1]
-            if best_err is None:
-                best_err, best_q, best_sz = err, q, (scale, zero)
-                continue
-            better = err < best_err
-            best_err = torch.where(better, err, best_err)
-            best_q = torch.where(better, q, best_q)
-            best_sz = tuple(torch.where(better, new, old) for new, old in zip((scale, zero), best_sz))
-        codes[i: i + step] = best_q.reshape(-1, k).to(torch.int32)
-        scale, zero = best_sz  # [r, G, 1] each
-        params[:, i: i + step] = torch.cat([scale, zero], -1).transpose(0, 1).to(dtype)
+        q, scale, zero = _int4_grid(g, lo * ratios, hi * ratios, dtype)  # [R, r, G, ·]
+        err = ((q - 8) * scale + zero - g).square().sum(-1, keepdim=True)  # [R, r, G, 1]
+        best = err.argmin(0, keepdim=True)  # the first ratio of least error
+        codes[i: i + step] = q.gather(0, best.expand(1, *q.shape[1:]))[0].reshape(-1, k)
+        chosen = torch.cat([scale, zero], -1).gather(0, best.expand(1, *best.shape[1:3], 2))
+        params[:, i: i + step] = chosen[0].transpose(0, 1).to(dtype)
     return codes, params
 
 

@@ -8,7 +8,7 @@ import torch
 from fish_core.loading.checkpoint import load_model
 from fish_core.engine.runner import Engine, cache_length
 from fish_core.engine.rows import generate
-from fish_core.engine.sampling import sample
+from fish_core.engine.sampling import draw
 from fish_core.params import (MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed,
                               random_seed)
 
@@ -429,9 +429,9 @@ def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatc
 
     def counting(*args):
         calls.append(args[0].shape)
-        return sample(*args)
+        return draw(*args)
 
-    monkeypatch.setattr(runner, "sample", counting)
+    monkeypatch.setattr(runner, "draw", counting)
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     result = generate(Engine(model), prompt, greedy(1))[0]
     assert len(calls) == model.config.num_codebooks  # 1 main + (K - 1) fast codebooks

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from .config import TransformerConfig
 from .layers import State, Stateful
-from ..engine.layers import FeedForward, RMSNorm, apply_rope, rope_table
+from ..engine.layers import FeedForward, RMSNorm, apply_rope, rope_rotations
 
 
 def window_mask(n_query: int, n_key: int, window: int, device) -> Tensor:
@@ -42,8 +42,8 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, rope: Tensor, state: State) -> Tensor:  # [B, T, D]
         bsz, length, _ = x.shape
         qkv = self.wqkv(x).view(bsz, length, 3 * self.n_head, self.head_dim)
-        q, k, v = qkv.split(self.n_head, 2)  # [B, T, H, Dh] each
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        qk = apply_rope(qkv[:, :, :2 * self.n_head], rope)  # q and k rotated together
+        q, k, v = qk[:, :, :self.n_head], qk[:, :, self.n_head:], qkv[:, :, 2 * self.n_head:]
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, Dh]
         past = state.get(self)
         if past is not None:  # keys/values of the previous window-1 positions
@@ -84,8 +84,8 @@ class WindowedTransformer(Stateful, nn.Module):
         # must use the positions it has in the whole input.
         start = state.get(self, 0)
         state[self] = start + x.shape[-1]
-        rope = rope_table(x.shape[-1], self.config.head_dim, self.config.rope_base, x.device,
-                          start)[None]  # [1, T, Dh/2, 2]
+        rope = rope_rotations(x.shape[-1], self.config.head_dim, self.config.rope_base,
+                              x.device, start)[None]  # [1, T, Dh/2, 2, 2]
         h = x.transpose(1, 2).contiguous()  # [B, T, D]; a strided view would make Linear use bmm
         for layer in self.layers:
             h = layer(h, rope, state)

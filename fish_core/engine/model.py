@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import fused
 from .config import ModelConfig
-from .layers import FeedForward, RMSNorm, apply_rope, rope_table
+from .layers import FeedForward, RMSNorm, apply_rope, rope_rotations
 
 
 class HeadNorm(RMSNorm):
@@ -46,9 +47,9 @@ class KVCache(nn.Module):
             self.k[:, :, pos:end] = k
             self.v[:, :, pos:end] = v
             return self.k[:, :, :end], self.v[:, :, :end]
-        rows = torch.arange(k.shape[0], device=k.device)[:, None]
-        self.k[rows, :, pos] = k.transpose(1, 2)
-        self.v[rows, :, pos] = v.transpose(1, 2)
+        slots = pos[:, None, :, None].expand(k.shape)  # row b's tokens go to slots pos[b]
+        self.k.scatter_(2, slots, k)
+        self.v.scatter_(2, slots, v)
         return self.k, self.v
 
 
@@ -133,49 +134,76 @@ class Attention(nn.Module):
         self.k_norm = HeadNorm(head_dim, eps) if qk_norm else None
 
     def project(self, x: Tensor, rope: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q ``[B, H, S, Dh]``, k and v ``[B, Hkv, S, Dh]`` with QK-norm and RoPE applied."""
+        """q ``[B, H, S, Dh]``, k and v ``[B, Hkv, S, Dh]`` with QK-norm and RoPE applied (q
+        and k rotated together: one RoPE for both)."""
         B, S, _ = x.shape
-        q_size, kv_size = self.n_head * self.head_dim, self.n_kv * self.head_dim
-        q, k, v = self.wqkv(x).split([q_size, kv_size, kv_size], dim=-1)
-        q = q.view(B, S, self.n_head, self.head_dim)
-        k = k.view(B, S, self.n_kv, self.head_dim)
-        v = v.view(B, S, self.n_kv, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        H, Hkv = self.n_head, self.n_kv
+        qkv = self.wqkv(x).view(B, S, H + 2 * Hkv, self.head_dim)
+        qk, v = qkv[:, :, :H + Hkv], qkv[:, :, H + Hkv:]
+        if self.q_norm is None:
+            qk = apply_rope(qk, rope)
+        else:  # QK-norm and RoPE in one kernel (fused.qk_rope)
+            qk = fused.qk_rope(qk, self.q_norm.weight, self.k_norm.weight, rope, H,
+                               self.q_norm.eps)
+        qk = qk.transpose(1, 2)
+        return qk[:, :H], qk[:, H:], v.transpose(1, 2)
 
     def forward(self, x: Tensor, rope: Tensor, pos: Tensor | int, mask: Tensor | None,
                 cache: KVCache | None = None) -> Tensor:
         """Attention of ``x [B, S, D]`` at ``pos`` (see ``KVCache.write``).
 
-        With ``mask [B, 1, S, L]`` (True = attend): over the whole cache (decode). Without: a
+        With ``mask [B, 1, S, L]`` (an additive ``attention_bias``): over the whole cache
+        (decode). Without: a
         causal run from slot 0 (a prompt; the fast AR's first pass) or one query at static slot
         ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
-        q, k, v = self.project(x, rope)
-        keys, values = (k, v) if cache is None else cache.write(pos, k, v)
+        if cache is not None and getattr(cache, "index", None) is None and fused.routed(x):
+            # one kernel: QK-norm, RoPE and the KV write (the cache, or a view of its rows)
+            qkv = self.wqkv(x).view(B, S, -1, self.head_dim)
+            q = fused.qk_rope_store(
+                qkv, None if self.q_norm is None else self.q_norm.weight,
+                None if self.k_norm is None else self.k_norm.weight, rope, self.n_head,
+                0.0 if self.q_norm is None else self.q_norm.eps, cache.k, cache.v,
+                None if isinstance(pos, int) else pos, pos if isinstance(pos, int) else 0)
+            q = q.transpose(1, 2)
+            end = pos + S if isinstance(pos, int) else S
+            k = v = None
+            keys, values = ((cache.k, cache.v) if mask is not None
+                            else (cache.k[:, :, :end], cache.v[:, :, :end]))
+        else:
+            q, k, v = self.project(x, rope)
+            keys, values = (k, v) if cache is None else cache.write(pos, k, v)
         if mask is not None:  # each row picks its slots from the whole cache
             y = grouped_attention(q, keys, values, mask)
         elif isinstance(pos, int):  # static slots: attend to the cache up to them
             y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
-        else:  # a prompt from slot 0: attend to itself
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=S > 1, enable_gqa=True)
+        else:  # a prompt from slot 0: attend to itself (the slots it was stored in)
+            y = F.scaled_dot_product_attention(q, keys if k is None else k,
+                                               values if v is None else v, is_causal=S > 1,
+                                               enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
 
 
-def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """Masked attention of ``q [B, H, S, Dh]`` over ``k, v [B, Hkv, L, Dh]`` (``mask [B, 1, S, L]``,
-    True = attend) without repeating k/v per query head: the G = H / Hkv query heads that share
-    a kv head are stacked as extra query rows, so the cache is read once, not G times."""
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """Masked attention of ``q [B, H, S, Dh]`` over ``k, v [B, Hkv, L, Dh]`` with an additive
+    ``bias [B, 1, S, L]`` (0 = attend, -inf = not: ``attention_bias``), as one SDPA call
+    without repeating k/v per query head: the G = H / Hkv query heads that share a kv head are
+    stacked as extra query rows, so the cache is read once, not G times (and no backend needs
+    to support grouped-query attention with a mask)."""
     B, H, S, Dh = q.shape
-    Hkv, L = k.shape[1], k.shape[2]
+    Hkv = k.shape[1]
     G = H // Hkv
-    q = q.reshape(B, Hkv, G * S, Dh)
-    scores = (q @ k.transpose(-1, -2)) * (Dh ** -0.5)  # [B, Hkv, G*S, L]
-    scores = scores.view(B, Hkv, G, S, L).masked_fill(~mask.unsqueeze(2), float("-inf"))
-    probs = torch.softmax(scores, dim=-1).view(B, Hkv, G * S, L)
-    return (probs @ v).view(B, H, S, Dh)
+    if S > 1:  # query row g * S + s of a kv head is head g's position s
+        bias = bias.repeat(1, 1, G, 1)
+    y = F.scaled_dot_product_attention(q.reshape(B, Hkv, G * S, Dh), k, v, attn_mask=bias)
+    return y.view(B, H, S, Dh)
+
+
+def attention_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask (True = attend) as the additive bias SDPA adds to the scores, made once
+    for all layers (SDPA would convert a boolean mask in every call)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        ~mask, float("-inf"))
 
 
 class TransformerBlock(nn.Module):
@@ -188,8 +216,31 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x: Tensor, rope: Tensor, pos: Tensor | int, mask: Tensor | None,
                 cache: KVCache | None = None) -> Tensor:
-        h = x + self.attention(self.attention_norm(x), rope, pos, mask, cache)
-        return h + self.feed_forward(self.ffn_norm(h))
+        return self.run(x, self.attention_norm(x), rope, pos, mask, cache)[0]
+
+    def run(self, x: Tensor, normed: Tensor, rope: Tensor, pos: Tensor | int,
+            mask: Tensor | None, cache: KVCache | None = None,
+            next_norm: RMSNorm | None = None) -> tuple[Tensor, Tensor | None]:
+        """The block on ``x`` whose attention norm ``normed`` is already made; returns its
+        output and ``next_norm`` of it (the next block's attention norm, or the final norm):
+        each residual add and the norm after it are one kernel (``fused.add_rms_norm``)."""
+        h, normed = fused.add_rms_norm(x, self.attention(normed, rope, pos, mask, cache),
+                                       self.ffn_norm.weight, self.ffn_norm.eps)
+        y = self.feed_forward(normed)
+        if next_norm is None:
+            return h + y, None
+        return fused.add_rms_norm(h, y, next_norm.weight, next_norm.eps)
+
+
+def run_blocks(blocks: Sequence[TransformerBlock], final_norm: RMSNorm, x: Tensor, rope: Tensor,
+               pos: Tensor | int, mask: Tensor | None, caches: Sequence | None) -> Tensor:
+    """``final_norm`` of the blocks run in turn on ``x`` (block i in ``caches[i]``)."""
+    normed = blocks[0].attention_norm(x)
+    for i, block in enumerate(blocks):
+        nxt = blocks[i + 1].attention_norm if i + 1 < len(blocks) else final_norm
+        x, normed = block.run(x, normed, rope, pos, mask, None if caches is None else caches[i],
+                              nxt)
+    return normed
 
 
 class DualAR(nn.Module):
@@ -219,9 +270,9 @@ class DualAR(nn.Module):
         t, f, K = self.config.text, self.config.fast, self.config.num_codebooks
         offsets = torch.arange(K, device=device) * self.config.codebook_size
         self.register_buffer("codebook_offsets", offsets, persistent=False)
-        self.register_buffer("rope", rope_table(t.max_seq_len, t.head_dim, t.rope_base, device),
-                             persistent=False)
-        self.register_buffer("fast_rope", rope_table(K, f.head_dim, t.rope_base, device),
+        self.register_buffer("rope", rope_rotations(t.max_seq_len, t.head_dim, t.rope_base,
+                                                    device), persistent=False)
+        self.register_buffer("fast_rope", rope_rotations(K, f.head_dim, t.rope_base, device),
                              persistent=False)
 
     # ---- slow AR ----
@@ -245,9 +296,10 @@ class DualAR(nn.Module):
         ``Attention.forward``; ``caches`` None runs a prompt without storing it."""
         x = self.embed(tokens)
         rope = self.rope[pos]
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, pos, mask, None if caches is None else caches.slow[i])
-        return self.norm(x)
+        if mask is not None and mask.dtype == torch.bool:
+            mask = attention_bias(mask, x.dtype)
+        return run_blocks(self.layers, self.norm, x, rope, pos, mask,
+                          None if caches is None else caches.slow)
 
     def head_rows(self, ids: Tensor) -> Tensor:
         """Rows ``ids`` of the tied output head (= the token embedding) in the model dtype,
@@ -275,9 +327,8 @@ class DualAR(nn.Module):
         (Python ints, so the frame loop unrolls into static slices; S > 1 only from 0).
         Returns logits ``[B, S, C]``."""
         rope = self.fast_rope[start:start + x.shape[1]].unsqueeze(0)
-        for layer, cache in zip(self.fast_layers, caches.fast):
-            x = layer(x, rope, start, None, cache)
-        return self.fast_output(self.fast_norm(x))
+        return self.fast_output(run_blocks(self.fast_layers, self.fast_norm, x, rope, start,
+                                           None, caches.fast))
 
     def make_caches(self, batch: int, length: int, dtype=None, device=None) -> Caches:
         """Static KV caches for ``batch`` rows: ``length`` slots for the slow AR, K for the fast."""

@@ -31,7 +31,7 @@ from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cp
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
-from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, ras_select, sample
+from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, draw, prepare, ras_select
 
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
@@ -299,12 +299,16 @@ class Engine:
 
         # Fast AR: position 0 is the slow hidden state, position 1 the semantic code c0; both
         # go in one pass (the reference runs them one by one and discards position 0's logits).
+        # The codebooks' settings are made ready once and their random numbers' logs taken in
+        # one kernel (``sampling.draw``).
+        settings = prepare(temperature, top_p, top_k, c.codebook_size)
+        log_fast = torch.log(rand_fast)
         code = torch.clamp(main - c.semantic_start_token_id, 0, c.codebook_size - 1)
         codes = [code]
         x = torch.stack([hidden, model.fast_embeddings(code)], dim=1)  # [B, 2, D]
         logits = model.fast_forward(x, 0, caches)[:, -1]
         for k in range(1, c.num_codebooks):
-            code = sample(logits, temperature, top_p, top_k, rand_fast[k - 1])
+            code = draw(logits, settings, log_fast[k - 1])
             codes.append(code)
             if k + 1 < c.num_codebooks:
                 x = model.fast_embeddings(code).unsqueeze(1)
@@ -318,14 +322,16 @@ class Engine:
         high draw goes unused)."""
         c = self.config
         logits = torch.nn.functional.linear(hidden, self.head)  # [B, N_allowed]
-        rand_main = rand_main.index_select(-1, self.allowed_ids)
-        main = self.allowed_ids[sample(logits, temperature, top_p, top_k, rand_main)]
+        settings = prepare(temperature, top_p, top_k, logits.shape[-1])
+        log_main = torch.log(rand_main.index_select(-1, self.allowed_ids))
+        main = self.allowed_ids[draw(logits, settings, log_main)]
         if window is None:
             return main
         high_t = torch.full_like(temperature, RAS_HIGH_TEMPERATURE)
         high_p = torch.full_like(top_p, RAS_HIGH_TOP_P)
-        rand_high = rand_high.index_select(-1, self.allowed_ids)
-        high = self.allowed_ids[sample(logits, high_t, high_p, top_k, rand_high)]
+        high = prepare(high_t, high_p, top_k, logits.shape[-1], cut=settings.cut)
+        log_high = torch.log(rand_high.index_select(-1, self.allowed_ids))
+        high = self.allowed_ids[draw(logits, high, log_high)]
         return ras_select(main, high, window, c.semantic_start_token_id, c.semantic_end_token_id)
 
     def slow_step(self, column: Tensor, pos: Tensor,

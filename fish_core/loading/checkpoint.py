@@ -18,6 +18,7 @@ import torch
 
 from ..engine.config import ModelConfig
 from .fp8_checkpoint import is_fp8_checkpoint, load_fp8, stored_fp8
+from ..engine.layers import FeedForward
 from ..engine.model import DualAR
 from .shards import DTYPES, CheckpointError, iter_tensors
 from .siblings import quant
@@ -62,7 +63,25 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         else:
             load_plain(model, folder, device, dtype, converter)
     model.reset_buffers(device)
-    return (converter.finish(model) if converter else model).eval()
+    model = converter.finish(model) if converter else model
+    if device.type == "cuda":  # launch-bound decode: w1 and w3 as one GEMV
+        join_feed_forwards(model)
+    return model.eval()
+
+
+def join_feed_forwards(model: DualAR) -> int:
+    """Put each SwiGLU's ``w1`` and ``w3`` in one layer (``quant.join_rows``: their rows and
+    scales stacked, the same numbers) where their kind allows; returns how many were joined.
+    Done on CUDA, where a decode frame is bound by its kernel launches; on a CPU the two
+    GEMVs cost the same as one and the weights stay views of the file."""
+    joined = 0
+    for module in model.modules():
+        if isinstance(module, FeedForward) and module.w13 is None:
+            w13 = quant.join_rows(module.w1, module.w3)
+            if w13 is not None:
+                module.join(w13)
+                joined += 1
+    return joined
 
 
 def choose_converter(model: DualAR, folder: Path, mode: str, device: torch.device,

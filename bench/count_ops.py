@@ -1,0 +1,225 @@
+"""Kernels a decode frame, counted on the CPU: the launch-bound part of a GPU frame, visible in CI.
+
+    python bench/count_ops.py                       # bf16, S2-Pro's depth (36 + 4 layers)
+    python bench/count_ops.py --dtype float32 --json counts.json
+
+Every non-view ATen op that runs is counted under a ``TorchDispatchMode`` (each is about one
+CUDA kernel in eager and CUDA-graph mode; views, ``empty`` and metadata ops launch nothing). The
+model is the fixture checkpoint's config widened to S2-Pro's depth (36 slow layers, 4 fast),
+with random weights: the count depends on the depth and the code path, not on the widths or
+the values. Reported: ops a decode frame (``rows.generate`` with one frame more, minus one
+frame less: the random draws and the state updates of a frame included) and the top ops; ops
+of a join (prefill of ``--prompt-len`` tokens + its first frame) and of the prefill alone; ops
+of a stream's first codec chunk (``params.FIRST_FRAMES`` frames, the fixture codec).
+``bench/gpu_first.py`` reports the same frame on CUDA with the profiler's kernel and launch
+counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fish_core.engine import fused  # noqa: E402
+from fish_core.engine.config import ModelConfig  # noqa: E402
+from fish_core.engine.model import DualAR  # noqa: E402
+
+TOP = 15
+# ops that launch no kernel: allocation and metadata
+SILENT = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+          "lift_fresh", "detach", "alias", "_local_scalar_dense", "set_", "resize_",
+          "is_same_size", "_has_compatible_shallow_copy_type", "_unsafe_view"}
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the non-view ATen ops dispatched while active, by op name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if composite(func):  # seen whole under inference_mode: count what it runs
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        name = func.overloadpacket.__name__
+        if not func.is_view and name not in SILENT:
+            self.ops[name] += 1
+        return func(*args, **kwargs)
+
+    @property
+    def total(self) -> int:
+        return sum(self.ops.values())
+
+
+def composite(func) -> bool:
+    """An op with no kernel of its own (``CompositeImplicitAutograd``: ``rms_norm``,
+    ``scaled_dot_product_attention``, ``linear`` …): it runs as the ops it decomposes into."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(),
+                                                          "CompositeImplicitAutograd")
+
+
+def count(fn) -> Counter:
+    with OpCounter() as counter:
+        fn()
+    return counter.ops
+
+
+def fixtures_dir() -> Path:
+    return Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests" / "fixtures"))
+
+
+def s2_pro_depth() -> tuple[int, int]:
+    """(slow layers, fast layers) of the real S2-Pro (``real-s2-config.json``)."""
+    real = ModelConfig.from_file(fixtures_dir() / "real-s2-config.json")
+    return real.text.n_layer, real.fast.n_layer
+
+
+def widened_config(depth: tuple[int, int] | None = None) -> ModelConfig:
+    """The fixture checkpoint's config with S2-Pro's layer counts (or ``depth``)."""
+    depth = depth or s2_pro_depth()
+    data = ModelConfig.from_file(fixtures_dir() / "tiny-s2").to_dict()
+    data["text_config"]["n_layer"], data["audio_decoder_config"]["n_layer"] = depth
+    return ModelConfig.from_dict(data)
+
+
+def random_model(config: ModelConfig, dtype) -> DualAR:
+    model = DualAR(config).to(dtype)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.02, generator=gen)
+            else:
+                p.fill_(1.0)
+    model.reset_buffers()
+    return model.eval().requires_grad_(False)
+
+
+def prompt_for(config: ModelConfig, length: int) -> torch.Tensor:
+    prompt = torch.zeros(1 + config.num_codebooks, length, dtype=torch.long)
+    prompt[0] = torch.arange(length) % (config.semantic_start_token_id - 1)
+    return prompt
+
+
+def difference(more: Counter, less: Counter) -> Counter:
+    out = Counter(more)
+    out.subtract(less)
+    return +out
+
+
+def summary(ops: Counter, top: int = TOP) -> dict:
+    return {"ops": sum(ops.values()), "top": dict(ops.most_common(top))}
+
+
+def frame_counts(engine, prompt) -> dict:
+    """Ops of one decode frame, of a join (prefill + first frame) and of the prefill alone."""
+    from fish_core.engine.rows import generate
+    from fish_core.params import SamplingParams
+
+    def run(frames):
+        return count(lambda: generate(engine, prompt, SamplingParams(max_new_tokens=frames),
+                                      seed=0, stop_on_eos=False))
+
+    with fused.everywhere():  # the pieces as CUDA runs them: one op each
+        run(3)  # warm-up: cache sizing
+        two, three, one = run(2), run(3), run(1)
+        with torch.inference_mode():
+            prefill = count(lambda: engine.prefill(prompt[None], [prompt.shape[1]]))
+    return {"decode_frame": summary(difference(three, two)),
+            "join": summary(one), "prefill": summary(prefill)}
+
+
+def codec_chunk_counts(frames: int | None = None, device="cpu") -> dict:
+    """Ops of a stream's first codec chunk (``FIRST_FRAMES`` frames), the fixture codec."""
+    from fish_core.codec.model import Codec
+    from fish_core.params import FIRST_FRAMES
+
+    frames = frames or FIRST_FRAMES
+    codec = Codec.from_file(fixtures_dir() / "tiny-s2", device=device)
+    codebooks = 1 + codec.config.n_codebooks
+    codes = torch.zeros(1, codebooks, frames, dtype=torch.long, device=device)
+    with torch.inference_mode(), fused.everywhere():
+        codec.decode_chunk(codes, {})
+        ops = count(lambda: codec.decode_chunk(codes, {}))
+    return {"frames": frames, **summary(ops)}
+
+
+def quantize_counts(mode: str = "int4") -> dict:
+    """Ops to quantize S2-Pro's Linear weights for ``mode`` on a GPU with our kernels' layers
+    (int4: the fast AR int8, ``quant.convert.MIXED``), counted on meta tensors of the real
+    shapes (``tests/fixtures/real-s2-config.json``): the same ops as on CUDA, no memory."""
+    import quant
+    from quant import int_gemv, int_linear
+    from quant.convert import layer_mode
+    from fish_core.loading.checkpoint import build_meta
+
+    config = ModelConfig.from_file(fixtures_dir() / "real-s2-config.json")
+    weights = quant.linear_weights(build_meta(config))
+    ops, layers = Counter(), Counter()
+    for name, (n, k) in weights.items():
+        kind = layer_mode(name, mode)
+        if kind == "int4" and not int_linear.int4_gemv_fits((n, k)):
+            kind = "int8"
+        w = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+
+        def quantize():
+            if kind == "int4":
+                codes, _ = int_linear.quantize_int4(w, torch.bfloat16)
+                int_gemv.pack(codes)
+            else:
+                int_linear.quantize_int8(w, torch.bfloat16)
+
+        ops.update(count(quantize))
+        layers[kind] += 1
+    return {"mode": mode, "layers": dict(layers), **summary(ops)}
+
+
+def main(argv=None) -> dict:
+    from fish_core.engine.runner import Engine
+    from fish_core.loading.checkpoint import join_feed_forwards
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    parser.add_argument("--prompt-len", type=int, default=256)
+    parser.add_argument("--depth", default=None, help="slow,fast layers (default S2-Pro's)")
+    parser.add_argument("--no-codec", action="store_true")
+    parser.add_argument("--separate-w13", action="store_true",
+                        help="keep w1 and w3 apart (as on a CPU)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    depth = (tuple(int(n) for n in args.depth.split(",")) if args.depth
+             else s2_pro_depth())
+    config = widened_config(depth)
+    model = random_model(config, getattr(torch, args.dtype))
+    if not args.separate_w13:  # as the loader leaves a model on CUDA
+        join_feed_forwards(model)
+    engine = Engine(model, cuda_graph=False)
+    prompt = prompt_for(config, min(args.prompt_len, engine.max_context // 2))
+    report = {"dtype": args.dtype, "depth": list(depth), "prompt_len": prompt.shape[1],
+              **frame_counts(engine, prompt)}
+    if not args.no_codec:
+        report["first_codec_chunk"] = codec_chunk_counts()
+    report["quantize"] = {mode: quantize_counts(mode) for mode in ("int4", "int8")}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return report
+
+
+if __name__ == "__main__":
+    main()
