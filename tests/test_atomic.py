@@ -136,7 +136,7 @@ def test_every_writer_keeps_the_old_file_on_a_full_disk(tmp_path, monkeypatch):
 
 
 def test_a_book_chapter_on_a_full_disk_names_its_file_and_the_reason(tmp_path, monkeypatch):
-    from fish_core.speech.audiobook import render_book
+    from fish_core.cli.audiobook import render_book
     from fish_core.text.book import text_chapters
 
     class Speaker:  # speaks every chapter as a short tone, no model
@@ -246,7 +246,8 @@ def test_a_streamed_file_takes_its_name_only_when_whole(tmp_path):
     failed.write(encode(chunk), chunk.shape[0])
     note = failed.abandon()
     partial = tmp_path / "talk.partial.wav"
-    assert note == f"{partial} holds the 0.02 s streamed before it (a partial answer); {target} was not written"
+    assert note == (f"{partial} holds the 0.02 s streamed before it (a partial answer); "
+                    f"{target} was not written")
     assert target.read_bytes() == b"an older answer" and sf.info(partial).frames == 882
     encode, whole = StreamEncoder("wav", 44100), StreamFile(target, 44100, wav_header)
     whole.write(encode(chunk), chunk.shape[0])

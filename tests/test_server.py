@@ -226,7 +226,8 @@ def test_voice_upload_on_a_full_disk_is_507_naming_the_field(server, voices_dir,
     monkeypatch.setattr(atomic.os, "fsync", full)
     for path, data in (("/v1/audio/voices", {"name": "dora", "text": "Dora here."}),
                        ("/v1/references/add", {"id": "dora", "text": "Dora here."})):
-        answer = http(server, "POST", path, data=data, files={"audio": ("d.wav", clip, "audio/wav")})
+        answer = http(server, "POST", path, data=data,
+                      files={"audio": ("d.wav", clip, "audio/wav")})
         error = answer.json()["error"]
         assert answer.status_code == 507, answer.text
         assert error["param"] == ("name" if "voices" in path else "id")

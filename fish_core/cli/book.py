@@ -1,32 +1,31 @@
 """``book``: a book spoken chapter by chapter into a folder, an application of ``tts``
-(``speech.audiobook.render_book``)."""
+(``cli.audiobook.render_book``)."""
 
 from __future__ import annotations
 
 from .parser import plural
 from . import inputs
 from .progress import Bar
-from .request import finishing, sampling
+from .request import settings
 from .inputs import load_voices
 
 
 def cmd_book(args) -> str:
     """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
     an interrupted run resumes where it stopped."""
-    from ..speech.audiobook import render_book
+    from .audiobook import render_book
     from ..text.book import read_book
 
     book = read_book(args.book)  # a bad book fails before the model loads
+    checked = settings(args, "tts")  # and so do the flags
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
     voice = voices[0] if voices else None
-    options = {k: v for k, v in sampling(args).items() if k != "seed"}  # seeded per chapter
     bar = Bar(book.title[:30] or "book")
     try:
-        result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
+        result = render_book(synth, book, args.out, voice=voice, settings=checked,
                              audio_format=args.format, model=str(args.remote or args.model),
-                             max_bytes=args.max_bytes, on_progress=bar, **options,
-                             **finishing(args))
+                             on_progress=bar)
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped

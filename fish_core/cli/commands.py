@@ -10,21 +10,18 @@ from pathlib import Path
 import torch
 
 from ..loading import hub
-from ..params import Cancelled, SamplingParams
+from ..params import Cancelled
 from ..remote.http import RemoteError
 from ..outputs import (OutputError, StreamFile,
                       take_paths, write_audio, write_bytes, write_or_keep, write_text)
-from ..text.pace import Pace
-from ..text.plan import check_text
 from .parser import plural
 from . import inputs
-from .progress import CODEC_FRAME_RATE, Bar
-from .request import build, finishing
+from .progress import Bar
+from .request import build, check, finishing
+from .request import settings as flag_settings
 from .book import cmd_book
 from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
                      read_input, read_text)
-
-
 
 
 # ---------------------------------------------------------------- the parser
@@ -92,13 +89,20 @@ def cmd_say(args) -> str:
     note = long_text_note(text or script or "")
     if note:
         print(note, file=sys.stderr)
+    if args.stream and text is None:
+        raise ValueError("--stream speaks a text (or --text-file), not a --script")
+    kind = "stream" if args.stream else "tts" if script is None else "dialogue"
+    said = script if script is not None else text
+    settings = check(kind, args, said)  # flags and text, before the model loads
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
     if args.stream:
-        return stream_say(args, synth, voices, text)
-    speech = speak(args, synth, build("dialogue" if script is not None else "tts", args, synth,
-                                      script if script is not None else text, voices,
-                                      finishing(args)))
+        return stream_say(args, synth, build(kind, args, synth, said, voices, settings))
+    return save_takes(args, speak(args, synth, build(kind, args, synth, said, voices, settings)))
+
+
+def save_takes(args, speech) -> str:
+    """``say``'s result written (``-o``, or one file per take), said in one line per file."""
     speeches = speech if isinstance(speech, list) else [speech]
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
@@ -112,17 +116,15 @@ def cmd_say(args) -> str:
                      for k, (p, s) in enumerate(zip(paths, speeches)))
 
 
-def stream_say(args, synth, voices, text: str | None) -> str:
+def stream_say(args, synth, request) -> str:
     """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks. A file
     grows as ``NAME.partial.wav`` and takes its name when the answer is whole; a stream that
     fails leaves it marked partial and says so (``outputs.StreamFile``)."""
     from ..audio.wav import StreamEncoder, wav_header
 
-    if text is None:
-        raise ValueError("--stream speaks a text (or --text-file), not a --script")
     to_stdout = args.out == "-"
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
-    stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
+    stream = synth.open_stream(request)
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
     try:
         out = None if to_stdout else StreamFile(args.out, synth.sample_rate,
@@ -157,25 +159,12 @@ def stream_say(args, synth, voices, text: str | None) -> str:
 
 
 def cmd_codes(args) -> str:
-    from ..engine.rows import generate
-    from ..text.prompt import conversation
-
-    if not check_text(args.text, "text").strip():
-        raise ValueError("text is empty: nothing to say")
+    """``codes``: the semantic codes of what ``say`` would speak (``synth.tts(...).codes``)."""
+    settings = check("tts", args, args.text)  # flags and text, before the model loads
     synth = inputs.load_synth(args)
-    prompt = synth.encoder.encode(conversation(args.text))
-    params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    codec = synth.codec
-    rate = codec.sample_rate / codec.frame_length if codec is not None else CODEC_FRAME_RATE
-    pace, bar = Pace([args.text], rate, min(args.max_new_tokens, synth.engine.max_context)), Bar()
-    try:
-        gen = generate(synth.engine, prompt, params, seed=args.seed,
-                       on_frame=lambda i, n: bar(*pace.frame(i)))[0]
-    finally:
-        bar.close()
-    compile_note(args, synth)
-    save(args.out, lambda p: save_codes(p, gen.codes), "codes")
-    return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
+    speech = speak(args, synth, build("tts", args, synth, args.text, [], settings))
+    save(args.out, lambda p: save_codes(p, speech.codes), "codes")
+    return f"wrote {args.out}: codes {tuple(speech.codes.shape)}, seed {speech.seed}"
 
 
 def cmd_voice(args) -> str:
@@ -217,14 +206,11 @@ def cmd_voice_register(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from ..text.srt import parse_srt
-
     document = read_input(args.srt, "srt")
-    parse_srt(document)  # a bad SRT fails before the model loads
+    settings = check("subtitles", args, document)  # flags and cues, before the model loads
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
-    result = speak(args, synth, build("subtitles", args, synth, document, voices,
-                                      finishing(args)))
+    result = speak(args, synth, build("subtitles", args, synth, document, voices, settings))
     for line in result.overruns:
         print(f"warning: {line}", file=sys.stderr)
     notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
@@ -239,25 +225,28 @@ def cmd_srt(args) -> str:
 
 def cmd_plan(args) -> str:
     """``plan``: the text batches exactly as the model will read them, with the pauses."""
-    import json
-
-    from ..speech.finishing import Finishing
+    from ..speech.front import plan
     from ..speech.request import Request
     from ..speech.voices import Voice
 
     voices = [Voice.load(v) for v in args.voice]
-    finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
+    settings = flag_settings(args, "tts")  # --max-bytes, --lexicon
     if args.script:
-        request = Request.dialogue(read_input(args.script, "--script"), voices,
-                                   pause=args.pause, seed=0)
-        batches = finish.turn_batches(request.turns, request.voices, args.max_bytes,
-                                      args.pause > 0 or args.turn_by_turn)
+        request = Request.dialogue(read_input(args.script, "--script"), voices, settings,
+                                   pause=args.pause, turn_by_turn=args.turn_by_turn)
     else:
-        batches = finish.batches(read_text(args), voices, args.max_bytes)
+        request = Request.tts(read_text(args), voices, settings)
+    return show_plan(plan(request).batches, args.pause, args.json)
+
+
+def show_plan(batches: list, pause: float, as_json: bool) -> str:
+    """Text batches with the silences around them, as lines or JSON."""
+    import json
+
     from ..speech.timeline import gaps
 
-    silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]
-    if args.json:
+    silences = [n / 1000 for n in gaps(batches, 1000, pause)]
+    if as_json:
         return json.dumps({"batches": [
             {"text": b.text, "speaker": b.speaker, "silence_before": silences[i],
              **({"silence_after": silences[-1]} if i == len(batches) - 1 else {})}

@@ -11,7 +11,7 @@ import sys
 
 from ..loading import hub
 from ..engine.device import PRECISIONS
-from ..params import DEFAULTS, FIRST_FRAMES
+from ..params import DEFAULTS, FIRST_FRAMES, SAMPLING_RULES
 from ..outputs import (AUDIO_SUFFIXES)
 from .request import LOUDNESS_HELP, add_finishing_args  # noqa: F401
 from ..speech.results import MAX_TAKES
@@ -139,7 +139,7 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
 
 
 def add_remote_args(p: argparse.ArgumentParser) -> None:
-    """Run on a remote S2 engine instead of a local model (``Synthesizer.remote``)."""
+    """Run on a remote S2 engine instead of a local model (``RemoteSynthesizer``)."""
     from ..remote.dialects import DIALECTS
 
     g = p.add_argument_group("remote engine")
@@ -168,7 +168,7 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
     the commands that plan batches."""
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
-                   help="randomness of each frame, in (0, 2)")
+                   help=f"randomness of each frame, in {SAMPLING_RULES['temperature'].interval}")
     g.add_argument("--top-p", type=float, default=DEFAULTS.top_p,
                    help="nucleus sampling: keep the likeliest codes up to this probability")
     g.add_argument("--top-k", type=int, default=DEFAULTS.top_k,
@@ -273,7 +273,7 @@ def add_book_command(add_command, common: list) -> None:
 
 
 def add_codes_command(add_command, common: list) -> None:
-    p = add_command("codes", "generate semantic codes only")
+    p = add_command("codes", "the semantic codes say would speak (.npy or .safetensors)")
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)

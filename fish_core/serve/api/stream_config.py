@@ -27,6 +27,7 @@ PEER_CONFIG = {"speaker", "stream_audio", "split_granularity", "task_type", "lan
 CONFIG_FIELDS = {"type"} | OPENAI_CONFIG | PEER_CONFIG
 CODEC_CHUNK_FRAMES = Rule(0, 1 << 20, integer=True)  # accepted and checked; no effect on S2
 
+
 def message_limit(limits: Limits) -> int:
     """Bytes of the largest client message: a config with its inline references."""
     return max(limits.max_body_bytes, text_message_limit(limits))
@@ -35,6 +36,7 @@ def message_limit(limits: Limits) -> int:
 def text_message_limit(limits: Limits) -> int:
     """Bytes of any message after ``session.config`` (a text piece at JSON's worst)."""
     return 12 * limits.max_text_chars + 1024
+
 
 # ---------------------------------------------------------------- messages
 def parse_message(data: bytes, limits: Limits) -> dict:
@@ -132,8 +134,9 @@ def sentence_request(config: StreamConfig, text: str, index: int) -> SpeechReque
     session), PCM streamed, stretched on its own (docs/finished-audio.md); no loudness (refused
     in ``session.config``: a session's sentences are not one mix)."""
     request, text = config.request, config.prefix + text
-    speech = replace(request.speech, text=text, seed=batch_seed(request.speech.seed, index))
-    return replace(request, text=text, format="pcm", stream="audio", speech=speech)
+    seed = batch_seed(request.speech.seed, index)
+    return replace(request, text=text, format="pcm", stream="audio",
+                   settings={**request.settings, "seed": seed}).checked()
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:
