@@ -82,3 +82,16 @@ def test_the_real_aligner_dims_give_the_real_shapes(aligner_fixtures):
     gigabytes = float(re.search(r"([\d.]+) GB", listed).group(1))
     size = sum(p.numel() for p in model.parameters()) * 2
     assert abs(size / 1e9 - gigabytes) / gigabytes < 0.02, size
+
+
+def test_a_tied_vocabulary_head_may_be_left_out(aligner_fixtures, tmp_path):
+    folder = tmp_path / "tied"
+    shutil.copytree(aligner_fixtures / "tiny-asr", folder)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["thinker_config"]["text_config"]["tie_word_embeddings"] = True
+    (folder / "config.json").write_text(json.dumps(raw))
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.pop("thinker.lm_head.weight")
+    save_file(tensors, str(folder / "model.safetensors"))
+    model = load_thinker(folder)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
