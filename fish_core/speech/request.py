@@ -29,6 +29,7 @@ from ..text.script import check_script, check_speaker_count
 from .finishing import Finishing
 from .results import MAX_TAKES
 from .voices import Voice
+from .words import check_words
 
 KINDS = ("tts", "dialogue", "subtitles")
 TAKES = Rule(1, MAX_TAKES, integer=True)
@@ -74,6 +75,7 @@ class Request:
     cues: tuple = ()  # the subtitles' cues (``text.srt.Cue``)
     first_frames: int = FIRST_FRAMES  # a stream's chunking
     chunk_frames: int = CHUNK_FRAMES
+    words: str | None = None  # timed words: None, "auto" or a language (``speech.words``)
 
     @property
     def count(self) -> int:
@@ -86,7 +88,7 @@ class Request:
             max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
             takes: int | None = None, loudness=None, speed: float = 1.0, lexicon=None,
             first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
-            accepts: Accepts = ANY, where: str = "tts", **sampling) -> "Request":
+            words=None, accepts: Accepts = ANY, where: str = "tts", **sampling) -> "Request":
         """Speak ``text`` in ``voice`` (one ``Voice``, several: voice i is ``<|speaker:i|>``,
         or None: the model's own)."""
         if not textplan.check_text(text, "text").strip():
@@ -98,7 +100,8 @@ class Request:
                    **common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon,
                             accepts, sampling),
                    first_frames=FRAMES.check(first_frames, "first_frames"),
-                   chunk_frames=FRAMES.check(chunk_frames, "chunk_frames"))
+                   chunk_frames=FRAMES.check(chunk_frames, "chunk_frames"),
+                   words=check_words(words))
 
     @classmethod
     def dialogue(cls, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
@@ -106,7 +109,8 @@ class Request:
                  require_voices: bool | None = None, seed: int | None = None,
                  max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
                  takes: int | None = None, loudness=None, speed: float = 1.0, lexicon=None,
-                 accepts: Accepts = ANY, where: str = "dialogue", **sampling) -> "Request":
+                 words=None, accepts: Accepts = ANY, where: str = "dialogue", **sampling
+                 ) -> "Request":
         """A multi-speaker script, ``voices`` by name or in speaker order; with voices given
         every speaker maps to one unless ``require_voices`` is False (default: False where the
         model invents voices)."""
@@ -129,19 +133,21 @@ class Request:
         return cls("dialogue", script, tuple(voice_list),
                    **common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon,
                             accepts, sampling),
-                   pause=float(pause), turn_by_turn=bool(turn_by_turn), turns=tuple(turns))
+                   pause=float(pause), turn_by_turn=bool(turn_by_turn), turns=tuple(turns),
+                   words=check_words(words))
 
     @classmethod
     def subtitles(cls, srt: str, voice: Voice | None = None, *, seed: int | None = None,
                   history_turns: int = 3, loudness=None, speed: float = 1.0, lexicon=None,
-                  accepts: Accepts = ANY, where: str = "subtitles", **sampling) -> "Request":
+                  words=None, accepts: Accepts = ANY, where: str = "subtitles", **sampling
+                  ) -> "Request":
         """Each SRT cue spoken at its start time."""
         cues = textsrt.parse_srt(srt)
         sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
         return cls("subtitles", srt, tuple(as_voices(accepts.voices(voice))),
                    **common(seed, None, history_turns, textplan.DEFAULT_MAX_BYTES, loudness,
                             speed, lexicon, accepts, sampling),
-                   cues=tuple(cues))
+                   cues=tuple(cues), words=check_words(words))
 
 
 def common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon, accepts: Accepts,
