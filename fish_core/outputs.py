@@ -54,6 +54,27 @@ def take_paths(path, takes: int) -> list[str]:
     return [str(path.with_name(f"{path.stem}-{k}{path.suffix}")) for k in range(1, takes + 1)]
 
 
+def write_text(path, text: str) -> Path:
+    """``text`` written to ``path`` whole or not at all: a temporary file in the same folder,
+    then renamed over it (a failed write leaves the old file and no temporary)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    return path
+
+
 def existing_ancestor(folder: Path) -> Path:
     """The nearest of ``folder`` and its parents that exists (as a file or a folder)."""
     while not folder.exists() and folder != folder.parent:

@@ -25,11 +25,30 @@ def cmd_book(args) -> str:
     try:
         result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
                              audio_format=args.format, model=str(args.remote or args.model),
-                             max_bytes=args.max_bytes, on_progress=bar, **options,
-                             **finishing(args))
+                             max_bytes=args.max_bytes, on_progress=bar,
+                             words=inputs.words_setting(args), **options, **finishing(args))
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped
+    said = ""
+    if args.words:
+        save_book_words(args.words, result)
+        said = f"; words in {args.words}"
     return (f"wrote {args.out}: {plural(len(result.chapters), 'chapter')} ({made} spoken, "
             f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
-            "chapters.ffmetadata")
+            f"chapters.ffmetadata{said}")
+
+
+def save_book_words(path: str, result) -> None:
+    """The whole book's words (``--words``): chapter after chapter on one timeline."""
+    from pathlib import Path
+
+    from ..outputs import OutputError, write_or_keep, write_text
+    from ..speech.audiobook import read_chapter_words
+    from ..speech.words import caption_format, captions
+
+    words, texts = read_chapter_words(result.folder, result)
+    text = captions(words, caption_format(path), texts)
+    note = write_or_keep(lambda p: write_text(p, text), Path(path), "words")
+    if note:
+        raise OutputError(note)

@@ -13,7 +13,8 @@ NAMES = {"seed": "--seed", "temperature": "--temperature", "top_p": "--top-p",
          "top_k": "--top-k", "max_new_tokens": "--max-new-tokens",
          "history_turns": "--history-turns", "max_bytes": "--max-bytes", "takes": "--takes",
          "speed": "--speed", "loudness": "--loudness", "lexicon": "--lexicon",
-         "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice"}
+         "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice",
+         "words": "--words-language"}
 
 
 def in_flag_names(error: ValueError) -> ValueError:
@@ -36,6 +37,8 @@ def build(kind: str, args, synth, text: str, voices: list, finishing: dict) -> R
     """``say`` (tts, or dialogue with ``--script``), ``say --stream`` (``stream``) or ``srt``
     (``subtitles``) as one Request."""
     common = dict(accepts=synth.accepts, **sampling(args), **finishing)
+    if getattr(args, "words", None) and kind != "stream":
+        common["words"] = args.words_language
     try:
         if kind == "subtitles":
             return Request.subtitles(text, voices[0] if voices else None, **common)

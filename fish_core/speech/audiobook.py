@@ -40,6 +40,7 @@ from ..text.book import Book, read_book
 from ..text.lexicon import Lexicon
 from .finishing import Finishing
 from .voices import Voice
+from .words import TimedWord, check_words
 
 MANIFEST = "book.json"
 FORMATS = ("wav", "flac")
@@ -56,6 +57,7 @@ class ChapterFile:
     file: str
     seconds: float
     skipped: bool  # finished by an earlier run
+    words: str | None = None  # its timed words' file (``NAME.words.json``), when asked
 
 
 @dataclass
@@ -76,10 +78,13 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                 audio_format: str = "wav", model: str = "",
                 max_bytes: int | None = None, history_turns: int = 3,
                 on_progress: Callable[[int, int], None] | None = None,
-                cancel: Callable[[], bool] | None = None, **sampling) -> BookResult:
+                cancel: Callable[[], bool] | None = None, words=None,
+                **sampling) -> BookResult:
     """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
     ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``model``
-    names the model in the chapters' digests (a different model re-speaks them)."""
+    names the model in the chapters' digests (a different model re-speaks them). ``words``
+    (``speech.words``): each chapter's timed words beside it, ``NAME.words.json``
+    (``read_chapter_words``)."""
     if audio_format not in FORMATS:
         raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
                          f"{audio_format!r}")
@@ -96,9 +101,12 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     options = {"history_turns": history_turns, **sampling}
     if max_bytes is not None:
         options["max_bytes"] = max_bytes
+    words = check_words(words)
     settings = {"version": VERSION, "voice": voice_digest(voice), "seed": seed,
                 "finishing": finishing.as_dict(), "sampling": options, "model": model,
                 "format": audio_format}
+    if words:  # a chapter made without its words is made again
+        settings["words"] = words
     done_before = {c.get("index"): c for c in manifest.get("chapters", [])
                    if isinstance(c, dict)}
     total = sum(len(c.text) for c in book.chapters)
@@ -113,7 +121,8 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                 and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file()
                 and (folder / name).stat().st_size == kept.get("size")):
             entries.append(kept)
-            result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
+            result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True,
+                                               kept.get("words")))
         else:
             def report(done: int, steps: int, base=progress, size=len(chapter.text)) -> None:
                 if on_progress is not None and steps:
@@ -121,13 +130,19 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
 
             speech = synth.tts(chapter.text, voice, seed=seed, loudness=finishing.loudness,
                                speed=finishing.speed, lexicon=finishing.lexicon,
-                               on_progress=report, cancel=cancel, **options)
+                               on_progress=report, cancel=cancel, words=words, **options)
             write_audio(folder / name, speech.waveform, speech.sample_rate)
             entry = {"index": i, "title": chapter.title, "file": name, "key": key,
                      "seconds": round(speech.duration, 6), "samples": speech.waveform.shape[0],
                      "sample_rate": speech.sample_rate, "size": (folder / name).stat().st_size}
+            if words:
+                entry["words"] = words_file(name)
+                write_json(folder / entry["words"], {
+                    "texts": [s.text for s in speech.segments],
+                    "words": [w.as_dict() for w in speech.words]})
             entries.append(entry)
-            result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False))
+            result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False,
+                                               entry.get("words")))
             # What is finished is recorded at once: a kill after this keeps the chapter.
             write_json(folder / MANIFEST, {"title": book.title, "seed": seed,
                                            "settings": settings,
@@ -184,6 +199,30 @@ def chapter_file(index: int, title: str, audio_format: str) -> str:
         raise ValueError(f"chapter {index}: its file name {name[:40]!r}… is longer than "
                          f"{NAME_BYTES} bytes")
     return name
+
+
+def words_file(audio_name: str) -> str:
+    """A chapter's words file: ``001 Title.words.json`` beside ``001 Title.wav``."""
+    return f"{Path(audio_name).stem}.words.json"
+
+
+def read_chapter_words(folder: Path, result: BookResult) -> tuple[list[TimedWord], list[str]]:
+    """Every chapter's words on the book's timeline (the chapters played one after another, as
+    ``chapters.json`` starts them) and the texts their ``segment`` indices name."""
+    words: list[TimedWord] = []
+    texts: list[str] = []
+    start = 0.0
+    for chapter in result.chapters:
+        if chapter.words is None:
+            raise ValueError(f"chapter {chapter.index} has no words file")
+        data = json.loads((Path(folder) / chapter.words).read_text(encoding="utf-8"))
+        for w in data["words"]:
+            words.append(TimedWord(w["text"], round(start + w["start"], 6),
+                                   round(start + w["end"], 6), w.get("speaker"), 0,
+                                   len(texts) + w["segment"], w.get("level", "word")))
+        texts += data["texts"]
+        start += chapter.seconds
+    return words, texts
 
 
 def read_manifest(folder: Path) -> dict:
