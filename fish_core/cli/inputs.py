@@ -42,11 +42,6 @@ def load_synth(args):
         threads=args.threads, aligner=aligner)  # the count main() applied
 
 
-def words_setting(args) -> str | None:
-    """``--words-language`` as the request's ``words`` (None without ``--words``)."""
-    return args.words_language if getattr(args, "words", None) else None
-
-
 def words_paths(path: str, takes: int) -> list[str]:
     """Where each take's words go: ``path``, or ``NAME-1.srt`` … (``NAME-1.karaoke.vtt``)."""
     if takes <= 1:
@@ -58,10 +53,10 @@ def words_paths(path: str, takes: int) -> list[str]:
 
 
 def check_words_flags(args) -> None:
-    """``--words``, ``--words-language`` and ``--aligner``, before any work."""
+    """``--words`` and ``--aligner``, before any work (``--words-language`` is a setting:
+    ``cli.request``)."""
     from ..hearing.hub import resolve_aligner
-    from ..params import RequestError
-    from ..speech.words import caption_format, check_words
+    from ..speech.words import caption_format
 
     try:
         caption_format(args.words)
@@ -71,10 +66,6 @@ def check_words_flags(args) -> None:
         check_output(path, "--words", (".json", ".srt", ".vtt"))
     if getattr(args, "stream", False):
         raise ValueError("--words times a whole result: leave out --stream")
-    try:
-        check_words(args.words_language, "--words-language")
-    except RequestError as e:
-        raise ValueError(str(e)) from None
     if args.aligner is not None:
         resolve_aligner(args.aligner, download=False)
 
