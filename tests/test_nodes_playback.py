@@ -154,7 +154,7 @@ def take_one(audio: dict, timeline: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("takes", [1, 3])
 def test_tts_node_streams_take_one(queued, floats, takes):
-    audio, timeline = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
+    audio, timeline, _ = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
                           takes=takes, **NODE_FAST)
     check_stream(events(queued.server), take_one(audio, timeline), floats)
 
@@ -163,7 +163,7 @@ def test_voice_clone_node_streams(queued, floats):
     t = torch.arange(24000) / 24000
     reference = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t))[None, None],
                  "sample_rate": 24000}
-    audio, timeline = run(queued, "SailfishVoiceClone", reference_audio=reference,
+    audio, timeline, _ = run(queued, "SailfishVoiceClone", reference_audio=reference,
                           reference_text="A reference.", text="In that voice, live.",
                           **NODE_FAST)
     check_stream(events(queued.server), take_one(audio, timeline), floats)
@@ -178,13 +178,13 @@ def test_multi_speaker_node_streams_the_mix_with_pauses(queued, floats):
     outputs = run(queued, "SailfishMultiSpeaker", script="Alice: One.\nAlice: Two.\nAlice: Three.",
                   pause=0.3, speaker_1=voice, takes=2, **NODE_FAST)
     sent = events(queued.server)
-    check_stream(sent, take_one(outputs[0], outputs[-1]), floats)
+    check_stream(sent, take_one(outputs[0], outputs[-2]), floats)
     gap = round(0.3 * read_sizes().sample_rate)
     assert sum(1 for e in sent if e.get("silence") and e["samples"] == gap) == 2
 
 
 def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
-    audio, _, _, timeline = run(queued, "SailfishSubtitles", srt=SRT, **NODE_FAST)
+    audio, _, _, timeline, _ = run(queued, "SailfishSubtitles", srt=SRT, **NODE_FAST)
     sent = events(queued.server)
     check_stream(sent, take_one(audio, timeline), floats)
     assert sent[1].get("silence") and sent[1]["samples"] == round(0.3 * read_sizes().sample_rate)
@@ -204,12 +204,12 @@ def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, 
         queued.playback.listeners(queued.server).set("tab-closed", True)
     else:  # outside ComfyUI: no PromptServer at all
         monkeypatch.setitem(sys.modules, "server", None)
-    audio, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    audio, _, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert queued.server.sent == [] and made == []  # no live decode either
     monkeypatch.undo()
     queued.playback.listeners(queued.server).set(CLIENT, True)
     queued.server.client_id = CLIENT
-    heard, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    heard, _, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert torch.equal(heard["waveform"], audio["waveform"])  # listening changes nothing
     assert queued.server.sent
 
@@ -240,10 +240,10 @@ def test_a_failing_sender_never_fails_the_node(queued, monkeypatch):
         raise RuntimeError("socket gone")
 
     monkeypatch.setattr(queued.server, "send_sync", broken)
-    audio, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    audio, _, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     monkeypatch.undo()
     queued.playback.listeners(queued.server).set(CLIENT, False)
-    plain, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    plain, _, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     assert torch.equal(audio["waveform"], plain["waveform"])
 
 

@@ -68,9 +68,16 @@ class Synthesizer(Front):
         device = next(model.parameters()).device
         self.timer = AlignerTimer(aligner, models_dir, device, download=download)
 
+    def word_timer(self) -> AlignerTimer:
+        """The aligner, its folder found (or fetched) now; its weights load on first use."""
+        ready = getattr(self.timer, "ready", None)  # a timer set by hand may have no folder
+        return ready() if ready is not None else self.timer
+
     def free_aligner(self) -> None:
         """Free the word aligner's weights (loaded again by the next request for words)."""
-        self.timer.free()
+        free = getattr(self.timer, "free", None)
+        if free is not None:
+            free()
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""

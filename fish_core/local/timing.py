@@ -29,14 +29,24 @@ class AlignerTimer:
         self.loaded = None if aligner is None or isinstance(aligner, (str, Path)) else aligner
         self.lock = threading.Lock()
 
+    def ready(self) -> "AlignerTimer":
+        """Its checkpoint folder found (or downloaded, where allowed) before a request's work:
+        a missing aligner is said then, not after the speech is made."""
+        with self.lock:
+            if self.loaded is None and not isinstance(self.source, Path):
+                from ..hearing.hub import resolve_aligner
+
+                self.source = resolve_aligner(self.source, self.models_dir, self.download)
+        return self
+
     def aligner(self):
         """The ``ForcedAligner``, loaded on first use."""
+        self.ready()
         with self.lock:
             if self.loaded is None:
                 from ..hearing.aligner import ForcedAligner
 
-                self.loaded = ForcedAligner.load(self.source, self.models_dir, self.device,
-                                                 self.dtype, self.download)
+                self.loaded = ForcedAligner.from_pretrained(self.source, self.device, self.dtype)
             return self.loaded
 
     def free(self) -> None:
