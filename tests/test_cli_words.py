@@ -53,7 +53,7 @@ def test_say_words_srt_follows_the_audio_and_its_pause(ckpt_dir, tiny_aligner, t
 
 def test_say_words_scale_with_speed(ckpt_dir, tiny_aligner, tmp_path):
     pytest.importorskip("pedalboard")
-    text = "One two three four."
+    text = "Hello from the command line."
     say(ckpt_dir, tiny_aligner, tmp_path, text, words="plain.json", out="plain.wav")
     say(ckpt_dir, tiny_aligner, tmp_path, text, "--speed", "2", words="fast.json",
         out="fast.wav")
