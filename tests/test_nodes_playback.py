@@ -49,12 +49,14 @@ def comfy(tmp_path_factory):
     """The pack loaded with ComfyUI stand-ins, a fake PromptServer and an executing node
     ``"7"`` of prompt ``"p1"``."""
     import comfy_stubs
-    from conftest import link_checkpoint
+    from conftest import fixtures_dir, link_checkpoint
 
     base = tmp_path_factory.mktemp("comfy")
     stubs = comfy_stubs.install(base)
     folder = link_checkpoint(base / "fish_speech")
     stubs.folder_paths.add_model_folder_path("fish_speech", str(folder))
+    (folder / "qwen3-forced-aligner-0.6b").symlink_to(  # the word aligner, where users put it
+        fixtures_dir() / "aligner" / "tiny-aligner", target_is_directory=True)
     server = FakeServer()
     context = types.SimpleNamespace(prompt_id="p1", node_id="7", list_index=None)
     execution = types.ModuleType("comfy_execution")
@@ -157,6 +159,19 @@ def test_tts_node_streams_take_one(queued, floats, takes):
     audio, timeline, _ = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
                           takes=takes, **NODE_FAST)
     check_stream(events(queued.server), take_one(audio, timeline), floats)
+
+
+def test_the_player_gets_take_ones_words_before_done(queued, floats):
+    audio, timeline, words = run(queued, "SailfishTTS", text="Speak while you work.",
+                                 words="English", takes=2, **NODE_FAST)
+    sent = events(queued.server)
+    assert [e["state"] for e in sent[-2:]] == ["words", "done"]
+    shown = sent[-2]["words"]
+    assert [w["text"] for w in shown] == ["Speak", "while", "you", "work"]
+    assert shown == [{"text": w["text"], "start": w["start"], "end": w["end"]}
+                     for w in words["takes"][0]["words"]]
+    audio_events = [dict(e, seq=i) for i, e in enumerate(e for e in sent if e["state"] != "words")]
+    check_stream(audio_events, take_one(audio, timeline), floats)  # the audio as without words
 
 
 def test_voice_clone_node_streams(queued, floats):
