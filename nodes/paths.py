@@ -103,7 +103,18 @@ def word_timer(device="cpu"):
 
     found = [root / ALIGNER.name for root in model_roots() if is_hearing_dir(root / ALIGNER.name)]
     target = roots(MODELS)[0] if roots(MODELS) else None
-    return AlignerTimer(found[0] if found else None, target, device)
+    return AlignerTimer(found[0] if found else None, target, device, before_load=make_room)
+
+
+def make_room(folder: Path, device) -> None:
+    """Before the aligner's weights load on a GPU: ComfyUI frees that much (other models)."""
+    import torch
+
+    mm = host.module("comfy.model_management")
+    device = torch.device(device)
+    if mm is not None and device.type != "cpu":
+        size = sum(f.stat().st_size for f in Path(folder).glob("*.safetensors"))
+        mm.free_memory(size, device)
 
 
 # ---------------------------------------------------------------- voices

@@ -21,10 +21,13 @@ GROUP_SECONDS = 120.0  # audio aligned in one forward pass at most (several clip
 
 class AlignerTimer:
     def __init__(self, aligner=None, models_dir: str | Path | None = None,
-                 device: str | torch.device = "cpu", dtype=None, download: bool = True):
+                 device: str | torch.device = "cpu", dtype=None, download: bool = True,
+                 before_load=None):
         """``aligner``: a loaded ``hearing.ForcedAligner``, its folder, or None for the
-        official checkpoint (in ``models_dir``, downloaded on first use when ``download``)."""
-        self.source, self.models_dir = aligner, models_dir
+        official checkpoint (in ``models_dir``, downloaded on first use when ``download``).
+        ``before_load(folder, device)``: called before the weights load (ComfyUI makes room
+        for them)."""
+        self.source, self.models_dir, self.before_load = aligner, models_dir, before_load
         self.device, self.dtype, self.download = device, dtype, download
         self.loaded = None if aligner is None or isinstance(aligner, (str, Path)) else aligner
         self.lock = threading.Lock()
@@ -46,6 +49,8 @@ class AlignerTimer:
             if self.loaded is None:
                 from ..hearing.aligner import ForcedAligner
 
+                if self.before_load is not None:
+                    self.before_load(self.source, self.device)
                 self.loaded = ForcedAligner.from_pretrained(self.source, self.device, self.dtype)
             return self.loaded
 
