@@ -43,8 +43,9 @@ def config_for(name: str) -> dict:
     dims = real["Qwen/Qwen3-ForcedAligner-0.6B"]["config"]["thinker_config"]
     thinker = dict(tiny["thinker_config"], classify_num=dims["classify_num"])
     thinker["audio_config"] = {**tiny["thinker_config"]["audio_config"], **dims["audio_config"]}
-    thinker["text_config"] = {**tiny["thinker_config"]["text_config"], **dims["text_config"],
-                              "rope_scaling": {**tiny["thinker_config"]["text_config"]["rope_scaling"],
+    text = tiny["thinker_config"]["text_config"]
+    thinker["text_config"] = {**text, **dims["text_config"],
+                              "rope_scaling": {**text["rope_scaling"],
                                                "mrope_section": [24, 20, 20]}}
     if name == "medium":
         thinker["audio_config"]["encoder_layers"] //= 4

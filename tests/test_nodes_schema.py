@@ -55,7 +55,8 @@ def test_types_and_sockets(env):
 
     assert sockets("SailfishModelLoader")[1] == ["FISH_S2_MODEL"]
     inputs, outputs = sockets("SailfishTTS")
-    assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE", True)
+    assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE",
+                                                                               True)
     assert outputs == ["AUDIO", "STRING", "SAILFISH_WORDS"]  # new outputs go last
     assert inputs["takes"] == ("INT", True)
     assert list(inputs)[-1] == "words" and inputs["words"] == ("COMBO", True)

@@ -36,9 +36,9 @@ from typing import Callable
 import torch
 
 from ..text.book import Book, read_book
-from .settings import Settings
-from .voices import Voice
-from .words import TimedWord
+from ..speech.settings import Settings
+from ..speech.voices import Voice
+from ..speech.words import TimedWord
 
 MANIFEST = "book.json"
 FORMATS = ("wav", "flac")
