@@ -6,12 +6,13 @@ through ``NODE_CLASS_MAPPINGS``.
 """
 
 from . import host, schema
+from .captions import CAPTIONS
 from .model import MODEL_LOADER
 from .speech import MULTI_SPEAKER, SUBTITLES, TTS, VOICE_CLONE
 from .voice import ENGINE_VOICE, VOICE_ENCODE, VOICE_FROM_TAKE, VOICE_LOAD, VOICE_SAVE
 
 NODES = [MODEL_LOADER, TTS, VOICE_CLONE, MULTI_SPEAKER, SUBTITLES, VOICE_ENCODE, VOICE_SAVE,
-         VOICE_LOAD, VOICE_FROM_TAKE, ENGINE_VOICE]
+         VOICE_LOAD, VOICE_FROM_TAKE, ENGINE_VOICE, CAPTIONS]
 
 
 async def comfy_entrypoint():

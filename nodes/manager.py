@@ -78,12 +78,15 @@ class ModelHandle:
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
     from ..fish_core import Synthesizer
+    from .paths import word_timer
 
-    return Synthesizer.from_pretrained(
+    synth = Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
         context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb,
         threads=False)  # the loader's `threads` input set them, or left them (model.py)
+    synth.timer = word_timer(device)  # loaded on the first request for words, freed with it
+    return synth
 
 
 class SailfishS2(torch.nn.Module):
@@ -302,6 +305,9 @@ class ModelManager:
         if entry.patcher is not None:
             entry.patcher.model.empty()
         entry.synth.release_caches()
+        free_aligner = getattr(entry.synth, "free_aligner", None)
+        if free_aligner is not None:  # the word aligner goes with the model
+            free_aligner()
         log.info("Sailfish: unloaded %s (%s)", Path(key.folder).name, reason)
 
     def _collect(self) -> None:

@@ -95,6 +95,29 @@ def resolve_model(choice: str) -> Path:
     return local[choice]
 
 
+def word_timer(device="cpu"):
+    """The word aligner for the nodes' models (``words`` on): a Qwen3-ForcedAligner folder
+    named ``qwen3-forced-aligner-0.6b`` in a model folder, else the official checkpoint,
+    downloaded into the first ``fish_speech`` folder on the first request for words."""
+    from ..fish_core.hearing.hub import ALIGNER, is_hearing_dir
+    from ..fish_core.local.timing import AlignerTimer
+
+    found = [root / ALIGNER.name for root in model_roots() if is_hearing_dir(root / ALIGNER.name)]
+    target = roots(MODELS)[0] if roots(MODELS) else None
+    return AlignerTimer(found[0] if found else None, target, device, before_load=make_room)
+
+
+def make_room(folder: Path, device) -> None:
+    """Before the aligner's weights load on a GPU: ComfyUI frees that much (other models)."""
+    import torch
+
+    mm = host.module("comfy.model_management")
+    device = torch.device(device)
+    if mm is not None and device.type != "cpu":
+        size = sum(f.stat().st_size for f in Path(folder).glob("*.safetensors"))
+        mm.free_memory(size, device)
+
+
 # ---------------------------------------------------------------- voices
 def voice_library() -> VoiceFolders:
     """The voices folders, by the rule the HTTP service uses too (``speech.library``: names,

@@ -19,6 +19,9 @@ events of one run from 0):
 * ``{"state": "chunk", …, "sample_rate", "offset", "samples", "pcm"}``: ``samples`` samples
   starting at ``offset`` of the node's AUDIO output (take 1), as base64 16-bit little-endian
   PCM; a silent piece carries ``"silence": true`` instead of ``pcm``;
+* ``{"state": "words", …, "words": [{"text", "start", "end"}]}``: take 1's timed words (when
+  the node's ``words`` input is on), sent once they are timed, before ``done``: the player
+  shows each word as it is spoken;
 * ``{"state": "done" | "cancelled" | "error", …, "samples"}`` closes the stream (``samples``:
   the total sent).
 
@@ -42,6 +45,7 @@ from . import host
 EVENT = "sailfish.live"
 ROUTE = "/sailfish/live"
 MAX_SAMPLES = 1 << 16  # per event (~1.5 s at 44.1 kHz; 175 kB of base64)
+MAX_WORDS = 20000  # in the words event (a long book chapter's; the rest is not shown live)
 MAX_LISTENERS = 256  # client ids registered at once
 MAX_PER_PEER = 16  # of them from one peer address
 MAX_BODY = 1024
@@ -148,6 +152,13 @@ class PlaybackSender:
                 fields["silence"] = True
             self._send("chunk", **fields)
             self.offset += piece.shape[0]
+
+    def words(self, words) -> None:
+        """Take 1's timed words (``speech.words.TimedWord``), for the player to show."""
+        if self.closed or self.sid not in getattr(self.server, "sockets", {}):
+            return
+        self._send("words", words=[{"text": w.text[:100], "start": w.start, "end": w.end}
+                                   for w in list(words)[:MAX_WORDS]])
 
     def close(self, state: str) -> None:
         """The final event: ``done``, ``cancelled`` or ``error`` (once)."""

@@ -49,6 +49,9 @@ def remote_synthesizer(handle: RemoteHandle) -> "RemoteSynthesizer":
         client = _clients.get(key)
         if client is None:
             client = config.client(**({"model": handle.model} if handle.model else {}))
+            from .paths import word_timer
+
+            client.timer = word_timer()  # the engine's audio is timed here, on the CPU
             _clients[key] = client
         return client
 

@@ -38,11 +38,17 @@ class Run:
 
     synth: "Front"  # the local Synthesizer or a RemoteSynthesizer
     hooks: dict = field(default_factory=dict)  # on_progress, cancel[, on_chunk]
+    sender: object = None  # the live playback of this run (``playback.PlaybackSender``)
 
     def speak(self, request):
         """A node's checked request (``speech.request.Request``, built from its inputs before
-        the model loads) spoken by the model, with this run's progress, Cancel and playback."""
-        return self.synth.speak(request, **self.hooks)
+        the model loads) spoken by the model, with this run's progress, Cancel and playback
+        (take 1's timed words too, when it asked for them)."""
+        result = self.synth.speak(request, **self.hooks)
+        first = result[0] if isinstance(result, list) else result
+        if self.sender is not None and getattr(first, "words", None) is not None:
+            self.sender.words(first.words)
+        return result
 
 
 @contextmanager
@@ -54,7 +60,7 @@ def generation(model: ModelHandle) -> Iterator[Run]:
         sender = playback.sender() if accepts_chunks(synth) else None
         if sender is not None:
             sender.start()
-            run.hooks["on_chunk"] = sender.chunk
+            run.hooks["on_chunk"], run.sender = sender.chunk, sender
         try:
             yield run
         except BaseException as e:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 CATEGORY = "audio/Sailfish TTS"
 MODEL = "FISH_S2_MODEL"
 VOICE = "FISH_S2_VOICE"
+WORDS = "SAILFISH_WORDS"  # timed words of a result (``nodes.captions``)
 WIDGET_TYPES = ("INT", "FLOAT", "STRING", "BOOLEAN", "COMBO")
 
 

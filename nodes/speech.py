@@ -9,13 +9,14 @@ from ..fish_core.params import DEFAULTS, SAMPLING_RULES, SEED_RULE
 from ..fish_core.speech.request import PAUSE, Request
 from ..fish_core.speech.results import timeline_json
 from ..fish_core.speech.settings import TAKES as TAKES_RULE
+from ..fish_core.speech.words import LANGUAGES
 from ..fish_core.text import script as textscript
 from ..fish_core.text import srt as textsrt
 from .audio import from_audio, to_audio, tracks_to_audio
 from .remote import backend_accepts
 from .runner import generation, require_text, typed_lexicon
-from .schema import (MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String,
-                     ruled)
+from .schema import (MODEL, VOICE, WORDS, Boolean, Combo, Float, Int, Node, Output, Socket,
+                     String, ruled)
 
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
 LOUDNESS_OFF = 0.0  # the loudness widget's "off", above the targets the rule takes
@@ -57,12 +58,21 @@ FINISHING = [
 LOUDNESS_PER = Combo("loudness_per", ["mix", "track", "line"],
                      "What loudness normalises: the mix, each speaker's track, or each line "
                      "(the speaker tracks still sum to the mix).", "mix", optional=True)
-SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER)}
+WORDS_OFF = "off"
+WORDS_IN = Combo("words", [WORDS_OFF, "auto", *LANGUAGES],
+                 "Time every spoken word (for captions, karaoke, lip sync) with the "
+                 "Qwen3-ForcedAligner, which listens to the audio: auto (by the text's script; "
+                 "another script is timed per sentence) or the language. Off: no aligner runs.",
+                 WORDS_OFF, optional=True)
+SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER, WORDS_IN)}
 PAUSE_HINT = " [pause:700ms] or [pause:1.5s] inserts exactly that much silence."
 AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
 TIMELINE_OUT = Output("STRING", "timeline",
                       "JSON: per take its seed and exact length, and every segment's speaker, "
                       "text, start/end (seconds and samples), frames and how it stopped.")
+WORDS_OUT = Output(WORDS, "words", "The spoken words with their times on the audio's timeline "
+                   "(per take; each word's speaker). Into Sailfish Captions for SRT/VTT. "
+                   "Empty unless words is on.")
 TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [excited] "
              "(free-form; see the node's help).")
 
@@ -81,7 +91,17 @@ def settings(inputs: dict) -> dict:
         options["lexicon"] = typed_lexicon(lexicon)
     if options.get("speed") is None:
         options.pop("speed", None)
+    if options.get("words") in (None, WORDS_OFF):
+        options.pop("words", None)
     return options
+
+
+def words_of(speeches) -> dict:
+    """The WORDS value: per take its words (``TimedWord.as_dict``) and its segments' texts
+    (what the captions show); no takes when words were not asked for."""
+    return {"takes": [{"words": [w.as_dict() for w in s.words],
+                       "texts": [seg.text for seg in s.segments]}
+                      for s in speeches if s.words is not None]}
 
 
 def tts(model, text, voice=None, **inputs):
@@ -89,7 +109,7 @@ def tts(model, text, voice=None, **inputs):
                           **settings({"takes": 1, **inputs}))
     with generation(model) as run:
         speeches = run.speak(request)
-    return to_audio(speeches), timeline_json(speeches)
+    return to_audio(speeches), timeline_json(speeches), words_of(speeches)
 
 
 def voice_clone(model, reference_audio, reference_text, text, **inputs):
@@ -101,7 +121,7 @@ def voice_clone(model, reference_audio, reference_text, text, **inputs):
     with generation(model) as run:
         voice = run.synth.encode_voice(**reference, text=reference_text, name="reference")
         speeches = run.speak(request.with_voices((voice,)))  # a voice encoded here
-    return to_audio(speeches), timeline_json(speeches)
+    return to_audio(speeches), timeline_json(speeches), words_of(speeches)
 
 
 def multi_speaker(model, script, pause, turn_by_turn=True, **inputs):
@@ -114,7 +134,8 @@ def multi_speaker(model, script, pause, turn_by_turn=True, **inputs):
         raise ValueError(script_hint(e, voices, accepts)) from None
     with generation(model) as run:
         speeches = run.speak(request)
-    return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
+    return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches),
+            words_of(speeches))
 
 
 def connected_speakers(inputs: dict) -> list:
@@ -150,7 +171,8 @@ def subtitles(model, srt, voice=None, **inputs):
     with generation(model) as run:
         result = run.speak(request)
     report = "\n".join(result.overruns) or "Every cue fits its slot."
-    return to_audio([result]), result.srt(), report, timeline_json([result])
+    return (to_audio([result]), result.srt(), report, timeline_json([result]),
+            words_of([result]))
 
 
 TTS = Node(
@@ -162,8 +184,8 @@ TTS = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
                    "Unconnected: the model picks a voice.", optional=True),
-            TAKES, *FINISHING],
-    outputs=[AUDIO_OUT, TIMELINE_OUT],
+            TAKES, *FINISHING, WORDS_IN],
+    outputs=[AUDIO_OUT, TIMELINE_OUT, WORDS_OUT],
     execute=tts,
 )
 
@@ -178,8 +200,8 @@ VOICE_CLONE = Node(
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
             *SAMPLING,
-            TAKES, *FINISHING],
-    outputs=[AUDIO_OUT, TIMELINE_OUT],
+            TAKES, *FINISHING, WORDS_IN],
+    outputs=[AUDIO_OUT, TIMELINE_OUT, WORDS_OUT],
     execute=voice_clone,
 )
 
@@ -203,12 +225,12 @@ MULTI_SPEAKER = Node(
                     "with a pause). Off: several turns share a text batch and flow as one "
                     "conversation; such a batch goes to its first speaker's track.",
                     optional=True),
-            *FINISHING, LOUDNESS_PER],
+            *FINISHING, LOUDNESS_PER, WORDS_IN],
     outputs=[AUDIO_OUT,
              *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
                       "where others talk (for lip sync); the tracks sum to the mix.")
                for n in range(1, SPEAKERS + 1)],
-             TIMELINE_OUT],
+             TIMELINE_OUT, WORDS_OUT],
     execute=multi_speaker,
 )
 
@@ -222,10 +244,10 @@ SUBTITLES = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice. Unconnected: the model picks one.",
                    optional=True),
-            *FINISHING],
+            *FINISHING, WORDS_IN],
     outputs=[Output("AUDIO", "audio", "44.1 kHz mono speech on the subtitles' timeline."),
              Output("STRING", "srt", "SRT of where each cue really sits in the audio."),
              Output("STRING", "report", "Cues that ran over their slot or started late."),
-             TIMELINE_OUT],
+             TIMELINE_OUT, WORDS_OUT],
     execute=subtitles,
 )

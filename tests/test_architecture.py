@@ -28,20 +28,24 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
+    # the models that listen (aligner, ASR): engine.layers, loading.weights / hub
+    "hearing": {"params", "audio", "engine", "loading"},
     # results, timeline, voices: shared, no engine
     "speech": {"params", "budgets", "text", "audio"},
     # never the engine or the loader
     "remote": {"params", "budgets", "access", "text", "audio", "speech"},
-    "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech"},
-    "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading"},
+    "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
+              "hearing"},
+    "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading",
+              "hearing"},
     "cli": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech",
             "local",
-            "remote", "serve", "quant"},
+            "remote", "serve", "quant", "hearing"},
     # fish_core/__init__.py: ``from fish_core import …``, both backends side by side
-    "api": {"params", "speech", "local", "remote"},
+    "api": {"params", "speech", "local", "remote", "hearing"},
     "nodes": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading",
               "speech", "local",
-              "remote", "serve", "quant", "api"},
+              "remote", "serve", "quant", "api", "hearing"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
 }
@@ -54,6 +58,9 @@ for _layer in set(ALLOWED) - {"budgets", "params", "access", "quant", "pack"}:
 NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
+    ("hearing", "engine"): {"fish_core.engine.layers"},
+    ("hearing", "loading"): {"fish_core.loading.weights", "fish_core.loading.hub"},
+    ("hearing", "audio"): {"fish_core.audio.files"},  # the door's audio checks and resampling
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
     ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only
 }
@@ -62,7 +69,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
 # the synthesizer (they come with the first model load).
 HEAVY = ("fish_core.engine.model", "fish_core.engine.runner", "fish_core.engine.rows",
          "fish_core.engine.sampling", "fish_core.engine.cuda_graph", "fish_core.codec.",
-         "fish_core.loading.checkpoint", "fish_core.local.synthesizer")
+         "fish_core.loading.checkpoint", "fish_core.local.synthesizer", "fish_core.hearing.")
 
 
 def layer_of(module: str) -> str | None:

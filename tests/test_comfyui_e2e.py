@@ -33,6 +33,7 @@ import pytest
 import soundfile as sf
 
 import comfy_stubs
+from fish_core.text.srt import parse_srt
 from conftest import fixtures_dir, read_sizes
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
@@ -40,7 +41,8 @@ pytestmark = pytest.mark.skipif(not COMFYUI_DIR,
                                 reason="set COMFYUI_DIR to a ComfyUI checkout to run this test")
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
-       "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad"}
+       "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad",
+       "SailfishCaptions"}
 WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
 # Examples that name an endpoint the operator configures: each runs in its own test, against a
@@ -110,6 +112,9 @@ class Server:
         (probe / "__init__.py").write_text(V1_PROBE.format(root=str(comfy_stubs.ROOT)))
         models = root / "extra_models" / "fish_speech"
         shutil.copytree(fixtures_dir() / "tiny-s2", models / "tiny-s2")
+        # The word aligner where a user puts the real one (the tiny fixture in its place).
+        shutil.copytree(fixtures_dir() / "aligner" / "tiny-aligner",
+                        models / "qwen3-forced-aligner-0.6b")
         self.config = root / "extra_model_paths.yaml"
         self.config.write_text(f"sailfish_e2e:\n  base_path: {root / 'extra_models'}\n"
                                "  fish_speech: fish_speech\n")
@@ -411,6 +416,15 @@ def test_example_workflow_runs(server, engine, path):
             assert any((samples - k * gap) % FRAME == 0 for k in range(0, 10))
         else:  # frames + the exact silences of the text's [pause:…] tags
             assert (samples - tag_silence(inputs["text"])) % FRAME == 0, (source, samples)
+    captions = [n for n, node in prompt.items() if node["class_type"] == "PreviewAny"]
+    if "captions" in path.stem:  # the Captions node's SRT, shown by Preview Any, on the audio
+        (shown,) = captions
+        (text,) = entry["outputs"][shown]["text"]
+        cues = parse_srt(text)
+        (samples,) = {n for _, n in files}
+        assert cues and all(0 <= c.start <= c.end <= samples / RATE + 2e-3 for c in cues)
+        words = [w for c in cues for w in c.text.split()]
+        assert words[0] == "Welcome" and words[-1] == "tell."
     if "speaker tracks" in path.stem:  # the mix, speaker_1 and speaker_2 saved, same length
         assert {0, 1, 2} <= set(sources(prompt, "SailfishMultiSpeaker").values())
     kinds = {n["class_type"] for n in prompt.values()}

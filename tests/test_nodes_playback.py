@@ -49,12 +49,14 @@ def comfy(tmp_path_factory):
     """The pack loaded with ComfyUI stand-ins, a fake PromptServer and an executing node
     ``"7"`` of prompt ``"p1"``."""
     import comfy_stubs
-    from conftest import link_checkpoint
+    from conftest import fixtures_dir, link_checkpoint
 
     base = tmp_path_factory.mktemp("comfy")
     stubs = comfy_stubs.install(base)
     folder = link_checkpoint(base / "fish_speech")
     stubs.folder_paths.add_model_folder_path("fish_speech", str(folder))
+    (folder / "qwen3-forced-aligner-0.6b").symlink_to(  # the word aligner, where users put it
+        fixtures_dir() / "aligner" / "tiny-aligner", target_is_directory=True)
     server = FakeServer()
     context = types.SimpleNamespace(prompt_id="p1", node_id="7", list_index=None)
     execution = types.ModuleType("comfy_execution")
@@ -154,16 +156,29 @@ def take_one(audio: dict, timeline: str) -> torch.Tensor:
 
 @pytest.mark.parametrize("takes", [1, 3])
 def test_tts_node_streams_take_one(queued, floats, takes):
-    audio, timeline = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
+    audio, timeline, _ = run(queued, "SailfishTTS", text="Speak while you work. Then stop.",
                           takes=takes, **NODE_FAST)
     check_stream(events(queued.server), take_one(audio, timeline), floats)
+
+
+def test_the_player_gets_take_ones_words_before_done(queued, floats):
+    audio, timeline, words = run(queued, "SailfishTTS", text="Speak while you work.",
+                                 words="English", takes=2, **NODE_FAST)
+    sent = events(queued.server)
+    assert [e["state"] for e in sent[-2:]] == ["words", "done"]
+    shown = sent[-2]["words"]
+    assert [w["text"] for w in shown] == ["Speak", "while", "you", "work"]
+    assert shown == [{"text": w["text"], "start": w["start"], "end": w["end"]}
+                     for w in words["takes"][0]["words"]]
+    audio_events = [dict(e, seq=i) for i, e in enumerate(e for e in sent if e["state"] != "words")]
+    check_stream(audio_events, take_one(audio, timeline), floats)  # the audio as without words
 
 
 def test_voice_clone_node_streams(queued, floats):
     t = torch.arange(24000) / 24000
     reference = {"waveform": (0.3 * torch.sin(2 * torch.pi * 200 * t))[None, None],
                  "sample_rate": 24000}
-    audio, timeline = run(queued, "SailfishVoiceClone", reference_audio=reference,
+    audio, timeline, _ = run(queued, "SailfishVoiceClone", reference_audio=reference,
                           reference_text="A reference.", text="In that voice, live.",
                           **NODE_FAST)
     check_stream(events(queued.server), take_one(audio, timeline), floats)
@@ -178,13 +193,13 @@ def test_multi_speaker_node_streams_the_mix_with_pauses(queued, floats):
     outputs = run(queued, "SailfishMultiSpeaker", script="Alice: One.\nAlice: Two.\nAlice: Three.",
                   pause=0.3, speaker_1=voice, takes=2, **NODE_FAST)
     sent = events(queued.server)
-    check_stream(sent, take_one(outputs[0], outputs[-1]), floats)
+    check_stream(sent, take_one(outputs[0], outputs[-2]), floats)
     gap = round(0.3 * read_sizes().sample_rate)
     assert sum(1 for e in sent if e.get("silence") and e["samples"] == gap) == 2
 
 
 def test_subtitles_node_streams_the_timeline_with_gaps(queued, floats):
-    audio, _, _, timeline = run(queued, "SailfishSubtitles", srt=SRT, **NODE_FAST)
+    audio, _, _, timeline, _ = run(queued, "SailfishSubtitles", srt=SRT, **NODE_FAST)
     sent = events(queued.server)
     check_stream(sent, take_one(audio, timeline), floats)
     assert sent[1].get("silence") and sent[1]["samples"] == round(0.3 * read_sizes().sample_rate)
@@ -204,12 +219,12 @@ def test_nothing_is_sent_unless_the_queuing_client_listens(queued, monkeypatch, 
         queued.playback.listeners(queued.server).set("tab-closed", True)
     else:  # outside ComfyUI: no PromptServer at all
         monkeypatch.setitem(sys.modules, "server", None)
-    audio, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    audio, _, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert queued.server.sent == [] and made == []  # no live decode either
     monkeypatch.undo()
     queued.playback.listeners(queued.server).set(CLIENT, True)
     queued.server.client_id = CLIENT
-    heard, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
+    heard, _, _ = run(queued, "SailfishTTS", text="Quietly.", **NODE_FAST)
     assert torch.equal(heard["waveform"], audio["waveform"])  # listening changes nothing
     assert queued.server.sent
 
@@ -240,10 +255,10 @@ def test_a_failing_sender_never_fails_the_node(queued, monkeypatch):
         raise RuntimeError("socket gone")
 
     monkeypatch.setattr(queued.server, "send_sync", broken)
-    audio, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    audio, _, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     monkeypatch.undo()
     queued.playback.listeners(queued.server).set(CLIENT, False)
-    plain, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
+    plain, _, _ = run(queued, "SailfishTTS", text="Still speaking.", **NODE_FAST)
     assert torch.equal(audio["waveform"], plain["waveform"])
 
 

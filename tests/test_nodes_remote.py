@@ -159,7 +159,7 @@ def test_multi_speaker_on_drama3_takes_sixteen_speakers_and_invents_voices(comfy
         configure(stubs, engine={"urls": engine.url, "dialect": "sglang-omni"})
         drama = load(pack, remote_model="drama-3")
         voices = [encode(pack, drama, "Ann"), encode(pack, drama, "Ben")]
-        mix, *tracks, timeline = multi(pack, drama, SIX, voices)  # turn by turn (default)
+        mix, *tracks, timeline, _ = multi(pack, drama, SIX, voices)  # turn by turn (default)
         assert len(engine.requests) == 6
         assert [b["input"] for b in engine.requests][:2] == ["[whispering] Did you hear that?",
                                                              "[laughs] Only the wind."]
@@ -232,7 +232,7 @@ def test_vllm_takes_sampling_and_the_seed_per_request(comfy, field, value):
         configure(stubs, engine={"urls": engine.url, "dialect": "vllm-omni"})
         handle = load(pack)
         changed = {**SAMPLING, field: value, "seed": 99}
-        audio, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
+        audio, _, _ = run(pack, "SailfishTTS", model=handle, text="Hi.", **changed)
         run(pack, "SailfishSubtitles", model=handle, voice=None, **changed,
             srt="1\n00:00:00,000 --> 00:00:01,000\nCue.\n")
         tts, cue = engine.requests

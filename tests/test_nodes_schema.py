@@ -57,15 +57,19 @@ def test_types_and_sockets(env):
     inputs, outputs = sockets("SailfishTTS")
     assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE",
                                                                                True)
-    assert outputs == ["AUDIO", "STRING"]
+    assert outputs == ["AUDIO", "STRING", "SAILFISH_WORDS"]  # new outputs go last
     assert inputs["takes"] == ("INT", True)
+    assert list(inputs)[-1] == "words" and inputs["words"] == ("COMBO", True)
     inputs, _ = sockets("SailfishVoiceClone")
     assert inputs["reference_audio"] == ("AUDIO", False) and inputs["reference_text"][0] == "STRING"
     inputs, _ = sockets("SailfishMultiSpeaker")
     assert [k for k in inputs if k.startswith("speaker_")] == [f"speaker_{n}" for n in range(1, 5)]
     assert all(inputs[f"speaker_{n}"] == ("FISH_S2_VOICE", True) for n in range(1, 5))
-    assert sockets("SailfishMultiSpeaker")[1] == ["AUDIO"] * 5 + ["STRING"]
-    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING", "STRING"]
+    assert sockets("SailfishMultiSpeaker")[1] == ["AUDIO"] * 5 + ["STRING", "SAILFISH_WORDS"]
+    assert sockets("SailfishSubtitles")[1] == ["AUDIO", "STRING", "STRING", "STRING",
+                                               "SAILFISH_WORDS"]
+    inputs, outputs = sockets("SailfishCaptions")
+    assert inputs["words"] == ("SAILFISH_WORDS", False) and outputs == ["STRING"]
     assert sockets("SailfishVoiceEncode")[1] == ["FISH_S2_VOICE"]
     assert sockets("SailfishVoiceLoad")[1] == ["FISH_S2_VOICE"]
     assert env.v3["SailfishVoiceSave"].define_schema().is_output_node

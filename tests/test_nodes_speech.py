@@ -27,7 +27,7 @@ def test_tts_with_voice(env, model, voice):
 
 
 def test_voice_clone(env, model, reference):
-    audio, _ = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
+    audio, _, _ = run_v3(env, "SailfishVoiceClone", model=model, reference_audio=reference,
                       reference_text="A short test sentence.", text="Now in that voice.",
                       **FAST)
     check_audio(audio)
@@ -37,7 +37,7 @@ def test_multi_speaker_maps_names_to_voices(env, model, voice, reference):
     bob = run_v1(env, "SailfishVoiceEncode", model=model, audio=reference,
                  transcript="Another sentence.", name="Bob")[0]
     script = "Alice: Hi Bob!\nBob: Hello Alice.\nAlice: Bye."
-    audio, *tracks, timeline = run_v3(env, "SailfishMultiSpeaker", model=model, script=script,
+    audio, *tracks, timeline, _ = run_v3(env, "SailfishMultiSpeaker", model=model, script=script,
                                       pause=0.0, speaker_1=voice, speaker_2=bob, **FAST)
     check_audio(audio)
     assert len(tracks) == 4 and all(t["waveform"].shape == audio["waveform"].shape for t in tracks)
@@ -94,7 +94,7 @@ def test_multi_speaker_script_error_comes_before_the_model_loads(env, manager, v
 def test_subtitles_follow_the_timeline(env, model, voice):
     srt = ("1\n00:00:00,500 --> 00:00:02,000\nFirst line.\n\n"
            "2\n00:00:02,500 --> 00:00:04,000\nSecond line.\n")
-    audio, generated, report, timeline = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
+    audio, generated, report, timeline, _ = run_v3(env, "SailfishSubtitles", model=model, srt=srt,
                                       voice=voice, **{**FAST, "max_new_tokens": 8})
     # 8 frames (0.37 s) always fit their slot, so the audio ends where the last cue ends.
     assert check_audio(audio, frames=False) == round(4.0 * read_sizes().sample_rate)
@@ -107,7 +107,7 @@ def test_subtitles_follow_the_timeline(env, model, voice):
 
 
 def test_takes_are_a_padded_batch_with_exact_lengths(env, model, voice):
-    audio, timeline = run_v3(env, "SailfishTTS", model=model, text="Three takes, please.",
+    audio, timeline, _ = run_v3(env, "SailfishTTS", model=model, text="Three takes, please.",
                              voice=voice, takes=3, **FAST)
     wave = audio["waveform"]
     assert wave.shape[:2] == (3, 1) and wave.dtype == torch.float32
@@ -116,7 +116,7 @@ def test_takes_are_a_padded_batch_with_exact_lengths(env, model, voice):
     assert wave.shape[2] == max(t["samples"] for t in takes)
     for k, take in enumerate(takes):
         assert not wave[k, 0, take["samples"]:].any()  # the padding is silence
-        single, _ = run_v1(env, "SailfishTTS", model=model, text="Three takes, please.",
+        single, _, _ = run_v1(env, "SailfishTTS", model=model, text="Three takes, please.",
                            voice=voice, **{**FAST, "seed": FAST["seed"] + k})
         assert torch.equal(wave[k, :, :take["samples"]], single["waveform"][0])
     with pytest.raises(ValueError, match="takes must be"):

@@ -279,7 +279,7 @@ def test_nodes_through_the_remote_loader(nodes_env, server, synth, monkeypatch):
     (handle,) = run_node(pack, "SailfishModelLoader", **LOADER, remote="engine")
     assert KEY not in repr(handle) and server.url not in repr(handle)  # the name only
     sampling = dict(seed=7, **FAST)
-    audio, timeline = run_node(pack, "SailfishTTS", model=handle, text="Node on a remote.",
+    audio, timeline, _ = run_node(pack, "SailfishTTS", model=handle, text="Node on a remote.",
                                **sampling)
     local = synth.tts("Node on a remote.", **sampling)
     assert audio["sample_rate"] == synth.sample_rate

@@ -547,7 +547,7 @@ def test_session_config_fields_of_the_peers_are_checked(server):
     refused = [
         (dict(task_type="VoiceDesign"), "task_type"), (dict(task_type="Base"), "task_type"),
         (dict(speaker_embedding=[0.1, 0.2]), "speaker_embedding"),
-        (dict(word_timestamps=True), "word_timestamps"),
+        (dict(word_timestamps="yes"), "word_timestamps"),
         (dict(x_vector_only_mode=True), "x_vector_only_mode"),
         (dict(non_streaming_mode=True), "non_streaming_mode"),
         (dict(split_granularity="word"), "split_granularity"),

@@ -40,6 +40,7 @@ import torch
 from ..audio.atomic import TEMP_BYTES, write_text
 from ..speech.settings import Settings
 from ..speech.voices import Voice
+from ..speech.words import TimedWord
 from ..text.book import Book, read_book
 from .stale_chapters import SetAside, set_aside
 
@@ -58,6 +59,7 @@ class ChapterFile:
     file: str
     seconds: float
     skipped: bool  # finished by an earlier run
+    words: str | None = None  # its timed words' file (``NAME.words.json``), when asked
 
 
 @dataclass
@@ -81,7 +83,9 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
     ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``settings``
     and/or flat keywords (``speech.settings.Settings.of``) as ``tts`` takes them; ``model``
-    names the model in the chapters' digests (a different model re-speaks them)."""
+    names the model in the chapters' digests (a different model re-speaks them). With
+    ``words`` (``speech.words``) each chapter's timed words go beside it,
+    ``NAME.words.json`` (``read_chapter_words``)."""
     settings = Settings.of(settings, "tts", **options)  # checked before any work
     if audio_format not in FORMATS:
         raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
@@ -119,9 +123,12 @@ def book_seed(settings: Settings, manifest: dict) -> Settings:
 
 def recorded(settings: Settings, voice: Voice | None, model: str, fmt: str) -> dict:
     """What a chapter's digest is made of besides its text: a change re-speaks it."""
-    return {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
+    made = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
             "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
             "model": model, "format": fmt}
+    if settings.words:  # a chapter made without its words is made again
+        made["words"] = settings.words
+    return made
 
 
 def sampling_of(settings: Settings) -> dict:
@@ -152,7 +159,8 @@ class Chapters:
                 and path.stat().st_size == kept.get("size")):
             return False
         self.entries.append(kept)
-        self.result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
+        self.result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True,
+                                                kept.get("words")))
         return True
 
     def write(self, i: int, chapter, speech) -> None:
@@ -164,8 +172,14 @@ class Chapters:
                  "seconds": round(speech.duration, 6), "samples": speech.waveform.shape[0],
                  "sample_rate": speech.sample_rate,
                  "size": (self.folder / name).stat().st_size}
+        if speech.words is not None:
+            entry["words"] = words_file(name)
+            write_json(self.folder / entry["words"], {
+                "texts": [s.text for s in speech.segments],
+                "words": [w.as_dict() for w in speech.words]})
         self.entries.append(entry)
-        self.result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False))
+        self.result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False,
+                                                entry.get("words")))
         later = [c for n, c in self.before.items() if isinstance(n, int) and n > i]
         self.manifest(self.entries + later)
 
@@ -220,6 +234,30 @@ def chapter_file(index: int, title: str, audio_format: str) -> str:
         raise ValueError(f"chapter {index}: its file name {name[:40]!r}… is longer than "
                          f"{NAME_BYTES} bytes")
     return name
+
+
+def words_file(audio_name: str) -> str:
+    """A chapter's words file: ``001 Title.words.json`` beside ``001 Title.wav``."""
+    return f"{Path(audio_name).stem}.words.json"
+
+
+def read_chapter_words(folder: Path, result: BookResult) -> tuple[list[TimedWord], list[str]]:
+    """Every chapter's words on the book's timeline (the chapters played one after another, as
+    ``chapters.json`` starts them) and the texts their ``segment`` indices name."""
+    words: list[TimedWord] = []
+    texts: list[str] = []
+    start = 0.0
+    for chapter in result.chapters:
+        if chapter.words is None:
+            raise ValueError(f"chapter {chapter.index} has no words file")
+        data = json.loads((Path(folder) / chapter.words).read_text(encoding="utf-8"))
+        for w in data["words"]:
+            words.append(TimedWord(w["text"], round(start + w["start"], 6),
+                                   round(start + w["end"], 6), w.get("speaker"), 0,
+                                   len(texts) + w["segment"], w.get("level", "word")))
+        texts += data["texts"]
+        start += chapter.seconds
+    return words, texts
 
 
 def read_manifest(folder: Path) -> dict:

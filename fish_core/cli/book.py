@@ -29,7 +29,28 @@ def cmd_book(args) -> str:
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped
+    said = ""
     stale = result.stale.note()
+    if stale:
+        said += f"; {stale}"
+    if args.words:
+        save_book_words(args.words, result)
+        said += f"; words in {args.words}"
     return (f"wrote {args.out}: {plural(len(result.chapters), 'chapter')} ({made} spoken, "
             f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
-            "chapters.ffmetadata" + (f"; {stale}" if stale else ""))
+            f"chapters.ffmetadata{said}")
+
+
+def save_book_words(path: str, result) -> None:
+    """The whole book's words (``--words``): chapter after chapter on one timeline."""
+    from pathlib import Path
+
+    from ..outputs import OutputError, write_or_keep, write_text
+    from .audiobook import read_chapter_words
+    from ..speech.words import caption_format, captions
+
+    words, texts = read_chapter_words(result.folder, result)
+    text = captions(words, caption_format(path), texts)
+    note = write_or_keep(lambda p: write_text(p, text), Path(path), "words")
+    if note:
+        raise OutputError(note)

@@ -72,6 +72,15 @@ def save_codes(path: str | Path, codes: torch.Tensor) -> None:
         raise ValueError(f"codes are written as .npy or .safetensors, got {path.name!r}")
 
 
+def save_words(path: str, speech) -> None:
+    """A result's timed words as the file's suffix asks (``speech.words.caption_format``),
+    written whole or not at all."""
+    from ..speech.words import caption_format
+
+    text = speech.captions(caption_format(path))
+    save(path, lambda p: write_text(p, text), "words")
+
+
 def speak(args, synth, request):
     """``request`` spoken with a progress bar; what ``--compile auto`` chose said after it."""
     bar = Bar()
@@ -107,13 +116,18 @@ def save_takes(args, speech) -> str:
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
         save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
+    if args.words:
+        for path, one in zip(inputs.words_paths(args.words, args.takes), speeches):
+            save_words(path, one)
+    said = f"; words in {args.words}" if args.words and len(speeches) == 1 else ""
     if len(speeches) == 1:
         return (f"wrote {args.out}: {speech.duration:.2f} s in "
                 f"{plural(len(speech.segments), 'batch', 'batches')}, seed {speech.seed}"
-                f"{finish_note(speech)}")
+                f"{finish_note(speech)}{said}")
+    words = inputs.words_paths(args.words, args.takes) if args.words else [""] * len(paths)
     return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
-                     f"{finish_note(s)}"
-                     for k, (p, s) in enumerate(zip(paths, speeches)))
+                     f"{finish_note(s)}{f'; words in {w}' if w else ''}"
+                     for k, (p, s, w) in enumerate(zip(paths, speeches, words)))
 
 
 def stream_say(args, synth, request) -> str:
@@ -218,6 +232,12 @@ def cmd_srt(args) -> str:
     if args.srt_out:
         notes.append(write_or_keep(lambda p: write_text(p, result.srt()),
                                    Path(args.srt_out), "SRT"))
+    if args.words:
+        from ..outputs import write_text
+        from ..speech.words import caption_format
+
+        captions = result.captions(caption_format(args.words))
+        notes.append(write_or_keep(lambda p: write_text(p, captions), Path(args.words), "words"))
     if any(notes):
         raise OutputError("; ".join(n for n in notes if n))
     return f"wrote {args.out}: {result.duration:.2f} s, {plural(len(result.cues), 'cue')}"

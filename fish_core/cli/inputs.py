@@ -22,19 +22,54 @@ from .parser import plural, prog_name
 def load_synth(args):
     from ..local.synthesizer import Synthesizer
 
+    aligner = getattr(args, "aligner", None)
     if getattr(args, "remote", None):
+        from ..local.timing import AlignerTimer
         from ..remote import RemoteSynthesizer
         from ..remote.keys import read_api_key
 
-        return RemoteSynthesizer(args.remote, args.dialect,
+        synth = RemoteSynthesizer(args.remote, args.dialect,
                                   read_api_key(args.api_key_file, args.api_key_env),
                                   model=args.remote_model, voice_consent=args.voice_consent,
                                   register_voices=args.register_voices)
+        if getattr(args, "words", None):  # the engine's audio timed here
+            device = args.device if args.device != "auto" else "cpu"
+            synth.timer = AlignerTimer(aligner, args.models_dir, device,
+                                       download=not args.no_download)
+        return synth
     return Synthesizer.from_pretrained(
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
         quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download,
-        threads=args.threads)  # the count main() applied
+        threads=args.threads, aligner=aligner)  # the count main() applied
+
+
+def words_paths(path: str, takes: int) -> list[str]:
+    """Where each take's words go: ``path``, or ``NAME-1.srt`` … (``NAME-1.karaoke.vtt``)."""
+    if takes <= 1:
+        return [str(path)]
+    p = Path(path)
+    suffix = ".karaoke.vtt" if p.name.lower().endswith(".karaoke.vtt") else p.suffix
+    stem = p.name[:len(p.name) - len(suffix)]
+    return [str(p.with_name(f"{stem}-{k}{suffix}")) for k in range(1, takes + 1)]
+
+
+def check_words_flags(args) -> None:
+    """``--words`` and ``--aligner``, before any work (``--words-language`` is a setting:
+    ``cli.request``)."""
+    from ..hearing.hub import resolve_aligner
+    from ..speech.words import caption_format
+
+    try:
+        caption_format(args.words)
+    except ValueError as e:
+        raise ValueError(f"--words: {e}") from None
+    for path in words_paths(args.words, getattr(args, "takes", 1)):
+        check_output(path, "--words", (".json", ".srt", ".vtt"))
+    if getattr(args, "stream", False):
+        raise ValueError("--words times a whole result: leave out --stream")
+    if args.aligner is not None:
+        resolve_aligner(args.aligner, download=False)
 
 
 def load_codec(args):
@@ -100,6 +135,8 @@ def check_outputs(args) -> None:
         check_output(args.out, "--out", OUTPUTS[args.command])
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
+    if getattr(args, "words", None):
+        check_words_flags(args)
 
 
 def is_voice_file(path: Path) -> bool:

@@ -185,6 +185,24 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
                        help="earlier batches the model hears again as context")
 
 
+def add_words_args(p: argparse.ArgumentParser, book: bool = False) -> None:
+    """Word timing (``speech.words``): the words file, their language, the aligner."""
+    g = p.add_argument_group("word timing (docs/word-timing.md)")
+    where = ("the whole book, chapters one after another; each chapter's words also go beside "
+             "it as NAME.words.json" if book else "times follow the audio file")
+    g.add_argument("--words", default=None, metavar="FILE",
+                   help=f"write the spoken words with their times ({where}): .json (every "
+                        "word), .srt / .vtt (caption lines), .karaoke.vtt (a cue per line, "
+                        "each word timed)")
+    g.add_argument("--words-language", default="auto", metavar="LANG",
+                   help="the words' language: auto (by script; another script is timed per "
+                        "sentence) or Chinese, English, Cantonese, French, German, Italian, "
+                        "Japanese, Korean, Portuguese, Russian, Spanish")
+    g.add_argument("--aligner", default=None, metavar="FOLDER",
+                   help="a Qwen3-ForcedAligner-0.6B folder (default: downloaded into "
+                        "--models-dir on first use)")
+
+
 def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
     """``--voice``: a saved voice file or a reference clip with ``--voice-text``."""
     if many:
@@ -240,6 +258,7 @@ def add_say_command(add_command, common: list) -> None:
     add_remote_args(p)
     add_sampling_args(p)
     add_finishing_args(p)
+    add_words_args(p)
 
 
 def add_plan_command(add_command, common: list) -> None:
@@ -270,6 +289,7 @@ def add_book_command(add_command, common: list) -> None:
     add_remote_args(p)
     add_sampling_args(p)
     add_finishing_args(p)
+    add_words_args(p, book=True)
 
 
 def add_codes_command(add_command, common: list) -> None:
@@ -319,6 +339,7 @@ def add_srt_command(add_command, common: list) -> None:
     add_remote_args(p)
     add_sampling_args(p, batches=False)
     add_finishing_args(p)
+    add_words_args(p)
 
 
 def add_encode_command(add_command, common: list) -> None:

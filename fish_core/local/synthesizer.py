@@ -40,22 +40,44 @@ from ..speech.voices import Voice
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_jobs, run_round
 from .runtime import Runtime
+from .timing import AlignerTimer
 
 
 class Synthesizer(Front):
     def __init__(self, model: DualAR, tokenizer: FishTokenizer, codec: Codec | None,
                  compile: bool | str = False, context_length: int | None = None,
-                 compile_cache: str | None = None, prefix_cache_mb: float | None = None):
+                 compile_cache: str | None = None, prefix_cache_mb: float | None = None,
+                 aligner=None, models_dir=None, download: bool = True):
         """``compile``: ``False``/``True`` or ``"off"``/``"on"``/``"auto"``
         (``engine/compile_choice.py``: on a CPU, ``auto`` keeps whichever step is faster).
         ``prefix_cache_mb``: the budget for reused voice prefixes (None = the default, 0 =
-        off)."""
+        off). ``aligner``: what times words (``words=``): a Qwen3-ForcedAligner folder, a
+        loaded ``hearing.ForcedAligner``, or None for the official checkpoint in
+        ``models_dir`` (downloaded on first use when ``download``); loaded on the first
+        request that asks for words, on the model's device, freed with the model."""
         r = self.runtime = Runtime(model, tokenizer, codec, compile=compile,
                                    context_length=context_length, compile_cache=compile_cache,
                                    prefix_cache_mb=prefix_cache_mb)
         # The loaded parts, for scripts and tools to read (the runtime owns and uses them).
         self.model, self.config, self.tokenizer = r.model, r.config, r.tokenizer
         self.encoder, self.codec, self.engine = r.encoder, r.codec, r.engine
+        if isinstance(aligner, (str, Path)):
+            from ..hearing.hub import resolve_aligner
+
+            aligner = resolve_aligner(aligner, download=False)  # a wrong folder: said now
+        device = next(model.parameters()).device
+        self.timer = AlignerTimer(aligner, models_dir, device, download=download)
+
+    def word_timer(self) -> AlignerTimer:
+        """The aligner, its folder found (or fetched) now; its weights load on first use."""
+        ready = getattr(self.timer, "ready", None)  # a timer set by hand may have no folder
+        return ready() if ready is not None else self.timer
+
+    def free_aligner(self) -> None:
+        """Free the word aligner's weights (loaded again by the next request for words)."""
+        free = getattr(self.timer, "free", None)
+        if free is not None:
+            free()
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
@@ -66,7 +88,8 @@ class Synthesizer(Front):
                         quantization: str | None = None, models_dir=None, download=True,
                         codec_dtype=None, context_length: int | None = None,
                         compile_cache: str | None = None,
-                        prefix_cache_mb: float | None = None, threads=None) -> "Synthesizer":
+                        prefix_cache_mb: float | None = None, threads=None,
+                        aligner=None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768).
@@ -79,13 +102,18 @@ class Synthesizer(Front):
         set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
         N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
-        ``threads`` input decides)."""
+        ``threads`` input decides). ``aligner``: the word aligner's folder (``words=``; None:
+        the official one, downloaded into ``models_dir`` on the first request for words)."""
         from ..engine import threads as thread_policy
         from ..loading.hub import resolve
 
         if threads is not False:
             thread_policy.apply(threads)  # checked (and set) before anything loads
         folder = resolve(spec, models_dir=models_dir, download=download)
+        if isinstance(aligner, (str, Path)):
+            from ..hearing.hub import resolve_aligner
+
+            aligner = resolve_aligner(aligner, download=False)  # before the model loads
         device = resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         encode, decode = (codec_dtypes_for(device) if codec_dtype in (None, "auto")
@@ -96,7 +124,8 @@ class Synthesizer(Front):
         if (folder / CHECKPOINT_NAME).is_file():
             codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
         return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
-                   compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
+                   compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb,
+                   aligner=aligner, models_dir=models_dir, download=download)
 
     @property
     def sample_rate(self) -> int:

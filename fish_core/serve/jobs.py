@@ -20,6 +20,7 @@ from ..text.lexicon import Lexicon
 from .request import SpeechRequest
 from .limits import Limits
 from .voicelib import VoiceLibrary
+from .http.errors import ApiError, detail
 
 
 class Jobs:
@@ -58,6 +59,8 @@ class Jobs:
         """``task``'s job (``task.job``, built by the local backend), its ``start`` event
         sent; a whole answer's finishing left for the handler (``task.answer``)."""
         request = self.request(synth.runtime, task.request)
+        if request.words:
+            word_timer(synth)  # no aligner: said before any work
         plan = synth.plan(request)
         if task.request.stream is None:
             [task.job] = synth.jobs(request, plan, deadline=task.deadline)
@@ -71,3 +74,12 @@ class Jobs:
         task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed,
                             "frame_length": synth.require_codec().frame_length})
         return task.job
+
+
+def word_timer(synth):
+    """The model's word aligner, its folder found (or fetched) now: a 503 naming ``words``
+    when this server has none."""
+    try:
+        return synth.word_timer()
+    except (OSError, RuntimeError) as e:
+        raise ApiError(503, f"this server cannot time words: {detail(e)}", "words") from None

@@ -63,6 +63,9 @@ def add_work_args(g) -> None:
                    help="pronunciation lexicon (word<TAB>respelling lines) applied to every "
                         "request; a saved voice's own lexicon goes over it")
     g.add_argument("--lazy", action="store_true", help="load the model on the first request")
+    g.add_argument("--aligner", default=None, metavar="FOLDER",
+                   help="a Qwen3-ForcedAligner-0.6B folder for word timestamps (default: "
+                        "downloaded into --models-dir on the first request for them)")
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
                         "many (1: one at a time)")
@@ -146,7 +149,8 @@ def build_service(args, key: str | None = None):
             compile_cache=args.compile_cache, quantization=args.quantization,
             models_dir=args.models_dir, download=not args.no_download,
             context_length=args.context_length, prefix_cache_mb=args.prefix_cache_mb,
-            threads=getattr(args, "threads", None))  # the CLI's count: a server keeps it
+            threads=getattr(args, "threads", None),  # the CLI's count: a server keeps it
+            aligner=getattr(args, "aligner", None))
 
     return Service.standalone(load, lazy=args.lazy, voices=[Path(args.voices).expanduser()],
                               model_name=Path(str(args.model)).name, api_key=key,

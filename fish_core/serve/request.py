@@ -53,6 +53,10 @@ class SpeechRequest:
     references: list[Reference] = field(default_factory=list)
     format: str = "wav"
     stream: str | None = None  # None, "audio" or "sse"
+    # Word timing (``speech.words``): the answer made whole, then sent as server-sent events
+    # a text batch at a time with its words' alignment: "fish" (``/v1/tts/stream/with-
+    # timestamp``'s events) or "openai" (``speech.audio.delta`` + ``speech.audio.alignment``).
+    timed: str | None = None
     text_param: str = "text"  # the field that held the text ("input" in OpenAI's dialect)
     # The wire's settings under ``Request.tts``'s keywords (JSON types checked), and the wire
     # name of each keyword the dialect names otherwise (fish-speech's ``chunk_length``).

@@ -7,6 +7,7 @@ and ComfyUI's, through ``fish_core.serve.mount``). Each dialect is a module of i
 
     POST /v1/audio/speech     OpenAI speech (+ S2 extensions); stream_format audio | sse
     POST /v1/tts              fish-speech ServeTTSRequest (JSON; msgpack when installed)
+    POST /v1/tts/stream/with-timestamp   the same, as SSE events with each piece's word times
     WS   /v1/audio/speech/stream  text in pieces, PCM out per sentence (``api/speech_stream.py``)
     GET  /v1/models, /v1/health, /health (SGLang-Omni's path)
     GET|POST /v1/audio/voices, PATCH|DELETE /v1/audio/voices/{name}      voice library
@@ -25,7 +26,7 @@ import asyncio
 
 from aiohttp import web
 
-from .api.fish import fish_add, fish_delete, fish_list, fish_tts, fish_update
+from .api.fish import fish_add, fish_delete, fish_list, fish_tts, fish_tts_timed, fish_update
 from .api.openai import models, openai_speech
 from .api.speech_stream import speech_stream
 from .api.voices import add_voice, delete_voice, list_voices, rename_voice
@@ -153,6 +154,7 @@ async def health(service: Service, request: web.Request) -> web.Response:
 TABLE = [
     ("POST", "/v1/audio/speech", openai_speech, "read"),
     ("POST", "/v1/tts", fish_tts, "read"),
+    ("POST", "/v1/tts/stream/with-timestamp", fish_tts_timed, "read"),
     ("GET", "/v1/audio/speech/stream", speech_stream, "socket"),
     ("GET", "/v1/models", models, "read"),
     ("GET", "/v1/health", health, "open"),

@@ -79,6 +79,14 @@ class Service:
                                    default_voice=default_voice, batching=batching,
                                    lexicon=lexicon)
 
+    def word_timer(self):
+        """The model's word aligner (``speech.words.Timer``), its folder found now (a 503 naming
+        ``words`` without one). Called off the event loop: it may load the model."""
+        from .jobs import word_timer
+
+        with self.scheduler.model() as synth:
+            return word_timer(synth)
+
     @classmethod
     def standalone(cls, load: Callable[[], object], lazy: bool = False, **kwargs) -> "Service":
         model = LoadedModel(load, lazy)

@@ -19,6 +19,9 @@ keywords (``**options``): sampling (``temperature``, ``top_p``, ``top_k``, ``max
 in consecutive float32 ``[n]`` pieces, handed out while it is made, that concatenate to it.
 Finishing keywords: ``loudness`` (LUFS or an ``audio.loudness.Loudness``), ``speed`` (0.5 … 2,
 pitch kept) and ``lexicon`` (a ``text.lexicon.Lexicon`` or its file; each voice's own over it).
+``words`` (tts, dialogue, subtitles): ``True``/``"auto"`` or a language: each result's
+``words``, timed by the backend's aligner (``word_timer``) on the output timeline
+(``speech.words``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .settings import Settings
 from .stream import Stream
 from .timeline import join_pieces, place_cues
 from .voices import Voice
+from .words import Timer, place_words
 
 Progress = Callable[[int, int], None]
 Cancel = Callable[[], bool]
@@ -73,6 +77,7 @@ class Direct:
 class Front:
     accepts: Accepts = ANY  # what the backend takes beyond the rules (``speech.request``)
     plans_batches = True  # False: each piece between pauses is one request (the engine plans)
+    timer: Timer | None = None  # times words (``speech.words``); the local backend's loads lazily
 
     # ---------------------------------------------------------------- backends implement
     @property
@@ -87,6 +92,13 @@ class Front:
                      sample_rate: int | None = None) -> Voice:
         """A reusable voice from a reference clip and its transcript."""
         raise NotImplementedError
+
+    def word_timer(self) -> Timer:
+        """What times the words of a request that asks for them."""
+        if self.timer is None:
+            raise RuntimeError("words: this synthesizer has no aligner to time words with "
+                               "(set its .timer, e.g. fish_core.local.timing.AlignerTimer())")
+        return self.timer
 
     def render(self, request: Request, plan: Plan, on_progress: Progress | None,
                cancel: Cancel | None, sink: Deferred | None) -> list[Take]:
@@ -144,9 +156,11 @@ class Front:
         """A checked request spoken: a ``Speech`` (a list with ``takes``; subtitles a
         ``SubtitleSpeech``)."""
         plan = self.plan(request)
+        if request.words:
+            self.word_timer()  # no aligner: said before any work
         sink = self.sink(request, plan, on_chunk) if on_chunk is not None else None
-        speeches = [self.finish(request, plan, take)
-                    for take in self.render(request, plan, on_progress, cancel, sink)]
+        speeches = [self.finish(request, plan, take, k) for k, take in
+                    enumerate(self.render(request, plan, on_progress, cancel, sink))]
         return speeches if request.takes is not None else speeches[0]
 
     def open_stream(self, request: Request) -> Stream:
@@ -176,9 +190,9 @@ class Front:
         return Deferred(lambda: TakeLayout(on_chunk, self.sample_rate, plan.batches, plan.pause,
                                            request.finishing))
 
-    def finish(self, request: Request, plan: Plan, take: Take) -> Speech:
+    def finish(self, request: Request, plan: Plan, take: Take, index: int = 0) -> Speech:
         """A take's batches at the speaking rate, laid out with their silences (subtitles: at
-        their cues), brought to the loudness."""
+        their cues), brought to the loudness; its words timed when the request asks."""
         rate = self.sample_rate
         pieces = [request.finishing.piece(w, rate) for w in take.waves]
         if request.kind == "subtitles":
@@ -188,6 +202,11 @@ class Front:
         else:
             timeline = join_pieces(pieces, take.results, rate, plan.pause)
             speech = Speech(timeline.waveform, rate, take.codes, timeline.segments, take.seed)
+        if request.words:
+            speech.words = place_words(
+                self.word_timer(), request.words, [r.batch.text for r in take.results],
+                [r.batch.speaker for r in take.results], take.waves,
+                [(s.start_sample, s.end_sample) for s in speech.segments], rate, index)
         return request.finishing.finish(speech)
 
 

@@ -108,6 +108,10 @@ class Request:
     def finishing(self) -> Finishing:
         return self.settings.finishing
 
+    @property
+    def words(self) -> str | None:
+        return self.settings.words
+
     # ---------------------------------------------------------------- constructors
     @classmethod
     def tts(cls, text: str, voice=None, settings: Settings | None = None, *,

@@ -89,6 +89,8 @@ class Speech:
     seed: int
     # What finishing did (``speech.finishing``): speed, loudness measured after it; None: none.
     finishing: dict | None = field(default=None, kw_only=True)
+    # Timed words (``speech.words.TimedWord``) when the request asked for them; None: not asked.
+    words: list | None = field(default=None, kw_only=True)
 
     @property
     def duration(self) -> float:
@@ -113,6 +115,16 @@ class Speech:
 
         return write(path, self.waveform, self.sample_rate)
 
+    def captions(self, fmt: str = "srt", **grouping) -> str:
+        """The timed words as ``fmt``: ``"srt"``, ``"vtt"``, ``"karaoke"`` (WebVTT, a
+        timestamp before every word) or ``"json"``, lines grouped by ``text.captions``'s rules
+        (``max_chars``, ``max_seconds``, ``pause``) and never across speakers."""
+        from .words import captions
+
+        if self.words is None:
+            raise ValueError("captions: this result has no timed words (ask with words=True)")
+        return captions(self.words, fmt, [s.text for s in self.segments], **grouping)
+
     def timeline(self, take: int = 0) -> dict:
         """Where every segment sits: the ``takes`` entry of ``timeline_json``."""
         found = {"take": take, "seed": self.seed, "samples": self.waveform.shape[0],
@@ -120,6 +132,8 @@ class Speech:
                  "segments": [s.as_dict() for s in self.segments]}
         if self.finishing:
             found["finishing"] = self.finishing
+        if self.words is not None:
+            found["words"] = [w.as_dict() for w in self.words]
         return found
 
 

@@ -18,6 +18,7 @@ from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, MAX_SEED, SAMPLING_R
 from ..text.plan import DEFAULT_MAX_BYTES
 from .finishing import Finishing
 from .results import MAX_TAKES
+from .words import check_words
 
 TAKES = Rule(1, MAX_TAKES, integer=True)
 HISTORY_TURNS = Rule(0, None, integer=True)
@@ -40,6 +41,9 @@ class Settings:
     first_frames: int = FIRST_FRAMES  # a stream's chunking
     chunk_frames: int = CHUNK_FRAMES
     finishing: Finishing = Finishing()
+    # Timed words on each result (``speech.words``): None, "auto" or one of the aligner's
+    # languages (True is "auto").
+    words: str | None = None
 
     def __post_init__(self):
         self.sampling.validate()
@@ -49,6 +53,7 @@ class Settings:
             TAKES.check(self.takes, "takes")
         for name, rule in RULES.items():
             rule.check(getattr(self, name), name)
+        object.__setattr__(self, "words", check_words(self.words))
         if not isinstance(self.finishing, Finishing):
             raise TypeError(f"finishing must be a Finishing, got {type(self.finishing).__name__}")
 
@@ -86,9 +91,12 @@ class Settings:
 
     def as_dict(self) -> dict:
         """What a result or a book's digest records of them (the lexicon as its digest)."""
-        return {"sampling": self.sampling.__dict__, "seed": self.seed, "takes": self.takes,
-                "history_turns": self.history_turns, "max_bytes": self.max_bytes,
-                "finishing": self.finishing.as_dict()}
+        found = {"sampling": self.sampling.__dict__, "seed": self.seed, "takes": self.takes,
+                 "history_turns": self.history_turns, "max_bytes": self.max_bytes,
+                 "finishing": self.finishing.as_dict()}
+        if self.words:
+            found["words"] = self.words
+        return found
 
 
 DEFAULT = Settings()
@@ -97,7 +105,7 @@ KEYWORDS = (*SAMPLING, *OWN, *FINISHING)  # every flat keyword ``Settings.of`` t
 # What a kind of call does not take (a stream is one take; a subtitle cue is one batch).
 NOT_TAKEN = {"tts": ("first_frames", "chunk_frames"),
              "dialogue": ("first_frames", "chunk_frames"),
-             "stream": ("takes",),
+             "stream": ("takes", "words"),
              "subtitles": ("takes", "max_bytes", "first_frames", "chunk_frames")}
 
 

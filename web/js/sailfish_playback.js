@@ -140,6 +140,16 @@ class Stream {
     this.scheduled = 0; // pieces scheduled so far
     this.time = 0; // ctx time at which the next piece starts
     this.marks = []; // [ctx time, sample offset] of each scheduled piece, for the playhead
+    this.words = []; // [{text, start, end}] seconds, when the node timed its words
+  }
+
+  wordAt(samples) {
+    // The word being spoken at this playhead (samples), or "".
+    const t = samples / this.sampleRate;
+    for (const w of this.words) {
+      if (w.start <= t && t < Math.max(w.end, w.start + 0.08)) return String(w.text);
+    }
+    return "";
   }
 
   add(event) {
@@ -284,6 +294,7 @@ function onLive(event) {
     current.set(nodeId, stream);
   }
   if (data.state === "chunk") stream.add(data);
+  else if (data.state === "words") stream.words = Array.isArray(data.words) ? data.words : [];
   else if (FINAL.has(data.state)) stream.close(data.state);
   draw(stream);
 }
@@ -304,6 +315,7 @@ const STYLE = `
   color: inherit; }
 .sailfish-live canvas { flex: 1; min-width: 40px; height: 28px; }
 .sailfish-live .state { min-width: 64px; opacity: 0.8; }
+.sailfish-live .word { min-width: 72px; font-weight: bold; white-space: nowrap; overflow: hidden; }
 .sailfish-live .listen { border-color: #4a9; }
 `;
 
@@ -337,8 +349,10 @@ function player(stream) {
   const canvas = document.createElement("canvas");
   const state = document.createElement("span");
   state.className = "state";
-  root.append(button, listen, canvas, state);
-  const ui = { root, button, listen, canvas, state, node };
+  const word = document.createElement("span");
+  word.className = "word"; // the word being spoken (the node's words input on)
+  root.append(button, listen, canvas, word, state);
+  const ui = { root, button, listen, canvas, word, state, node };
   button.addEventListener("click", () => {
     const s = current.get(stream.nodeId);
     if (!s) return;
@@ -401,6 +415,8 @@ function draw(stream) {
     }
   }
   const at = stream.playhead;
+  ui.word.textContent = at != null && stream.words.length ? stream.wordAt(at) : "";
+  ui.word.style.display = stream.words.length ? "" : "none";
   if (at != null && stream.total) {
     g.fillStyle = "#fff";
     g.fillRect(Math.min(width - 1, (at / stream.total) * width), 0, Math.max(1, ratio), height);

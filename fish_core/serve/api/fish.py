@@ -24,8 +24,10 @@ FISH_FIELDS = {"text", "chunk_length", "format", "latency", "references", "refer
 CHUNK_LENGTH = Rule(100, 1000, integer=True)  # fish-speech's text batch size, in bytes
 
 
-def parse_fish(body, limits: Limits) -> SpeechRequest:
-    """fish-speech ``POST /v1/tts`` (``ServeTTSRequest``)."""
+def parse_fish(body, limits: Limits, timed: bool = False) -> SpeechRequest:
+    """fish-speech ``POST /v1/tts`` (``ServeTTSRequest``); ``timed``: Fish's
+    ``/v1/tts/stream/with-timestamp`` (the same body; server-sent events of audio and word
+    alignment, ``speak.timed``)."""
     body = require_object(body)
     reject_unknown(body, FISH_FIELDS)
     request = SpeechRequest(text_field(body, "text", limits))
@@ -39,7 +41,9 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
         raise bad("streaming", f"must be true or false, got {streaming!r}")
     if streaming and request.format not in formats.STREAMABLE:
         raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.stream = "audio" if streaming else None
+    request.stream = "audio" if streaming and not timed else None
+    if timed and request.format not in formats.STREAMABLE:
+        raise bad("format", f"{request.format} cannot be sent in pieces; send wav or pcm")
     max_bytes = integer(body, "chunk_length", 300, CHUNK_LENGTH)
     choice(body, "latency", "normal", ("normal", "balanced"))
     choice(body, "use_memory_cache", "off", ("on", "off"))
@@ -48,12 +52,22 @@ def parse_fish(body, limits: Limits) -> SpeechRequest:
     number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
     request.settings = {**settings(body, limits), "max_bytes": max_bytes}
     request.names = {"max_bytes": "chunk_length"}
+    if timed:
+        request.timed, request.settings["words"] = "fish", "auto"
     return request.checked()
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:
     body = await read_object(request, service.limits, msgpack=True, references=True)
     return await speak(service, request, parse_fish(body, service.limits))
+
+
+async def fish_tts_timed(service: Service, request: web.Request) -> web.StreamResponse:
+    """``POST /v1/tts/stream/with-timestamp``: Fish's server-sent events, each a piece of the
+    audio (``audio_base64``) with its text (``content``) and its words' times
+    (``alignment.segments``), timed by the forced aligner."""
+    body = await read_object(request, service.limits, msgpack=True, references=True)
+    return await speak(service, request, parse_fish(body, service.limits, timed=True))
 
 
 async def fish_list(service: Service, request: web.Request) -> web.Response:

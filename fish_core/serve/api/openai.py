@@ -19,7 +19,8 @@ from ..service import Service
 from .speak import speak
 
 OPENAI_FIELDS = {"model", "input", "voice", "response_format", "instructions", "stream_format",
-                 "references", "ref_audio", "ref_text", "repetition_penalty", *SETTINGS}
+                 "references", "ref_audio", "ref_text", "repetition_penalty", "word_timestamps",
+                 *SETTINGS}
 
 
 def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
@@ -46,6 +47,14 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
                                f"{limits.max_references}")
     number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
     request.settings = settings(body, limits)
+    word_timestamps = body.get("word_timestamps", False)
+    if not isinstance(word_timestamps, bool):
+        raise bad("word_timestamps", f"must be true or false, got {word_timestamps!r}")
+    if word_timestamps:  # vLLM-Omni's name: the words' times in the SSE answer
+        if request.stream != "sse":
+            raise bad("word_timestamps", "the words' times come as server-sent events: send "
+                                         "stream_format \"sse\" with them")
+        request.stream, request.timed, request.settings["words"] = None, "openai", "auto"
     return request.checked()
 
 

@@ -11,6 +11,7 @@ from typing import Callable
 
 from aiohttp import web
 
+from ...speech.words import spoken_parts
 from ..http import formats
 from ..http.errors import ApiError, ClientGone
 from ..http.logs import log
@@ -33,6 +34,8 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
             info = {**info, "text_param": speech.text_param,
                     "max_samples": round(service.limits.max_answer_seconds
                                          * info["sample_rate"])}
+            if speech.timed is not None:
+                return await timed(items, request, task, speech, info)
             if speech.stream is None:
                 return await whole(items, request, task, speech, info)
             return await streamed(items, request, speech, info)
@@ -91,6 +94,64 @@ def answer(task, speech: SpeechRequest, info: dict) -> bytes:
     if finished.waveform.shape[0] > info["max_samples"]:
         raise too_long(info)
     return formats.encode(finished.waveform, finished.sample_rate, speech.format)
+
+
+async def timed(items, request, task, speech: SpeechRequest, info: dict) -> web.StreamResponse:
+    """Word timing (``speech.timed``): the take made whole and its words timed by the aligner
+    (``Front.finish``), then sent as server-sent events, a text batch at a time
+    (``timed_events``). Fish's shape: ``{"audio_base64", "content", "alignment": {"segments":
+    [{"text", "start", "end"}], "audio_duration"}, "chunk_seq", "chunk_audio_offset_sec"}``
+    per batch (times from the piece's start); OpenAI's: ``speech.audio.delta`` then
+    ``speech.audio.alignment`` (the same alignment) per batch and ``speech.audio.done``."""
+    kind, value = await next_item(items, request)
+    if kind == "error":
+        raise value
+    loop = asyncio.get_running_loop()
+    finished = await loop.run_in_executor(None, task.answer)
+    if finished.waveform.shape[0] > info["max_samples"]:
+        raise too_long(info)
+    events = await loop.run_in_executor(None, timed_events, finished, speech)
+    response = web.StreamResponse(headers={**audio_headers(info), "Cache-Control": "no-cache"})
+    response.content_type = "text/event-stream"
+    await response.prepare(request)
+    try:
+        for event in events:
+            await response.write(sse_event(event))
+    except (ClientGone, ConnectionResetError):
+        return response
+    await response.write_eof()
+    return response
+
+
+def timed_events(finished, speech: SpeechRequest) -> list[dict]:
+    """The events of a timed answer: piece i is the audio from the start of text batch i
+    (the first from 0, the silence before a batch with it, the last to the end), its text and
+    its words' times from the piece's start."""
+    rate, wave, segments = finished.sample_rate, finished.waveform, finished.segments
+    cuts = [0] + [s.start_sample for s in segments[1:]] + [wave.shape[0]]
+    encode = formats.StreamEncoder(speech.format, rate)
+    events, frames = [], 0
+    for i, segment in enumerate(segments):
+        offset = cuts[i] / rate
+        piece = wave[cuts[i]:cuts[i + 1]]
+        alignment = {"segments": [{"text": w.text, "start": round(w.start - offset, 3),
+                                   "end": round(w.end - offset, 3)}
+                                  for w in finished.words or () if w.segment == i],
+                     "audio_duration": round(piece.shape[0] / rate, 3)}
+        content = " ".join(said for _, said in spoken_parts(segment.text))
+        audio = base64.b64encode(encode(piece)).decode("ascii")
+        frames += segment.frames
+        if speech.timed == "fish":
+            events.append({"audio_base64": audio, "content": content, "alignment": alignment,
+                           "chunk_seq": i, "chunk_audio_offset_sec": round(offset, 3)})
+        else:
+            events.append({"type": "speech.audio.delta", "audio": audio})
+            events.append({"type": "speech.audio.alignment", "content": content,
+                           "alignment": alignment, "chunk_seq": i,
+                           "chunk_audio_offset_sec": round(offset, 3)})
+    if speech.timed != "fish":
+        events.append({"type": "speech.audio.done", "usage": {"output_tokens": frames}})
+    return events
 
 
 async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.StreamResponse:

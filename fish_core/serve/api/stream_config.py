@@ -60,6 +60,7 @@ class StreamConfig:
     split: str = "sentence"
     stream_audio: bool = True
     format: str = "pcm"
+    word_timestamps: bool = False  # each sentence's words, timed once its audio is out
 
 
 def parse_config(message: dict, service: Service) -> StreamConfig:
@@ -86,8 +87,11 @@ def parse_config(message: dict, service: Service) -> StreamConfig:
     request = parse_openai({**fields, "response_format": fmt, "input": "-"}, service.limits,
                            service.model_names)
     check_task(message.get("task_type"), request)
+    word_timestamps = message.get("word_timestamps", False)
+    if not isinstance(word_timestamps, bool):
+        raise bad("word_timestamps", f"must be true or false, got {word_timestamps!r}")
     return StreamConfig(default_voice(request, service), prefix, split, stream_audio,
-                        request.format)
+                        request.format, word_timestamps)
 
 
 def check_task(task: str | None, request: SpeechRequest) -> None:
@@ -115,7 +119,6 @@ def peer_fields(message: dict) -> None:
         "x_vector_only_mode": "S2 clones a voice from the reference audio and its transcript, "
                               "never from a speaker vector alone",
         "non_streaming_mode": "is a Qwen3-TTS prompt setting; S2 has one prompt form",
-        "word_timestamps": "this server has no forced aligner (no word timestamps)",
     }
     for name, why in refused.items():
         value = message.get(name)

@@ -11,6 +11,7 @@ import uuid
 import torch
 from aiohttp import WSMsgType, web
 
+from ...speech.words import place_words
 from ...text.plan import SentenceCutter
 from ..http import formats
 from ..http.bodies import off_loop
@@ -49,6 +50,8 @@ class Session:
         self.task = None  # the scheduler task of the sentence being spoken
         self._send = asyncio.Lock()
         self.failed = False  # the error was said (once: the session's own or the shutdown's)
+        self.timer = None  # the word aligner, with word_timestamps
+        self.audio_seconds = 0.0  # audio sent before the current sentence's
 
     # ---------------------------------------------------------------- run
     async def run(self) -> None:
@@ -170,13 +173,17 @@ class Session:
         if self.config is not None:
             raise bad("type", "session.config was already sent; send it once, first",
                       code="already_configured")
-        config = self.config = await off_loop(parse_config, message, self.service)
+        config = await off_loop(parse_config, message, self.service)
+        if config.word_timestamps:
+            self.timer = await off_loop(self.service.word_timer)  # none: said now
+        self.config = config
         self.cutter = SentenceCutter(clauses=config.split == "clause")
         self.idle_since = time.monotonic()
         configured = {"type": "session.configured", "session_id": self.id,
                       "seed": config.request.speech.seed, "format": config.format,
                       "response_format": config.format, "stream_audio": config.stream_audio,
-                      "split_granularity": config.split, "channels": 1}
+                      "split_granularity": config.split, "channels": 1,
+                      "word_timestamps": config.word_timestamps}
         if config.format == "pcm":
             configured.update(encoding="s16le", sample_width=2)
         await self.send_json(configured)
@@ -272,15 +279,32 @@ class Session:
                 samples += value.shape[0]
                 if config.stream_audio:
                     sent += await self.send_audio(formats.pcm16(value))
-                else:
+                if not config.stream_audio or config.word_timestamps:
                     held.append(value)
             else:  # done
-                if held:
+                whole = torch.cat(held) if held else torch.zeros(0)
+                if held and not config.stream_audio:
                     sent += await self.send_audio(await off_loop(
-                        formats.encode, torch.cat(held), rate, config.format))
+                        formats.encode, whole, rate, config.format))
                 await self.send_json({"type": "audio.done", **head, "samples": samples,
                                       "total_bytes": sent, "error": False})
+                if config.word_timestamps:  # the sentence's audio is out: its words' times
+                    words = await off_loop(self.time_words, sentence, whole, rate)
+                    await self.send_json({"type": "word_timestamps", **head,
+                                          "audio_offset": round(self.audio_seconds, 3),
+                                          "words": words})
+                self.audio_seconds += samples / rate if rate else 0.0
                 return
+
+    def time_words(self, sentence: str, wave, rate: int) -> list[dict]:
+        """The sentence's words with their start and end in seconds from its audio's start
+        (``audio_offset``: where that audio starts in the session's), by the aligner."""
+        if wave.numel() == 0:
+            return []
+        placed = place_words(self.timer, "auto", [self.config.prefix + sentence], [None],
+                             [wave], [(0, wave.shape[0])], rate)
+        return [{"word": w.text, "start": round(w.start, 3), "end": round(w.end, 3)}
+                for w in placed]
 
     async def send_audio(self, data: bytes) -> int:
         if data:
