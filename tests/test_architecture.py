@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
+    "hearing": {"params", "budgets", "audio"},  # the Qwen3 ASR / aligner (audio: resampling)
     "speech": {"params", "budgets", "text", "audio"},  # results, timeline, voices: shared, no engine
     "remote": {"params", "budgets", "access", "text", "audio", "speech"},  # never the engine or the loader
     "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
