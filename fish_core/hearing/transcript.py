@@ -70,9 +70,9 @@ class Prompt:
     def ids(self, tokenizer) -> list[int]:
         """Token ids. The markers are looked up by name; the context and the language line are
         encoded as plain text (a marker typed into the context is text, never a marker).
-        ``tokenizer`` needs ``token_id(name)`` and ``encode_text(str)``."""
+        ``tokenizer`` needs ``id(name)`` and ``encode_text(str)``."""
         def mark(name):
-            return [tokenizer.token_id(name)]
+            return [tokenizer.id(name)]
         ids = (mark(IM_START) + tokenizer.encode_text("system\n" + self.context) + mark(IM_END)
                + tokenizer.encode_text("\n")
                + mark(IM_START) + tokenizer.encode_text("user\n") + mark(AUDIO_START)
