@@ -28,17 +28,19 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"params"},
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
-    "hearing": {"params", "budgets", "audio"},  # the Qwen3 ASR / aligner (audio: resampling)
+    # the models that listen (aligner, ASR): engine.layers, loading.weights / hub
+    "hearing": {"params", "engine", "loading", "audio"},  # audio: resampling (split.prepare)
     "speech": {"params", "budgets", "text", "audio"},  # results, timeline, voices: shared, no engine
     "remote": {"params", "budgets", "access", "text", "audio", "speech"},  # never the engine or the loader
     "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
-              "remote"},  # remote: only ``Synthesizer.remote``, lazily
-    "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading"},
+              "remote", "hearing"},  # remote: only ``Synthesizer.remote``, lazily
+    "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading",
+              "hearing"},
     "cli": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
-            "remote", "serve", "quant"},
-    "api": {"params", "speech", "local"},  # fish_core/__init__.py: ``from fish_core import …``
+            "remote", "serve", "quant", "hearing"},
+    "api": {"params", "speech", "local", "hearing"},  # fish_core/__init__.py: ``from fish_core import …``
     "nodes": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
-              "remote", "serve", "quant", "api"},
+              "remote", "serve", "quant", "api", "hearing"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
 }
@@ -51,6 +53,8 @@ for _layer in set(ALLOWED) - {"budgets", "params", "access", "quant", "pack"}:
 NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "engine"): {"fish_core.engine.layers"},
     ("codec", "loading"): {"fish_core.loading.weights"},
+    ("hearing", "engine"): {"fish_core.engine.layers"},
+    ("hearing", "loading"): {"fish_core.loading.weights", "fish_core.loading.hub"},
     ("local", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
     ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only
@@ -60,7 +64,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
 # the synthesizer (they come with the first model load).
 HEAVY = ("fish_core.engine.model", "fish_core.engine.runner", "fish_core.engine.rows",
          "fish_core.engine.sampling", "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
-         "fish_core.local.synthesizer")
+         "fish_core.local.synthesizer", "fish_core.hearing.")
 
 
 def layer_of(module: str) -> str | None:
