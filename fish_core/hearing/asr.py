@@ -47,6 +47,16 @@ class Transcript:
     text: str
 
 
+@dataclass(frozen=True)
+class HeardPiece:
+    """One piece of a clip (``split.Piece``: 16 kHz samples, offset in seconds) and what it
+    says."""
+    wave: np.ndarray
+    offset: float
+    language: str
+    text: str
+
+
 @dataclass
 class Decoded:
     """One batch as the model ran it (what the parity tests compare): the left-padded prompts
@@ -140,22 +150,34 @@ class SpeechRecognizer:
                         language: str | None = None, context: str = "",
                         max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 8,
                         max_seconds: float = split.MAX_ASR_SECONDS) -> list[Transcript]:
-        """Several clips, their pieces decoded ``batch_size`` at a time."""
+        """Several clips, their pieces decoded ``batch_size`` at a time; a clip's pieces'
+        texts joined (as the reference joins them: no separator) and languages merged."""
+        return [Transcript(merge_languages(p.language for p in pieces),
+                           "".join(p.text for p in pieces))
+                for pieces in self.hear(clips, sample_rate, language, context, max_new_tokens,
+                                        batch_size, max_seconds)]
+
+    def hear(self, clips: list, sample_rate: int = split.SAMPLE_RATE,
+             language: str | None = None, context: str = "", max_new_tokens: int = MAX_NEW_TOKENS,
+             batch_size: int = 8, max_seconds: float = split.MAX_ASR_SECONDS
+             ) -> list[list[HeardPiece]]:
+        """Each clip's pieces (``split.split`` at ``max_seconds``) with what each says."""
         forced = self.check(language, context, max_new_tokens)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise AsrInputError(f"batch_size must be a whole number ≥ 1, not {batch_size!r}")
+        if not max_seconds >= 2 * split.SEARCH_SECONDS:  # a cut must move forward
+            raise AsrInputError(f"max_seconds must be at least {2 * split.SEARCH_SECONDS:g}")
         waves = [self.clip(a, sample_rate) for a in clips]
         pieces = [(i, p) for i, w in enumerate(waves)
                   for p in split.split(w, split.SAMPLE_RATE, max_seconds)]
-        answers: list[tuple[str, str]] = []
-        for start in range(0, len(pieces), max(1, int(batch_size))):
-            part = [torch.from_numpy(p.wave) for _, p in pieces[start:start + batch_size]]
-            decoded = self.decode(part, [context] * len(part), [forced] * len(part),
-                                  max_new_tokens)
-            answers += [parse_answer(raw, forced) for raw in decoded.raw]
-        out = []
-        for i in range(len(waves)):
-            mine = [a for (j, _), a in zip(pieces, answers) if j == i]
-            out.append(Transcript(merge_languages(lang for lang, _ in mine),
-                                  "".join(text for _, text in mine)))
+        out: list[list[HeardPiece]] = [[] for _ in waves]
+        for start in range(0, len(pieces), batch_size):
+            part = pieces[start:start + batch_size]
+            decoded = self.decode([torch.from_numpy(p.wave) for _, p in part],
+                                  [context] * len(part), [forced] * len(part), max_new_tokens)
+            for (i, piece), raw in zip(part, decoded.raw):
+                said, text = parse_answer(raw, forced)
+                out[i].append(HeardPiece(piece.wave, piece.offset, said, text))
         return out
 
     # ---- the model ----------------------------------------------------------------------
