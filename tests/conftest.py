@@ -124,6 +124,25 @@ def golden(golden_dir) -> Golden:
 
 
 @pytest.fixture(scope="session")
+def aligner_fixtures(fixtures) -> Path:
+    """``<fixtures>/aligner``: the Qwen3-ForcedAligner / ASR checkpoints (``tiny-aligner/``,
+    ``tiny-asr/``) and, in the shipped set, their inputs and goldens."""
+    root = fixtures / "aligner"
+    if not (root / "tiny-aligner").is_dir():
+        raise RuntimeError(f"{fixtures} lacks aligner/tiny-aligner (tests/make_fixture.py "
+                           "writes one)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def aligner_golden(aligner_fixtures) -> Golden:
+    """The reference's outputs on the aligner fixtures (skips on a set without them)."""
+    if not (aligner_fixtures / "golden").is_dir():
+        pytest.skip("fixture set without aligner goldens")
+    return Golden(aligner_fixtures / "golden")
+
+
+@pytest.fixture(scope="session")
 def tiny_synth(ckpt_dir):
     """The fixture checkpoint as a float32 CPU Synthesizer, shared by the streaming and server
     tests."""

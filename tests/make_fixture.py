@@ -325,6 +325,106 @@ def write_codec(out: Path) -> None:
     write_json(out / "codec_config.json", codec_config())
 
 
+# ---------------------------------------------------------------------------------- hearing
+# Qwen3-ForcedAligner / Qwen3-ASR checkpoints (``aligner/tiny-aligner``, ``aligner/tiny-asr``) in
+# the real on-disk format with other sizes than the shipped ones: fewer mel bins, shorter chunks,
+# other widths, heads and layer counts, another number of timestamp classes. The tokenizer files
+# are the shipped ones (the special ids stay those of its vocabulary).
+SHIPPED_ALIGNER = SHIPPED.parent / "aligner"
+HEARING_AUDIO = dict(num_mel_bins=80, encoder_layers=1, encoder_attention_heads=2,
+                     encoder_ffn_dim=40, d_model=32, output_dim=48, downsample_hidden_size=8,
+                     n_window=25, n_window_infer=400, conv_chunksize=7)
+HEARING_TEXT = dict(vocab_size=700, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                    num_attention_heads=6, num_key_value_heads=3, head_dim=8)
+HEARING_MROPE = [2, 1, 1]  # sums to head_dim / 2
+CLASSIFY_NUM = 3000
+
+
+def hearing_config(name: str) -> dict:
+    config = json.loads((SHIPPED_ALIGNER / name / "config.json").read_text(encoding="utf-8"))
+    thinker = config["thinker_config"]
+    thinker["audio_config"].update(HEARING_AUDIO)
+    thinker["text_config"].update(HEARING_TEXT)
+    thinker["text_config"]["rope_scaling"]["mrope_section"] = HEARING_MROPE
+    if "classify_num" in thinker:
+        thinker["classify_num"] = CLASSIFY_NUM
+    return config
+
+
+def hearing_tensors(config: dict, seed: int) -> dict:
+    thinker = config["thinker_config"]
+    a, t = thinker["audio_config"], thinker["text_config"]
+    gen = torch.Generator().manual_seed(seed)
+    shapes: dict[str, tuple] = {}
+    width, d = a["downsample_hidden_size"], a["d_model"]
+    bins = a["num_mel_bins"]
+    for _ in range(3):
+        bins = (bins + 1) // 2
+    for i, cin in ((1, 1), (2, width), (3, width)):
+        shapes[f"audio_tower.conv2d{i}.weight"] = (width, cin, 3, 3)
+        shapes[f"audio_tower.conv2d{i}.bias"] = (width,)
+    shapes["audio_tower.conv_out.weight"] = (d, width * bins)
+    for i in range(a["encoder_layers"]):
+        p = f"audio_tower.layers.{i}."
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes[p + f"self_attn.{proj}.weight"] = (d, d)
+            shapes[p + f"self_attn.{proj}.bias"] = (d,)
+        for norm in ("self_attn_layer_norm", "final_layer_norm"):
+            shapes[p + f"{norm}.weight"] = shapes[p + f"{norm}.bias"] = (d,)
+        shapes[p + "fc1.weight"], shapes[p + "fc1.bias"] = (a["encoder_ffn_dim"], d), (a["encoder_ffn_dim"],)
+        shapes[p + "fc2.weight"], shapes[p + "fc2.bias"] = (d, a["encoder_ffn_dim"]), (d,)
+    shapes["audio_tower.ln_post.weight"] = shapes["audio_tower.ln_post.bias"] = (d,)
+    shapes["audio_tower.proj1.weight"], shapes["audio_tower.proj1.bias"] = (d, d), (d,)
+    shapes["audio_tower.proj2.weight"] = (a["output_dim"], d)
+    shapes["audio_tower.proj2.bias"] = (a["output_dim"],)
+    h, dh = t["hidden_size"], t["head_dim"]
+    shapes["model.embed_tokens.weight"] = (t["vocab_size"], h)
+    for i in range(t["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes[p + "self_attn.q_proj.weight"] = (t["num_attention_heads"] * dh, h)
+        shapes[p + "self_attn.k_proj.weight"] = (t["num_key_value_heads"] * dh, h)
+        shapes[p + "self_attn.v_proj.weight"] = (t["num_key_value_heads"] * dh, h)
+        shapes[p + "self_attn.o_proj.weight"] = (h, t["num_attention_heads"] * dh)
+        shapes[p + "self_attn.q_norm.weight"] = shapes[p + "self_attn.k_norm.weight"] = (dh,)
+        shapes[p + "mlp.gate_proj.weight"] = (t["intermediate_size"], h)
+        shapes[p + "mlp.up_proj.weight"] = (t["intermediate_size"], h)
+        shapes[p + "mlp.down_proj.weight"] = (h, t["intermediate_size"])
+        shapes[p + "input_layernorm.weight"] = shapes[p + "post_attention_layernorm.weight"] = (h,)
+    shapes["model.norm.weight"] = (h,)
+    shapes["lm_head.weight"] = (thinker.get("classify_num", t["vocab_size"]), h)
+    tensors = {}
+    for name, shape in shapes.items():
+        x = torch.randn(shape, generator=gen)
+        if name.endswith("bias"):
+            x = x * 0.02
+        elif len(shape) == 1:  # norms
+            x = 1 + 0.1 * x
+        elif "embed_tokens" not in name:
+            x = x / math.sqrt(math.prod(shape[1:]))
+        tensors["thinker." + name] = x.to(torch.bfloat16).contiguous()
+    return tensors
+
+
+def write_hearing(root: Path) -> None:
+    """``root/aligner/tiny-aligner`` and ``root/aligner/tiny-asr`` (no inputs, no goldens), and
+    the real checkpoints' manifest (it does not depend on the set)."""
+    out = root / "aligner"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "real-manifest.json").write_bytes((SHIPPED_ALIGNER / "real-manifest.json").read_bytes())
+    for seed, name in enumerate(("tiny-aligner", "tiny-asr")):
+        folder = out / name
+        folder.mkdir(exist_ok=True)
+        config = hearing_config(name)
+        write_json(folder / "config.json", config)
+        for file in ("vocab.json", "merges.txt", "tokenizer_config.json", "chat_template.json"):
+            (folder / file).write_bytes((SHIPPED_ALIGNER / name / file).read_bytes())
+        pre = json.loads((SHIPPED_ALIGNER / name / "preprocessor_config.json").read_text())
+        pre["feature_size"] = HEARING_AUDIO["num_mel_bins"]
+        write_json(folder / "preprocessor_config.json", pre)
+        save_file(hearing_tensors(config, SEED + 10 + seed), str(folder / "model.safetensors"),
+                  metadata={"format": "pt"})
+
+
 # ---------------------------------------------------------------------------------- main
 def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -340,6 +440,7 @@ def make_fixture(root: Path) -> Path:
     write_model(out, model_config())
     write_tokenizer(out)
     write_codec(out)
+    write_hearing(out.parent)
     return out
 
 

@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "loading": {"params", "engine", "quant"},
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
     # the models that listen (aligner, ASR): engine.layers, loading.weights / hub
-    "hearing": {"params", "engine", "loading", "audio"},  # audio: resampling (split.prepare)
+    "hearing": {"params", "audio", "engine", "loading"},
     "speech": {"params", "budgets", "text", "audio"},  # results, timeline, voices: shared, no engine
     "remote": {"params", "budgets", "access", "text", "audio", "speech"},  # never the engine or the loader
     "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
@@ -55,6 +55,7 @@ NARROW: dict[tuple[str, str], set[str]] = {
     ("codec", "loading"): {"fish_core.loading.weights"},
     ("hearing", "engine"): {"fish_core.engine.layers"},
     ("hearing", "loading"): {"fish_core.loading.weights", "fish_core.loading.hub"},
+    ("hearing", "audio"): {"fish_core.audio.files"},  # the door's audio checks and resampling
     ("local", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
     ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only

@@ -3,6 +3,78 @@
 One concept per file: ``features`` (log-mel), ``audio_encoder``, ``text_model`` (Qwen3 with
 float M-RoPE positions, optional static KV cache), ``thinker`` (encoder + text model + head),
 ``config``, ``checkpoint`` (loading the real tensor names), ``tokenizer``, ``words`` (per-language
-word splitting), ``timestamps`` (``fix_timestamps``), ``aligner`` (one pass → word times).
-Nothing here is imported at ComfyUI start-up; each module loads when first used.
+word splitting), ``timestamps`` (``fix_timestamps``), ``aligner`` (one pass → word times),
+``hub`` (the checkpoint's folder or download). Nothing here is imported at ComfyUI start-up;
+each module loads when first used.
+
+The Python door::
+
+    from fish_core.hearing import align
+    words = align(waveform, "The quick brown fox.", "English", sample_rate=44100)
+    # [Word(text='The', start=0.0, end=0.24), …]  (seconds from the clip's start)
 """
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["align", "load_aligner"]
+
+
+def load_aligner(aligner: str | Path | None = None, models_dir: str | Path | None = None,
+                 device: str = "cpu", dtype: str | None = None, download: bool = True):
+    """A loaded ``ForcedAligner``: from the folder ``aligner`` or the official checkpoint in
+    ``models_dir`` (downloaded on first use). The last one loaded is kept for the next call."""
+    from .hub import resolve_aligner
+
+    return _loaded(resolve_aligner(aligner, models_dir, download), str(device), dtype)
+
+
+@lru_cache(maxsize=1)
+def _loaded(folder: Path, device: str, dtype: str | None):
+    from .aligner import ForcedAligner
+
+    return ForcedAligner.from_pretrained(folder, device, dtype)
+
+
+def align(audio, text: str, language: str, sample_rate: int | None = None, *, aligner=None,
+          models_dir: str | Path | None = None, device: str = "cpu", dtype: str | None = None,
+          download: bool = True):
+    """Each word of ``text`` (as the aligner splits it for ``language``) with its start and end
+    in seconds in ``audio`` (a tensor/array ``[T]`` or ``[C, T]`` at ``sample_rate``, or a
+    ``{"waveform", "sample_rate"}`` dict). ``aligner``: a loaded ``ForcedAligner`` to reuse,
+    a checkpoint folder, or None for the official one. Text, language and audio are checked
+    before any model is loaded or downloaded; errors name the field."""
+    from ..audio.files import prepare_audio
+    from .aligner import ForcedAligner
+    from .config import HearingConfig
+    from .features import FeatureConfig
+    from .hub import resolve_aligner
+    from .words import check_language, split_words
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("text: give the words that are spoken in the audio")
+    language = check_language(language)
+    loaded = aligner if isinstance(aligner, ForcedAligner) else None
+    folder = None
+    if loaded is None:
+        folder = resolve_aligner(aligner, models_dir, download=False) if aligner else None
+    rate = loaded.sample_rate if loaded else (
+        FeatureConfig.from_dir(folder).sample_rate if folder else FeatureConfig().sample_rate)
+    wave = prepare_audio(audio, sample_rate, target_sr=rate, name="audio")
+    words = split_words(text, language, loaded.korean_dict if loaded else None)
+    if not words:
+        raise ValueError("text: has no words to time (only punctuation or symbols)")
+    if loaded is None:
+        folder = folder or resolve_aligner(None, models_dir, download)
+        config = HearingConfig.from_dir(folder)
+    else:
+        config = loaded.model.config
+    longest = config.head_size * config.timestamp_segment_ms / 1000.0
+    if wave.numel() / rate > longest:
+        raise ValueError(f"audio: {wave.numel() / rate:.1f} s is longer than the aligner "
+                         f"can time ({longest:g} s); align it in parts")
+    if loaded is None:
+        loaded = _loaded(folder, str(device), dtype)
+    return loaded.align_words([wave], [words])[0].words

@@ -79,6 +79,16 @@ class ForcedAligner:
         korean = folder / "korean_dict_jieba.dict"
         return cls(model, tokenizer, features, korean if korean.is_file() else None)
 
+    @classmethod
+    def load(cls, aligner: str | Path | None = None, models_dir: str | Path | None = None,
+             device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
+             download: bool = True) -> ForcedAligner:
+        """The aligner from ``aligner`` (a folder: ``--aligner FOLDER``) or the official
+        checkpoint in ``models_dir``, downloaded on first use (``hub.resolve_aligner``)."""
+        from .hub import resolve_aligner
+
+        return cls.from_pretrained(resolve_aligner(aligner, models_dir, download), device, dtype)
+
     @property
     def sample_rate(self) -> int:
         return self.features.sample_rate

@@ -85,6 +85,11 @@ def load_thinker(folder: str | Path, device: str | torch.device = "cpu",
             shape = tuple(f.get_slice(stored).get_shape())
             if load.expects(stored, name, shape):
                 load.place(name, f.get_tensor(stored).to(device=device, dtype=dtype))
+    tied = (config.text.tie_word_embeddings and "lm_head.weight" not in load.seen
+            and "model.embed_tokens.weight" in load.seen
+            and config.head_size == config.text.vocab_size)
+    if tied:  # a tied head is stored once, as the embedding
+        load.place("lm_head.weight", model.model.embed_tokens.weight)
     load.finish(f"{folder.name}: the weights do not match its config.json",
                 HearingCheckpointError)
     # Buffers made on meta (the audio positions) are rebuilt for real.

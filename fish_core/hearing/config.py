@@ -64,6 +64,7 @@ class TextConfig:
     rope_theta: float
     max_position_embeddings: int = 65536
     mrope_section: tuple[int, ...] = ()
+    tie_word_embeddings: bool = False  # lm_head shares embed_tokens (may be absent on disk)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ class HearingConfig:
         audio = _read(AudioConfig, _section(thinker, "audio_config"), "thinker_config.audio_config")
         text_raw = _section(thinker, "text_config")
         rope = text_raw.get("rope_scaling") or {}
-        text = _read(TextConfig, {**text_raw, "mrope_section": tuple(rope.get("mrope_section", ()))},
+        tied = text_raw.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+        text = _read(TextConfig, {**text_raw, "mrope_section": tuple(rope.get("mrope_section", ())),
+                                  "tie_word_embeddings": bool(tied)},
                      "thinker_config.text_config")
         ids = {}
         for name in ("audio_token_id", "audio_start_token_id", "audio_end_token_id"):

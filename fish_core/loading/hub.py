@@ -120,18 +120,22 @@ def unreachable(url: str, timeout: float = 5.0) -> str | None:
         return f"{parts.hostname} cannot be reached ({e.strerror or type(e).__name__})"
 
 
-def announce(variant: Variant, target: Path) -> str:
-    """The line said before a download: what, how big, where, how to stop or avoid it."""
+def announce(variant: Variant, target: Path, flag: str = "--model") -> str:
+    """The line said before a download: what, how big, where, how to stop or avoid it
+    (``flag FOLDER``: the option that names a checkpoint folder instead)."""
     at = f" at {variant.revision[:8]}" if variant.revision else ""
     return (f"downloading {variant.name} ({variant.repo_id}{at}: {variant.note}) into {target}; "
-            "Ctrl-C stops it (it resumes next time); --model FOLDER uses a checkpoint you "
+            f"Ctrl-C stops it (it resumes next time); {flag} FOLDER uses a checkpoint you "
             "already have")
 
 
-def fetch(variant: Variant, target: Path) -> Path:
+def fetch(variant: Variant, target: Path, required: tuple[str, ...] = REQUIRED_FILES,
+          yours: str = YOURS, flag: str = "--model") -> Path:
     """Download ``variant`` into ``target`` (only its files), said on stderr first. Honours
     ``HF_HUB_OFFLINE``; a failure is one ``ModelNotFound`` line saying how to go on without it
-    (the hub's own retry warnings are held back)."""
+    (``yours``; the hub's own retry warnings are held back). ``required``: the files the
+    folder must hold afterwards (an S2 checkpoint's by default); ``flag`` is named in the
+    announcement as the way to use a folder instead."""
     import logging
     import sys
 
@@ -148,13 +152,13 @@ def fetch(variant: Variant, target: Path) -> Path:
     if offline:
         raise ModelNotFound(
             f"model {variant.name!r} ({variant.repo_id}) is not in {target.parent} and "
-            f"HF_HUB_OFFLINE is set, so it cannot be downloaded: {YOURS}.")
+            f"HF_HUB_OFFLINE is set, so it cannot be downloaded: {yours}.")
     failed = f"could not download {variant.name} ({variant.repo_id}) into {target}"
     why = unreachable(endpoint())
     if why:
-        raise ModelNotFound(f"{failed}: {why}. Offline, {YOURS}; HF_HUB_OFFLINE=1 skips the "
+        raise ModelNotFound(f"{failed}: {why}. Offline, {yours}; HF_HUB_OFFLINE=1 skips the "
                             "attempt.")
-    print(announce(variant, target), file=sys.stderr, flush=True)
+    print(announce(variant, target, flag), file=sys.stderr, flush=True)
     hub_log = logging.getLogger("huggingface_hub")
     level = hub_log.level
     hub_log.setLevel(logging.ERROR)  # its "Retrying in 2s [Retry 2/5]" lines
@@ -164,11 +168,11 @@ def fetch(variant: Variant, target: Path) -> Path:
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         reason = next((line.strip() for line in str(e).splitlines() if line.strip()),
                       type(e).__name__)
-        raise ModelNotFound(f"{failed}: {reason[:200]}. {YOURS[0].upper()}{YOURS[1:]}."
+        raise ModelNotFound(f"{failed}: {reason[:200]}. {yours[0].upper()}{yours[1:]}."
                             ) from None
     finally:
         hub_log.setLevel(level)
-    if not is_model_dir(target):
+    if not all((target / f).is_file() for f in required):
         raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
-                            f"{' / '.join(REQUIRED_FILES)}")
+                            f"{' / '.join(required)}")
     return target
