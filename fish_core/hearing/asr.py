@@ -35,8 +35,55 @@ MAX_CONTEXT_CHARS = 10_000  # a context string is a hint (names, terms), not a d
 EOS_TOKENS = (IM_END, ENDOFTEXT)
 
 
+MAX_CLIP_SECONDS = 4 * 3600.0  # one clip's cost is bounded by its length
+
+
 class AsrInputError(ValueError):
     """A transcription request that cannot be run (the message names the field)."""
+
+
+def check_settings(language: str | None, context: str, max_new_tokens: int,
+                   languages) -> str | None:
+    """A request's settings checked before any work (no model needed): ``languages`` are the
+    ones the checkpoint lists. Returns the language normalised, or None (detect it)."""
+    if not isinstance(context, str):
+        raise AsrInputError(f"context must be text, not {type(context).__name__}")
+    if len(context) > MAX_CONTEXT_CHARS:
+        raise AsrInputError(f"context is {len(context)} characters; at most {MAX_CONTEXT_CHARS}")
+    if (not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool)
+            or max_new_tokens < 1):
+        raise AsrInputError(f"max_new_tokens must be a whole number ≥ 1, not {max_new_tokens!r}")
+    try:
+        return check_language(language, languages)
+    except ValueError as e:
+        raise AsrInputError(str(e)) from None
+
+
+def prepare_clip(audio, sample_rate: int) -> np.ndarray:
+    """Any clip (samples, mono or 2-D, at ``sample_rate``) → mono 16 kHz float32 in [-1, 1]
+    as the reference prepares it (``split.prepare``), checked (no model needed)."""
+    if isinstance(audio, Tensor):
+        audio = audio.detach().cpu().float().numpy()
+    if not isinstance(sample_rate, int) or isinstance(sample_rate, bool) or sample_rate <= 0:
+        raise AsrInputError(f"sample_rate must be a positive whole number, not {sample_rate!r}")
+    try:
+        wave = np.asarray(audio, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise AsrInputError("audio must be an array of samples") from None
+    if wave.size == 0:
+        raise AsrInputError("audio is empty")
+    if wave.ndim == 2 and min(wave.shape) > 8:
+        raise AsrInputError(f"audio is {wave.shape[0]} × {wave.shape[1]}: give samples, or "
+                            "channels × samples with at most 8 channels")
+    if max(wave.shape) / sample_rate > MAX_CLIP_SECONDS:
+        raise AsrInputError(f"audio is {max(wave.shape) / sample_rate / 3600:.1f} hours long; "
+                            f"the limit is {MAX_CLIP_SECONDS / 3600:g}")
+    if not np.isfinite(wave).all():
+        raise AsrInputError("audio holds NaN or infinite samples")
+    try:
+        return split.prepare(wave, sample_rate)
+    except ValueError as e:
+        raise AsrInputError(f"audio: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -107,38 +154,10 @@ class SpeechRecognizer:
 
     def check(self, language: str | None, context: str, max_new_tokens: int) -> str | None:
         """The request's settings checked before any work; the language normalised."""
-        if not isinstance(context, str):
-            raise AsrInputError(f"context must be text, not {type(context).__name__}")
-        if len(context) > MAX_CONTEXT_CHARS:
-            raise AsrInputError(f"context is {len(context)} characters; at most "
-                                f"{MAX_CONTEXT_CHARS}")
-        if (not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool)
-                or max_new_tokens < 1):
-            raise AsrInputError(f"max_new_tokens must be a whole number ≥ 1, not {max_new_tokens!r}")
-        try:
-            return check_language(language, self.languages)
-        except ValueError as e:
-            raise AsrInputError(str(e)) from None
+        return check_settings(language, context, max_new_tokens, self.languages)
 
     def clip(self, audio, sample_rate: int) -> np.ndarray:
-        """Any clip → mono 16 kHz float32 in [-1, 1] (``split.prepare``), checked."""
-        if isinstance(audio, Tensor):
-            audio = audio.detach().cpu().float().numpy()
-        if (not isinstance(sample_rate, int) or isinstance(sample_rate, bool)
-                or sample_rate <= 0):
-            raise AsrInputError(f"sample_rate must be a positive whole number, not {sample_rate!r}")
-        try:
-            wave = np.asarray(audio, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise AsrInputError("audio must be an array of samples") from None
-        if wave.size == 0:
-            raise AsrInputError("audio is empty")
-        if not np.isfinite(wave).all():
-            raise AsrInputError("audio holds NaN or infinite samples")
-        try:
-            return split.prepare(wave, sample_rate)
-        except ValueError as e:
-            raise AsrInputError(f"audio: {e}") from None
+        return prepare_clip(audio, sample_rate)
 
     def transcribe(self, audio, sample_rate: int = split.SAMPLE_RATE, language: str | None = None,
                    context: str = "", max_new_tokens: int = MAX_NEW_TOKENS) -> Transcript:

@@ -22,6 +22,13 @@ ASR_TEXT = "<asr_text>"
 LANGUAGE_PREFIX = "language "
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 AUDIO_START, AUDIO_PAD, AUDIO_END = "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>"
+# The languages Qwen3-ASR names (its config's ``support_languages``; checked against the loaded
+# checkpoint's own list too): what a request is checked against before the model is loaded.
+LANGUAGES = ("Chinese", "English", "Cantonese", "Arabic", "German", "French", "Spanish",
+             "Portuguese", "Indonesian", "Italian", "Korean", "Russian", "Thai", "Vietnamese",
+             "Japanese", "Turkish", "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish",
+             "Polish", "Czech", "Filipino", "Persian", "Greek", "Romanian", "Hungarian",
+             "Macedonian")
 REPEAT_THRESHOLD = 20  # a run repeated more often than this is a loop, kept once
 MAX_PATTERN = 20  # the longest repeated pattern looked for, in characters
 

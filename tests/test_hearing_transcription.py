@@ -1,4 +1,4 @@
-"""hearing/transcribe.py: a clip's transcript with word times, as the reference's
+"""hearing/transcription.py: a clip's transcript with word times, as the reference's
 ``transcribe(..., return_time_stamps=True)`` (golden/e2e/transcribe_with_timestamps.json), and
 the times of a long clip's pieces placed at their offsets."""
 
@@ -12,7 +12,7 @@ from conftest import fixtures_dir
 from fish_core.hearing import split
 from fish_core.hearing.aligner import ForcedAligner
 from fish_core.hearing.asr import AsrInputError, SpeechRecognizer
-from fish_core.hearing.transcribe import transcribe_clip
+from fish_core.hearing.transcription import transcribe_clip
 
 
 def aligner_dir():
@@ -88,3 +88,42 @@ def test_word_times_need_a_language_the_aligner_knows(models, monkeypatch):
     with pytest.raises(AsrInputError, match="word times: .*Thai.*English"):
         transcribe_clip(recognizer, speechlike(1.0), 16000, language="Thai", aligner=aligner,
                         max_new_tokens=4)
+
+
+def test_the_door_checks_before_loading_anything(tmp_path, monkeypatch):
+    from fish_core import hearing
+    from fish_core.hearing import transcription
+
+    monkeypatch.setattr(transcription, "load_recognizer",
+                        lambda *a, **k: pytest.fail("a model was loaded for a bad request"))
+    clip = np.zeros(16000, dtype=np.float32)
+    with pytest.raises(AsrInputError, match="Klingon"):
+        hearing.transcribe(clip, 16000, language="Klingon", models_dir=tmp_path)
+    with pytest.raises(AsrInputError, match="sample_rate"):
+        hearing.transcribe(clip, models_dir=tmp_path)
+    with pytest.raises(AsrInputError, match="audio is empty"):
+        hearing.transcribe(clip[:0], 16000, models_dir=tmp_path)
+
+
+def test_the_door_offline_names_the_way_out(tmp_path, monkeypatch):
+    from fish_core import hearing
+    from fish_core.loading.hub import ModelNotFound
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFound, match="--asr FOLDER"):
+        hearing.transcribe(np.zeros(16000, dtype=np.float32), 16000, models_dir=tmp_path)
+
+
+def test_the_door_with_folders_and_words(models):
+    from fish_core import hearing
+
+    root = aligner_dir()
+    clip = {"waveform": torch.from_numpy(speechlike(2.0))[None, None], "sample_rate": 16000}
+    heard = hearing.transcribe(clip, language="English", words=True, asr=root / "tiny-asr",
+                               aligner=root / "tiny-aligner", max_new_tokens=6)
+    direct = transcribe_clip(models[0], speechlike(2.0), 16000, language="English",
+                             aligner=models[1], max_new_tokens=6)
+    assert heard == direct and heard.words is not None
+    again = hearing.transcribe(speechlike(2.0), 16000, language="English", asr=models[0],
+                               max_new_tokens=6)
+    assert again.words is None and again.text == heard.text
