@@ -20,6 +20,7 @@ from . import inputs
 from .progress import CODEC_FRAME_RATE, Bar
 from .request import build, finishing
 from .book import cmd_book
+from .transcribe import cmd_transcribe
 from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
                      read_input, read_text)
 
@@ -307,4 +308,4 @@ def cmd_download(args) -> str:
 COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_codes,
             "voice": cmd_voice, "srt": cmd_srt,
             "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
-            "download": cmd_download}
+            "download": cmd_download, "transcribe": cmd_transcribe}

@@ -15,6 +15,7 @@ from ..params import DEFAULTS, FIRST_FRAMES
 from ..outputs import (AUDIO_SUFFIXES)
 from .request import LOUDNESS_HELP, add_finishing_args  # noqa: F401
 from ..speech.results import MAX_TAKES
+from .transcribe import add_transcribe_command
 
 
 DEFAULT_MODEL = "s2-pro"
@@ -356,7 +357,7 @@ def add_download_command(add_command, common: list) -> None:
 COMMAND_PARSERS = (  # in the order --help lists them
     add_say_command, add_plan_command, add_book_command, add_codes_command, add_voice_command,
     add_srt_command, add_encode_command, add_decode_command, add_serve_command,
-    add_download_command,
+    add_download_command, add_transcribe_command,
 )
 
 
