@@ -69,7 +69,7 @@ def test_json_and_captions_files(clip, folders, tmp_path):
     assert srt.read_text(encoding="utf-8").startswith("1\n00:00:")
     txt = tmp_path / "t.txt"
     assert cli.main(["transcribe", str(clip), "-o", str(txt), *folders]) == 0
-    assert txt.read_text(encoding="utf-8") == the_door(clip, folders).text + "\n"
+    assert txt.read_bytes().decode("utf-8") == the_door(clip, folders).text + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "t.srt", "t.txt"]  # no temp
 
 

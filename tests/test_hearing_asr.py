@@ -20,7 +20,8 @@ import torch
 from conftest import fixtures_dir
 from safetensors.torch import load_file
 
-from fish_core.hearing.asr import AsrInputError, SpeechRecognizer, Transcript
+from fish_core.hearing.asr import (MIN_NEW_TOKENS, AsrInputError, SpeechRecognizer, Transcript,
+                                   token_budget)
 from fish_core.hearing.split import SEARCH_SECONDS, split
 from fish_core.hearing.transcript import parse_answer
 
@@ -158,10 +159,21 @@ def test_long_clip_is_cut_and_joined(recognizer, clips):
     assert got.text == "".join(t.text for t in alone)
 
 
-def test_max_new_tokens_stops_decoding(recognizer, clips):
+def test_max_new_tokens_stops_decoding_and_says_so(recognizer, clips):
     clip = clips[sorted(clips)[0]]
-    decoded = recognizer.decode([clip], [""], [None], max_new_tokens=2)
-    assert len(decoded.tokens[0]) <= 2
+    full = recognizer.decode([clip], [""], [None])
+    assert full.complete == [True], "the tiny model did not end: the test proves nothing"
+    cut = len(full.tokens[0]) - 1
+    decoded = recognizer.decode([clip], [""], [None], max_new_tokens=cut)
+    assert decoded.tokens[0] == full.tokens[0][:cut] and decoded.complete == [False]
+    short = recognizer.transcribe(clip, 16000, max_new_tokens=cut)
+    assert not short.complete
+    assert recognizer.transcribe(clip, 16000).complete
+
+
+def test_a_long_piece_gets_a_longer_budget():
+    assert token_budget(1.0) == MIN_NEW_TOKENS
+    assert token_budget(1200.0) >= 1200 * 8  # 20 minutes of fast speech still fits
 
 
 def test_audio_at_another_rate_and_in_stereo(recognizer):

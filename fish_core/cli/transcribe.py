@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:  # the text verbatim
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -107,7 +108,7 @@ def render(heard, suffix: str) -> str:
 
 def cmd_transcribe(args) -> str:
     from ..engine.device import resolve_device
-    from ..hearing.asr import MAX_NEW_TOKENS, check_settings
+    from ..hearing.asr import check_settings
     from ..hearing.transcript import LANGUAGES
     from ..hearing.transcription import transcribe
 
@@ -116,7 +117,7 @@ def cmd_transcribe(args) -> str:
         suffix = check_output(args.out, "--out", OUT_SUFFIXES).suffix.lower()
     words = args.words or suffix in (".srt", ".vtt")
     try:
-        check_settings(args.language, args.context, MAX_NEW_TOKENS, LANGUAGES)
+        check_settings(args.language, args.context, None, LANGUAGES)
     except ValueError as e:  # "language 'x' is not …" / "context is …": the flag leads
         raise ValueError(f"--{e}") from None
     device = resolve_device(args.device, "--device")
@@ -127,6 +128,9 @@ def cmd_transcribe(args) -> str:
                        dtype=None if args.precision == "auto" else args.precision,
                        download=not args.no_download)
     said = heard.language or "language unknown"
+    if not heard.complete:
+        print("warning: the model ran out of tokens before the end of a piece: the transcript "
+              "is cut short there", file=sys.stderr)
     if args.out is None:
         return render(heard, "") if heard.text or heard.words else f"({said}: nothing heard)"
     note = write_or_keep(lambda p: write_text(p, render(heard, suffix)), Path(args.out),

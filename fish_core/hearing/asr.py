@@ -2,7 +2,9 @@
 ``<|audio_pad|>`` positions (``transcript.Prompt``), the Qwen3 text model runs the prompt once
 into a static KV cache, then decodes greedily one token per step until every row has said
 ``<|im_end|>`` or ``<|endoftext|>`` (their ids read from the checkpoint's tokenizer) or
-``max_new_tokens`` were made. The answer is decoded without special tokens and parsed by
+its budget of tokens is spent (``max_new_tokens``, by default ``token_budget`` of the piece: the
+reference's 512, more for a long piece, so a 20-minute piece is not cut short; an answer that
+ran out anyway is marked ``complete=False``, never passed off as whole). The answer is decoded without special tokens and parsed by
 ``transcript.parse_answer``.
 
 A batch is left-padded with the tokenizer's pad token (``<|endoftext|>``): padding is never
@@ -13,6 +15,7 @@ reference cuts it, its pieces transcribed as one batch and their texts joined.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +33,8 @@ from .thinker import Thinker
 from .tokenizer import ENDOFTEXT, IM_END, HearingTokenizer
 from .transcript import Prompt, check_language, merge_languages, parse_answer
 
-MAX_NEW_TOKENS = 512  # the reference's default; ~25 tokens a second of speech
+MIN_NEW_TOKENS = 512  # the reference's default budget, the least a piece gets
+TOKENS_PER_SECOND = 16  # a piece's budget grows with its length (speech says ~3-8 a second)
 MAX_CONTEXT_CHARS = 10_000  # a context string is a hint (names, terms), not a document
 EOS_TOKENS = (IM_END, ENDOFTEXT)
 
@@ -42,7 +46,12 @@ class AsrInputError(ValueError):
     """A transcription request that cannot be run (the message names the field)."""
 
 
-def check_settings(language: str | None, context: str, max_new_tokens: int,
+def token_budget(seconds: float) -> int:
+    """How many tokens a piece of ``seconds`` may take to say."""
+    return max(MIN_NEW_TOKENS, math.ceil(seconds * TOKENS_PER_SECOND))
+
+
+def check_settings(language: str | None, context: str, max_new_tokens: int | None,
                    languages) -> str | None:
     """A request's settings checked before any work (no model needed): ``languages`` are the
     ones the checkpoint lists. Returns the language normalised, or None (detect it)."""
@@ -50,8 +59,8 @@ def check_settings(language: str | None, context: str, max_new_tokens: int,
         raise AsrInputError(f"context must be text, not {type(context).__name__}")
     if len(context) > MAX_CONTEXT_CHARS:
         raise AsrInputError(f"context is {len(context)} characters; at most {MAX_CONTEXT_CHARS}")
-    if (not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool)
-            or max_new_tokens < 1):
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, int)
+                                       or isinstance(max_new_tokens, bool) or max_new_tokens < 1):
         raise AsrInputError(f"max_new_tokens must be a whole number ≥ 1, not {max_new_tokens!r}")
     try:
         return check_language(language, languages)
@@ -92,6 +101,7 @@ class Transcript:
     ``""`` when unknown or silent) and ``text``."""
     language: str
     text: str
+    complete: bool = True  # False: a piece ran out of tokens before it ended
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ class HeardPiece:
     offset: float
     language: str
     text: str
+    complete: bool = True
 
 
 @dataclass
@@ -115,6 +126,12 @@ class Decoded:
     tokens: list[list[int]]
     raw: list[str]
     step_logits: Tensor | None = None
+    end_ids: tuple[int, ...] = ()  # the end tokens it stopped on
+
+    @property
+    def complete(self) -> list[bool]:
+        """Whether each row ended with an end token (else it ran out of tokens)."""
+        return [bool(t) and t[-1] in self.end_ids for t in self.tokens]
 
 
 class SpeechRecognizer:
@@ -152,7 +169,8 @@ class SpeechRecognizer:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def check(self, language: str | None, context: str, max_new_tokens: int) -> str | None:
+    def check(self, language: str | None, context: str, max_new_tokens: int | None
+              ) -> str | None:
         """The request's settings checked before any work; the language normalised."""
         return check_settings(language, context, max_new_tokens, self.languages)
 
@@ -160,27 +178,28 @@ class SpeechRecognizer:
         return prepare_clip(audio, sample_rate)
 
     def transcribe(self, audio, sample_rate: int = split.SAMPLE_RATE, language: str | None = None,
-                   context: str = "", max_new_tokens: int = MAX_NEW_TOKENS) -> Transcript:
+                   context: str = "", max_new_tokens: int | None = None) -> Transcript:
         """What ``audio`` (samples, mono or channels × samples, at ``sample_rate``) says.
         ``language`` forces one (``None``: detected); ``context`` is a hint (names, terms)."""
         return self.transcribe_many([audio], sample_rate, language, context, max_new_tokens)[0]
 
     def transcribe_many(self, clips: list, sample_rate: int = split.SAMPLE_RATE,
                         language: str | None = None, context: str = "",
-                        max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 8,
+                        max_new_tokens: int | None = None, batch_size: int = 8,
                         max_seconds: float = split.MAX_ASR_SECONDS) -> list[Transcript]:
         """Several clips, their pieces decoded ``batch_size`` at a time; a clip's pieces'
         texts joined (as the reference joins them: no separator) and languages merged."""
         return [Transcript(merge_languages(p.language for p in pieces),
-                           "".join(p.text for p in pieces))
+                           "".join(p.text for p in pieces), all(p.complete for p in pieces))
                 for pieces in self.hear(clips, sample_rate, language, context, max_new_tokens,
                                         batch_size, max_seconds)]
 
     def hear(self, clips: list, sample_rate: int = split.SAMPLE_RATE,
-             language: str | None = None, context: str = "", max_new_tokens: int = MAX_NEW_TOKENS,
+             language: str | None = None, context: str = "", max_new_tokens: int | None = None,
              batch_size: int = 8, max_seconds: float = split.MAX_ASR_SECONDS
              ) -> list[list[HeardPiece]]:
-        """Each clip's pieces (``split.split`` at ``max_seconds``) with what each says."""
+        """Each clip's pieces (``split.split`` at ``max_seconds``) with what each says
+        (``max_new_tokens``: None gives each batch its longest piece's ``token_budget``)."""
         forced = self.check(language, context, max_new_tokens)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise AsrInputError(f"batch_size must be a whole number ≥ 1, not {batch_size!r}")
@@ -192,11 +211,13 @@ class SpeechRecognizer:
         out: list[list[HeardPiece]] = [[] for _ in waves]
         for start in range(0, len(pieces), batch_size):
             part = pieces[start:start + batch_size]
+            budget = max_new_tokens or max(token_budget(p.wave.shape[0] / split.SAMPLE_RATE)
+                                           for _, p in part)
             decoded = self.decode([torch.from_numpy(p.wave) for _, p in part],
-                                  [context] * len(part), [forced] * len(part), max_new_tokens)
-            for (i, piece), raw in zip(part, decoded.raw):
+                                  [context] * len(part), [forced] * len(part), budget)
+            for (i, piece), raw, whole in zip(part, decoded.raw, decoded.complete):
                 said, text = parse_answer(raw, forced)
-                out[i].append(HeardPiece(piece.wave, piece.offset, said, text))
+                out[i].append(HeardPiece(piece.wave, piece.offset, said, text, whole))
         return out
 
     # ---- the model ----------------------------------------------------------------------
@@ -217,7 +238,7 @@ class SpeechRecognizer:
 
     @torch.inference_mode()
     def decode(self, waves: list[Tensor], contexts: list[str], languages: list[str | None],
-               max_new_tokens: int = MAX_NEW_TOKENS, keep_logits: bool = False) -> Decoded:
+               max_new_tokens: int = MIN_NEW_TOKENS, keep_logits: bool = False) -> Decoded:
         """Greedy decoding of a batch of 16 kHz clips (already prepared: ``clip``), each with
         its context and forced language (normalised, or None)."""
         model, text = self.model, self.model.model
@@ -264,5 +285,5 @@ class SpeechRecognizer:
             text.drop_cache()
         raw = [self.tokenizer.decode(t) for t in tokens]
         kept = torch.stack(logits_kept, dim=1).cpu() if keep_logits else None
-        return Decoded(ids.cpu(), mask.cpu(), tokens, raw, kept)
+        return Decoded(ids.cpu(), mask.cpu(), tokens, raw, kept, self.eos_ids)
 

@@ -18,8 +18,7 @@ import torch
 
 from . import split
 from .aligner import Word
-from .asr import (MAX_NEW_TOKENS, AsrInputError, SpeechRecognizer, check_settings,
-                  prepare_clip)
+from .asr import AsrInputError, SpeechRecognizer, check_settings, prepare_clip
 from .transcript import LANGUAGES, merge_languages
 
 
@@ -31,11 +30,12 @@ class Heard:
     language: str
     text: str
     words: tuple[Word, ...] | None = None
+    complete: bool = True  # False: a piece ran out of tokens before the model ended it
 
 
 def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = split.SAMPLE_RATE,
                     *, language: str | None = None, context: str = "", aligner=None,
-                    max_new_tokens: int = MAX_NEW_TOKENS, batch_size: int = 8) -> Heard:
+                    max_new_tokens: int | None = None, batch_size: int = 8) -> Heard:
     """``audio`` (samples at ``sample_rate``, mono or channels × samples) → ``Heard``; with an
     ``aligner`` (a ``ForcedAligner``), its words timed too."""
     limit = split.MAX_ALIGN_SECONDS if aligner is not None else split.MAX_ASR_SECONDS
@@ -43,8 +43,9 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
                              batch_size, limit)[0]
     said = merge_languages(p.language for p in pieces)
     text = "".join(p.text for p in pieces)
+    complete = all(p.complete for p in pieces)
     if aligner is None:
-        return Heard(said, text)
+        return Heard(said, text, None, complete)
     timed = [p for p in pieces if p.text.strip()]
     for p in timed:
         try:
@@ -60,7 +61,7 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
         for p, result in zip(part, aligned):
             words += [Word(w.text, round(w.start + p.offset, 3), round(w.end + p.offset, 3))
                       for w in result.words]
-    return Heard(said, text, tuple(words))
+    return Heard(said, text, tuple(words), complete)
 
 
 def load_recognizer(asr: str | Path | None = None, models_dir: str | Path | None = None,
@@ -82,7 +83,7 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
                context: str = "", words: bool = False, asr=None, aligner=None,
                models_dir: str | Path | None = None, device: str = "cpu",
                dtype: str | None = None, download: bool = True,
-               max_new_tokens: int = MAX_NEW_TOKENS) -> Heard:
+               max_new_tokens: int | None = None) -> Heard:
     """What ``audio`` says (a tensor/array ``[T]`` or ``[C, T]`` at ``sample_rate``, or a
     ``{"waveform", "sample_rate"}`` dict), and with ``words=True`` when each word is said.
     ``language`` forces one of Qwen3-ASR's 30 (None: detected); ``context`` is a hint (names,
