@@ -116,3 +116,11 @@ def test_bad_input_is_refused_before_the_model_runs(aligner):
         aligner.align([torch.zeros(100)], ["hi"], ["Klingon"])
     with pytest.raises(ValueError, match="2 clips"):
         aligner.align([torch.zeros(100)] * 2, ["hi"], ["English"])
+
+
+def test_the_prompt_of_every_text_is_the_references(aligner, aligner_golden):
+    """``golden/units/text_prep``: the input ids before the audio is expanded (one
+    ``<|audio_pad|>``), empty word lists included."""
+    units = aligner_golden.json("units/text_prep")
+    for unit in units:
+        assert aligner.prompt(unit["word_list"], 1) == unit["input_ids"], unit["text"]

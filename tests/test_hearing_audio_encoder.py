@@ -87,3 +87,29 @@ def test_audio_file_sizes_are_what_the_cases_say(aligner_fixtures, aligner_golde
     cases = json.loads((aligner_fixtures / "cases.json").read_text(encoding="utf-8"))["cases"]
     for case in cases:
         assert audio[case["id"]].numel() == case["n_samples"]
+
+
+def test_windowed_attention_is_each_window_encoded_alone(aligner_fixtures):
+    """``windowed``: attention within ``n_window_infer`` frames (flash-attention-2's and the
+    vLLM backend's way): a long clip encodes as its windows encoded one by one, and a clip
+    within one window as with full attention."""
+    folder = aligner_fixtures / "tiny-aligner"
+    model = load_thinker(folder, "cpu", "fp32")
+    tower, config = model.audio_tower, model.config.audio
+    frames = 2 * config.n_window_infer + config.chunk_frames // 2 + 3
+    features = torch.randn(config.num_mel_bins, frames, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        full = tower(features)
+        tower.windowed = True
+        try:
+            windowed = tower(features)
+            alone = torch.cat([tower(features[:, s:s + config.n_window_infer])
+                               for s in range(0, frames, config.n_window_infer)])
+            short = tower(features[:, :config.n_window_infer])
+        finally:
+            tower.windowed = False
+        short_full = tower(features[:, :config.n_window_infer])
+    assert windowed.shape == full.shape
+    torch.testing.assert_close(windowed, alone, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(windowed, full, atol=1e-3)
+    torch.testing.assert_close(short, short_full, rtol=1e-5, atol=1e-5)

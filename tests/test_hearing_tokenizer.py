@@ -43,3 +43,31 @@ def test_missing_files_and_bad_pattern_are_clear(tmp_path, aligner_fixtures):
         HearingTokenizer.from_dir(tmp_path)
     with pytest.raises(ValueError, match="regex"):
         HearingTokenizer.from_dir(aligner_fixtures / "tiny-aligner", "gpt2")
+
+
+def test_a_real_sized_vocabulary_takes_the_mistral_pattern(aligner_fixtures, tmp_path):
+    """As the reference (transformers' fix_mistral_regex applies above 100 000 entries): the
+    tiny vocabulary grown past that point switches pattern, ``iPhone`` → ``i`` + ``Phone``."""
+    import json
+    import shutil
+
+    from fish_core.hearing.tokenizer import MISTRAL_ABOVE
+
+    folder = tmp_path / "big"
+    shutil.copytree(aligner_fixtures / "tiny-aligner", folder)
+    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    base = max(vocab.values()) + 1
+    added = {str(int(i) - base + MISTRAL_ABOVE + 1): t
+             for i, t in config["added_tokens_decoder"].items()}
+    vocab.update({f"<unused{i}>": i for i in range(base, MISTRAL_ABOVE + 1)})
+    config["added_tokens_decoder"] = added
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    big = HearingTokenizer.from_dir(folder)
+    small = HearingTokenizer.from_dir(aligner_fixtures / "tiny-aligner")
+    assert big.regex == "mistral" and small.regex == "qwen2"
+    assert big.encode_text("iPhone") != small.encode_text("iPhone")
+    assert big.encode_text("iPhone") == HearingTokenizer.from_dir(
+        aligner_fixtures / "tiny-aligner", "mistral").encode_text("iPhone")
+    assert big.id(TIMESTAMP) == int(next(i for i, t in added.items() if t["content"] == TIMESTAMP))

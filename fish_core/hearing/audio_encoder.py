@@ -7,6 +7,8 @@ The valid steps of all chunks, concatenated, pass pre-LayerNorm transformer laye
 bidirectional attention over the clip (what the reference computes with sdpa/eager, which is
 how the goldens were made: it derives ``n_window_infer`` windows but only flash-attention-2
 applies them), then LayerNorm, ``proj1`` → GELU → ``proj2`` to the text model's width.
+``windowed=True`` restricts attention to windows of ``n_window_infer`` frames instead, as
+flash-attention-2 and the reference's vLLM backend do (the same for clips up to one window).
 
 Each clip is encoded on its own, as the reference does.
 """
@@ -83,9 +85,10 @@ class AudioLayer(nn.Module):
 class AudioEncoder(nn.Module):
     """``forward(features [n_mels, frames])`` → ``[encoded_length(frames), output_dim]``."""
 
-    def __init__(self, config: AudioConfig):
+    def __init__(self, config: AudioConfig, windowed: bool = False):
         super().__init__()
         self.config = config
+        self.windowed = windowed
         width = config.downsample_hidden_size
         self.conv2d1 = nn.Conv2d(1, width, 3, 2, padding=1)
         self.conv2d2 = nn.Conv2d(width, width, 3, 2, padding=1)
@@ -120,8 +123,20 @@ class AudioEncoder(nn.Module):
         h = h + self.positions[:steps].to(h.dtype)
         return torch.cat([h[i, :chunk_steps(length)] for i, length in enumerate(lengths)])
 
+    @property
+    def window_tokens(self) -> int:
+        """Tokens in one attention window of ``n_window_infer`` frames (when ``windowed``)."""
+        c = self.config
+        return chunk_steps(c.chunk_frames) * (c.n_window_infer // c.chunk_frames)
+
     def forward(self, features: Tensor) -> Tensor:
         x = self.embed(features.to(self.proj1.weight.dtype))
-        for layer in self.layers:
-            x = layer(x)
+        # Only attention mixes tokens: a window attended alone is the windowed attention.
+        parts = x.split(self.window_tokens) if self.windowed else (x,)
+        outs = []
+        for part in parts:
+            for layer in self.layers:
+                part = layer(part)
+            outs.append(part)
+        x = torch.cat(outs) if len(outs) > 1 else outs[0]
         return self.proj2(F.gelu(self.proj1(self.ln_post(x))))

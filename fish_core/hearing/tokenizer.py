@@ -69,9 +69,9 @@ class HearingTokenizer:
                 regex = "mistral" if size > MISTRAL_ABOVE else "qwen2"
             built = [_build(str(files[0]), str(files[1]), added, regex, with_added)
                      for with_added in (True, False)]
-        except (OSError, ValueError, KeyError, TypeError, Exception) as e:
-            if isinstance(e, TokenizerError):
-                raise
+        except TokenizerError:
+            raise
+        except Exception as e:  # tokenizers raises plain Exceptions on malformed files
             raise TokenizerError(f"{folder.name}: cannot read the tokenizer "
                                  f"({type(e).__name__})") from None
         return cls(built[0], built[1], regex)
