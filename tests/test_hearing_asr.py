@@ -202,3 +202,18 @@ def test_bad_input_is_refused_before_work(recognizer, monkeypatch, kwargs, field
     audio = args.pop("audio")
     with pytest.raises(AsrInputError, match=field):
         recognizer.transcribe_many([audio], **args)
+
+
+def test_long_pieces_are_decoded_alone():
+    from fish_core.hearing.asr import ALONE_SECONDS, batches
+    from fish_core.hearing.split import Piece
+
+    def piece(seconds):
+        return Piece(np.zeros(int(seconds * 16000), dtype=np.float32), 0.0)
+
+    short, long = piece(5.0), piece(ALONE_SECONDS + 1)
+    items = [(0, short), (0, short), (0, long), (1, short), (1, short), (1, short)]
+    got = [[i for i, _ in b] for b in batches(items, 2)]
+    assert got == [[0, 0], [0], [1, 1], [1]]
+    assert [len(b) for b in batches(items, 8)] == [2, 1, 3]
+    assert [p for b in batches(items, 8) for _, p in b] == [p for _, p in items]  # in order

@@ -2,15 +2,16 @@
 ``<|audio_pad|>`` positions (``transcript.Prompt``), the Qwen3 text model runs the prompt once
 into a static KV cache, then decodes greedily one token per step until every row has said
 ``<|im_end|>`` or ``<|endoftext|>`` (their ids read from the checkpoint's tokenizer) or
-its budget of tokens is spent (``max_new_tokens``, by default ``token_budget`` of the piece: the
-reference's 512, more for a long piece, so a 20-minute piece is not cut short; an answer that
-ran out anyway is marked ``complete=False``, never passed off as whole). The answer is decoded without special tokens and parsed by
-``transcript.parse_answer``.
+its budget is spent (``max_new_tokens``; by default ``token_budget`` of the piece: the
+reference's 512, more for a long piece, so a 20-minute piece is not cut short; an answer that ran
+out anyway is marked ``complete=False``, never passed off as whole). The answer is decoded
+without special tokens and parsed by ``transcript.parse_answer``.
 
 A batch is left-padded with the tokenizer's pad token (``<|endoftext|>``): padding is never
 attended to and positions count only real tokens, so each row decodes as it would alone (the
 reference's ``golden/batch/asr``). A clip longer than ``split.MAX_ASR_SECONDS`` is cut where the
-reference cuts it, its pieces transcribed as one batch and their texts joined.
+reference cuts it, its pieces transcribed in batches (a piece over ``ALONE_SECONDS`` alone: its
+prompt pass then needs no mask, so attention stays linear in memory) and their texts joined.
 """
 
 from __future__ import annotations
@@ -37,9 +38,8 @@ MIN_NEW_TOKENS = 512  # the reference's default budget, the least a piece gets
 TOKENS_PER_SECOND = 16  # a piece's budget grows with its length (speech says ~3-8 a second)
 MAX_CONTEXT_CHARS = 10_000  # a context string is a hint (names, terms), not a document
 EOS_TOKENS = (IM_END, ENDOFTEXT)
-
-
 MAX_CLIP_SECONDS = 4 * 3600.0  # one clip's cost is bounded by its length
+ALONE_SECONDS = 60.0  # a longer piece is decoded in a batch of its own
 
 
 class AsrInputError(ValueError):
@@ -134,6 +134,20 @@ class Decoded:
         return [bool(t) and t[-1] in self.end_ids for t in self.tokens]
 
 
+def batches(pieces: list, size: int) -> list[list]:
+    """``pieces`` (``(clip index, split.Piece)``) in order, ``size`` at a time; a piece over
+    ``ALONE_SECONDS`` in a batch of its own."""
+    out: list[list] = []
+    for item in pieces:
+        alone = item[1].wave.shape[0] > ALONE_SECONDS * split.SAMPLE_RATE
+        if alone or not out or len(out[-1]) >= size or out[-1][0][1].wave.shape[0] > (
+                ALONE_SECONDS * split.SAMPLE_RATE):
+            out.append([item])
+        else:
+            out[-1].append(item)
+    return out
+
+
 class SpeechRecognizer:
     """A loaded Qwen3-ASR: ``transcribe(audio, sample_rate, language=None, context="")``."""
 
@@ -209,8 +223,7 @@ class SpeechRecognizer:
         pieces = [(i, p) for i, w in enumerate(waves)
                   for p in split.split(w, split.SAMPLE_RATE, max_seconds)]
         out: list[list[HeardPiece]] = [[] for _ in waves]
-        for start in range(0, len(pieces), batch_size):
-            part = pieces[start:start + batch_size]
+        for part in batches(pieces, batch_size):
             budget = max_new_tokens or max(token_budget(p.wave.shape[0] / split.SAMPLE_RATE)
                                            for _, p in part)
             decoded = self.decode([torch.from_numpy(p.wave) for _, p in part],
@@ -259,8 +272,11 @@ class SpeechRecognizer:
         text.setup_cache(rows, slots)
         try:
             where = torch.arange(length, device=device)
+            # Without padding the prompt pass is plain causal attention from slot 0 (the empty
+            # slots lie after every query): no mask, so sdpa keeps its memory-light kernels.
+            padded = bool((mask == 0).any())
             hidden = text(model.embed(ids, audio), positions_from_mask(mask),
-                          attention_mask(seen, length, slots, where), where)
+                          attention_mask(seen, length, slots, where) if padded else None, where)
             position = mask.sum(-1)  # the next token's position: the real tokens before it
             for step in range(max_new_tokens):
                 logits = model.lm_head(hidden[:, -1]).float()
