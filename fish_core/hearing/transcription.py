@@ -103,7 +103,7 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
     recognizer = asr if isinstance(asr, SpeechRecognizer) else None
     check_settings(language, context, max_new_tokens,
                    recognizer.languages if recognizer else LANGUAGES)
-    prepare_clip(audio, sample_rate)  # the clip's checks, before any model
+    wave = prepare_clip(audio, sample_rate)  # checked (and at 16 kHz) before any model
     if words and not isinstance(aligner, ForcedAligner):
         from .hub import resolve_aligner
 
@@ -114,5 +114,5 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
         from . import load_aligner
 
         aligner = load_aligner(aligner_folder, models_dir, device, dtype, download)
-    return transcribe_clip(recognizer, audio, sample_rate, language=language, context=context,
+    return transcribe_clip(recognizer, wave, split.SAMPLE_RATE, language=language, context=context,
                            aligner=aligner if words else None, max_new_tokens=max_new_tokens)
