@@ -103,6 +103,8 @@ def test_the_door_checks_before_loading_anything(tmp_path, monkeypatch):
         hearing.transcribe(clip, models_dir=tmp_path)
     with pytest.raises(AsrInputError, match="audio is empty"):
         hearing.transcribe(clip[:0], 16000, models_dir=tmp_path)
+    with pytest.raises(AsrInputError, match="word times: .*Thai.*English"):
+        hearing.transcribe(clip, 16000, language="Thai", words=True, models_dir=tmp_path)
 
 
 def test_the_door_offline_names_the_way_out(tmp_path, monkeypatch):

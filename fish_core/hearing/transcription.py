@@ -104,6 +104,13 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
     check_settings(language, context, max_new_tokens,
                    recognizer.languages if recognizer else LANGUAGES)
     wave = prepare_clip(audio, sample_rate)  # checked (and at 16 kHz) before any model
+    if words and language is not None and str(language).strip():
+        from .words import check_language as aligner_language
+
+        try:
+            aligner_language(language)
+        except ValueError as e:
+            raise AsrInputError(f"word times: {e}") from None
     if words and not isinstance(aligner, ForcedAligner):
         from .hub import resolve_aligner
 
