@@ -44,10 +44,10 @@ def config_for(name: str) -> dict:
     text = {k: v for k, v in dims["text_config"].items() if k != "tie_word_embeddings"}
     thinker = dict(tiny["thinker_config"])
     thinker["audio_config"] = {**tiny["thinker_config"]["audio_config"], **dims["audio_config"]}
-    thinker["text_config"] = {**tiny["thinker_config"]["text_config"], **text,
-                              "vocab_size": REAL_VOCAB, "rms_norm_eps": 1e-6,
+    tiny_text = tiny["thinker_config"]["text_config"]
+    thinker["text_config"] = {**tiny_text, **text, "vocab_size": REAL_VOCAB, "rms_norm_eps": 1e-6,
                               "rope_theta": 1000000.0,
-                              "rope_scaling": {**tiny["thinker_config"]["text_config"]["rope_scaling"],
+                              "rope_scaling": {**tiny_text["rope_scaling"],
                                                "mrope_section": [24, 20, 20]}}
     if name == "medium":
         thinker["audio_config"]["encoder_layers"] //= 4

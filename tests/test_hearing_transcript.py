@@ -40,7 +40,8 @@ def test_repetitions():
     assert fix_repetitions("x" * 20) == "x" * 20  # 20 in a row is not yet a loop
     assert fix_repetitions("x" * 21) == "x"
     loop = "hello " * 25
-    assert fix_repetitions("say " + loop + "then " + "bye " * 22 + "end") == "say hello then bye end"
+    looping = "say " + loop + "then " + "bye " * 22 + "end"
+    assert fix_repetitions(looping) == "say hello then bye end"
 
 
 def test_languages():
@@ -50,7 +51,8 @@ def test_languages():
     assert check_language("eNGLISH", supported) == "English"
     with pytest.raises(LanguageError, match="Klingon.*Chinese, English, Japanese"):
         check_language("Klingon", supported)
-    assert merge_languages(["Chinese", "", "English", "English", "Chinese"]) == "Chinese,English,Chinese"
+    merged = merge_languages(["Chinese", "", "English", "English", "Chinese"])
+    assert merged == "Chinese,English,Chinese"
 
 
 def test_prompt_text_as_the_reference_renders_it():

@@ -153,7 +153,8 @@ class SpeechRecognizer:
 
     def __init__(self, model: Thinker, tokenizer: HearingTokenizer, features: FeatureConfig):
         if model.config.kind != ASR_KIND:
-            raise ValueError(f"a SpeechRecognizer needs a {ASR_KIND} model, not {model.config.kind}")
+            raise ValueError(f"a SpeechRecognizer needs a {ASR_KIND} model, not "
+                             f"{model.config.kind}")
         self.model, self.tokenizer, self.features = model, tokenizer, features
         self.eos_ids = tuple(tokenizer.id(t) for t in EOS_TOKENS)
         self.pad_id = tokenizer.id(ENDOFTEXT)
