@@ -120,12 +120,14 @@ def measure(name: str, seconds: float, tokens: int, device: str, dtype_name: str
     assert len(decoded.tokens[0]) == tokens
     prompt_s, whole_s = statistics.median(prompt[1:]), statistics.median(whole[1:])
     step_ms = 1000 * (whole_s - prompt_s) / max(1, tokens - 1)
+    step_ms = step_ms if step_ms > 0 else None  # lost in the noise of a busy machine
     out = {"config": name, "device": device, "dtype": dtype_name, "seconds": seconds,
            "prompt_tokens": int(first.prompt_ids.shape[1]), "tokens": tokens,
            "params_m": round(weights / dtype.itemsize / 1e6, 1),
            "weights_mb": round(weights / 2**20, 1), "build_s": round(built, 2),
-           "prompt_s": round(prompt_s, 3), "step_ms": round(step_ms, 2),
-           "tokens_per_s": round(1000 / step_ms, 1) if step_ms > 0 else None,
+           "prompt_s": round(prompt_s, 3),
+           "step_ms": round(step_ms, 2) if step_ms else None,
+           "tokens_per_s": round(1000 / step_ms, 1) if step_ms else None,
            "transcribe_s": round(whole_s, 3), "rtf": round(whole_s / seconds, 4),
            "peak_rss_mb": round(maxrss_mb(), 1), "rss_after_build_mb": round(rss_built, 1),
            "threads": torch.get_num_threads(), "loadavg": os.getloadavg()[0]}
