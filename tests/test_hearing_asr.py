@@ -217,3 +217,15 @@ def test_long_pieces_are_decoded_alone():
     assert got == [[0, 0], [0], [1, 1], [1]]
     assert [len(b) for b in batches(items, 8)] == [2, 1, 3]
     assert [p for b in batches(items, 8) for _, p in b] == [p for _, p in items]  # in order
+
+
+def test_a_config_without_its_languages_gets_the_model_cards(recognizer, monkeypatch):
+    import dataclasses
+
+    from fish_core.hearing.transcript import LANGUAGES
+
+    assert recognizer.languages  # the fixture lists them
+    bare = dataclasses.replace(recognizer.model.config, languages=())
+    monkeypatch.setattr(recognizer.model, "config", bare)
+    assert recognizer.languages == LANGUAGES
+    assert recognizer.check("english", "", None) == "English"

@@ -32,7 +32,7 @@ from .features import FeatureConfig, batch_features
 from .text_model import attention_mask, positions_from_mask
 from .thinker import Thinker
 from .tokenizer import ENDOFTEXT, IM_END, HearingTokenizer
-from .transcript import Prompt, check_language, merge_languages, parse_answer
+from .transcript import LANGUAGES, Prompt, check_language, merge_languages, parse_answer
 
 MIN_NEW_TOKENS = 512  # the reference's default budget, the least a piece gets
 TOKENS_PER_SECOND = 16  # a piece's budget grows with its length (speech says ~3-8 a second)
@@ -179,8 +179,9 @@ class SpeechRecognizer:
 
     @property
     def languages(self) -> tuple[str, ...]:
-        """The languages the checkpoint lists (``support_languages``)."""
-        return self.model.config.languages
+        """The languages the checkpoint lists (``support_languages``; the model card's 30 when
+        its config lists none)."""
+        return self.model.config.languages or LANGUAGES
 
     # ---- requests -------------------------------------------------------------------------
 
