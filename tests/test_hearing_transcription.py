@@ -85,9 +85,24 @@ def test_pieces_are_timed_at_their_offsets(models, monkeypatch):
 def test_word_times_need_a_language_the_aligner_knows(models, monkeypatch):
     recognizer, aligner = models
     monkeypatch.setattr(aligner, "align", lambda *a, **k: pytest.fail("aligned anyway"))
+    monkeypatch.setattr(recognizer, "hear", lambda *a, **k: pytest.fail("heard anyway"))
     with pytest.raises(AsrInputError, match="word times: .*Thai.*English"):
         transcribe_clip(recognizer, speechlike(1.0), 16000, language="Thai", aligner=aligner,
                         max_new_tokens=4)
+
+
+def test_a_piece_heard_in_a_language_the_aligner_lacks_keeps_its_text(models, monkeypatch):
+    from fish_core.hearing.asr import HeardPiece
+
+    recognizer, aligner = models
+    clip = split.prepare(speechlike(1.0), 16000)
+    pieces = [HeardPiece(clip, 0.0, "English", "hello there", True),
+              HeardPiece(clip, 1.0, "Thai", "sawasdee", True)]
+    monkeypatch.setattr(recognizer, "hear", lambda *a, **k: [pieces])
+    heard = transcribe_clip(recognizer, clip, 16000, aligner=aligner)
+    assert heard.text == "hello theresawasdee" and heard.language == "English,Thai"
+    assert [w.text for w in heard.words] == ["hello", "there"]  # the English piece, timed
+    assert "1 of 2 pieces" in heard.note and "Thai" in heard.note
 
 
 def test_the_door_checks_before_loading_anything(tmp_path, monkeypatch):

@@ -128,6 +128,8 @@ def cmd_transcribe(args) -> str:
                        dtype=None if args.precision == "auto" else args.precision,
                        download=not args.no_download)
     said = heard.language or "language unknown"
+    if heard.note:
+        print(f"warning: {heard.note}", file=sys.stderr)
     if not heard.complete:
         print("warning: the model ran out of tokens before the end of a piece: the transcript "
               "is cut short there", file=sys.stderr)

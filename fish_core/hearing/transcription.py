@@ -31,6 +31,7 @@ class Heard:
     text: str
     words: tuple[Word, ...] | None = None
     complete: bool = True  # False: a piece ran out of tokens before the model ended it
+    note: str = ""  # why some words have no times (a language the aligner does not know)
 
 
 def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = split.SAMPLE_RATE,
@@ -39,6 +40,11 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
     """``audio`` (samples at ``sample_rate``, mono or channels × samples) → ``Heard``; with an
     ``aligner`` (a ``ForcedAligner``), its words timed too."""
     limit = split.MAX_ALIGN_SECONDS if aligner is not None else split.MAX_ASR_SECONDS
+    if aligner is not None and language is not None and str(language).strip():
+        try:
+            aligner.words("", language)  # a forced language the aligner must know
+        except ValueError as e:
+            raise AsrInputError(f"word times: {e}") from None
     pieces = recognizer.hear([audio], sample_rate, language, context, max_new_tokens,
                              batch_size, limit)[0]
     said = merge_languages(p.language for p in pieces)
@@ -46,13 +52,19 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
     complete = all(p.complete for p in pieces)
     if aligner is None:
         return Heard(said, text, None, complete)
-    timed = [p for p in pieces if p.text.strip()]
-    for p in timed:
+    timed, untimed = [], []
+    for p in (p for p in pieces if p.text.strip()):
         try:
-            aligner.words("", p.language)  # the language check, before any model work
-        except ValueError as e:
-            raise AsrInputError(f"word times: the clip was heard as {p.language or 'no language'}"
-                                f"; {e}. Give --language to transcribe it as one") from None
+            aligner.words("", p.language)
+            timed.append(p)
+        except ValueError as e:  # a detected language the aligner does not know: text only
+            untimed.append((p.language or "no language", str(e)))
+    note = ""
+    if untimed:
+        heard_as = ", ".join(dict.fromkeys(lang for lang, _ in untimed))
+        note = (f"word times: {len(untimed)} of {len(timed) + len(untimed)} pieces were heard "
+                f"as {heard_as} and have no word times ({untimed[0][1]}); give the language "
+                "to time them")
     words: list[Word] = []
     for start in range(0, len(timed), batch_size):
         part = timed[start:start + batch_size]
@@ -61,7 +73,7 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
         for p, result in zip(part, aligned):
             words += [Word(w.text, round(w.start + p.offset, 3), round(w.end + p.offset, 3))
                       for w in result.words]
-    return Heard(said, text, tuple(words), complete)
+    return Heard(said, text, tuple(words), complete, note)
 
 
 def load_recognizer(asr: str | Path | None = None, models_dir: str | Path | None = None,
@@ -108,7 +120,7 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
         from .words import check_language as aligner_language
 
         try:
-            aligner_language(language)
+            aligner_language(language)  # before any load, as transcribe_clip checks it
         except ValueError as e:
             raise AsrInputError(f"word times: {e}") from None
     if words and not isinstance(aligner, ForcedAligner):
