@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 MAX_SEED = 2**63 - 1  # seeds are 0 .. MAX_SEED everywhere (engine, Synthesizer, CLI, nodes)
 MAX_TOP_K = 4096  # past the codebook's 4096 tokens a larger k changes nothing
+MAX_NEW_TOKENS = 32768  # frames per text batch: the longest context of an S2 model
 FIRST_FRAMES = 4  # a stream's first audio after this many frames (~0.19 s of speech)
 CHUNK_FRAMES = 32  # later chunks double up to this many frames (~1.5 s)
 
@@ -95,11 +96,22 @@ class RequestError(GenerationError):
         return RequestError(name, self.rule, self.value, text)
 
 
+class FieldError(RequestError):
+    """A ``RequestError`` said in its own words (a pause tag, a script, a lexicon line): its
+    ``FIELD`` unless the raiser names another; the message says what is wrong."""
+
+    FIELD = "text"
+
+    def __init__(self, message: str, field: str | None = None, value=None,
+                 rule: Rule | None = None):
+        super().__init__(field or self.FIELD, rule, value, message)
+
+
 SAMPLING_RULES = {
     "temperature": Rule(0, 2, low_open=True, high_open=True),
     "top_p": Rule(0, 1, low_open=True),
     "top_k": Rule(1, MAX_TOP_K, integer=True),
-    "max_new_tokens": Rule(1, None, integer=True),
+    "max_new_tokens": Rule(1, MAX_NEW_TOKENS, integer=True),
 }
 
 

@@ -90,6 +90,20 @@ def Float(name, default, lowest, highest, tooltip, *, step=0.01, optional=False,
                  step=step, advanced=advanced)
 
 
+def ruled(kind: Callable[..., Input], name, default, rule, tooltip, *, step=None,
+          off=None, **flags) -> Input:
+    """An ``Int`` or ``Float`` widget whose range is ``rule``'s (``params.Rule``: the numbers
+    the request checks and the docs print): an open end one ``step`` inside, no upper bound
+    where the rule has none. ``off``: a value outside the rule that stands for "off" (the
+    range reaches it; the values between are refused with the request, naming the input)."""
+    step = step if step is not None else 1 if kind is Int else 0.01
+    low = rule.low + step if rule.low_open else rule.low
+    high = None if rule.high is None else rule.high - step if rule.high_open else rule.high
+    if off is not None:
+        low, high = min(low, off), None if high is None else max(high, off)
+    return kind(name, default, low, high, tooltip, step=step, **flags)
+
+
 def String(name, tooltip, default="", *, multiline=False, optional=False,
            advanced=False) -> Input:
     return Input(name, "STRING", tooltip, default, multiline=multiline, optional=optional,

@@ -3,54 +3,61 @@ takes), per-speaker tracks and a JSON timeline."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..fish_core.params import MAX_SEED, MAX_TOP_K, SamplingParams
-from ..fish_core.speech.request import Request
-from ..fish_core.speech.results import MAX_TAKES, timeline_json
+from ..fish_core.audio.loudness import TARGET, Loudness
+from ..fish_core.audio.stretch import SPEED
+from ..fish_core.params import DEFAULTS, SAMPLING_RULES, SEED_RULE
+from ..fish_core.speech.request import PAUSE, Request
+from ..fish_core.speech.results import timeline_json
+from ..fish_core.speech.settings import TAKES as TAKES_RULE
 from ..fish_core.text import script as textscript
 from ..fish_core.text import srt as textsrt
 from .audio import from_audio, to_audio, tracks_to_audio
 from .remote import backend_accepts
 from .runner import generation, require_text, typed_lexicon
-from .schema import MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String
+from .schema import (MODEL, VOICE, Boolean, Combo, Float, Int, Node, Output, Socket, String,
+                     ruled)
 
-DEFAULTS = SamplingParams()
 SPEAKERS = 4  # fixed speaker sockets (growing inputs need a newer ComfyUI than 0.3.64)
+LOUDNESS_OFF = 0.0  # the loudness widget's "off", above the targets the rule takes
 
 MODEL_IN = Socket("model", MODEL, "The model from Sailfish Model Loader.")
+# Every range below is its rule's (``ruled``: the numbers the Request checks and the docs print).
 SAMPLING = [
-    Int("seed", 0, 0, MAX_SEED,
-        "Same seed + same inputs = the same audio. Each text batch uses seed + its index.",
-        seed=True),
-    Float("temperature", DEFAULTS.temperature, 0.1, 1.9,
+    ruled(Int, "seed", 0, SEED_RULE,
+          "Same seed + same inputs = the same audio. Each text batch uses seed + its index.",
+          seed=True),
+    ruled(Float, "temperature", DEFAULTS.temperature, SAMPLING_RULES["temperature"],
           "Randomness of speech: lower is steadier, higher more varied.", step=0.05),
-    Float("top_p", DEFAULTS.top_p, 0.1, 1.0,
+    ruled(Float, "top_p", DEFAULTS.top_p, SAMPLING_RULES["top_p"],
           "Nucleus sampling: only the most likely tokens covering this probability.",
           step=0.01, advanced=True),
-    Int("top_k", DEFAULTS.top_k, 1, MAX_TOP_K, "Only the k most likely tokens are sampled.",
-        advanced=True),
-    Int("max_new_tokens", DEFAULTS.max_new_tokens, 1, 4096,
-        "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
-        "batches, so this caps each batch, not the whole output.", advanced=True),
+    ruled(Int, "top_k", DEFAULTS.top_k, SAMPLING_RULES["top_k"],
+          "Only the k most likely tokens are sampled.", advanced=True),
+    ruled(Int, "max_new_tokens", DEFAULTS.max_new_tokens, SAMPLING_RULES["max_new_tokens"],
+          "Most audio frames per text batch (21.5 frames = 1 s); long text is split into "
+          "batches, so this caps each batch, not the whole output.", advanced=True),
 ]
-TAKES = Int("takes", 1, 1, MAX_TAKES,
-            "Generate this many takes at once (seeds seed, seed+1, …) to keep the best read: "
-            "the audio is a batch, one item per take, padded with silence to the longest "
-            "(Save Audio writes one file per take).", optional=True)
+TAKES = ruled(Int, "takes", 1, TAKES_RULE,
+              "Generate this many takes at once (seeds seed, seed+1, …) to keep the best read: "
+              "the audio is a batch, one item per take, padded with silence to the longest "
+              "(Save Audio writes one file per take).", optional=True)
 # Finished audio (docs/finished-audio.md): optional inputs after every older one.
 FINISHING = [
-    Float("loudness", 0.0, -70.0, 0.0,
+    ruled(Float, "loudness", LOUDNESS_OFF, TARGET,
           "Normalise to this integrated loudness in LUFS (ITU-R BS.1770-4), peaks held under "
           "-1 dBTP: -16 podcast, -23 broadcast, -14 streaming. 0: off.", step=0.5,
-          optional=True),
-    Float("speed", 1.0, 0.5, 2.0,
+          optional=True, off=LOUDNESS_OFF),
+    ruled(Float, "speed", 1.0, SPEED,
           "Speaking rate, pitch kept (Rubber Band; needs pedalboard): 1.25 is a quarter faster. "
           "Pauses keep their exact length.", step=0.05, optional=True),
     String("lexicon", "Pronunciation lexicon, one 'word<TAB>respelling' per line (# comments; "
            "whole words, any case). A voice's own lexicon goes over it.", multiline=True,
            optional=True, advanced=True),
 ]
+LOUDNESS_PER = Combo("loudness_per", ["mix", "track", "line"],
+                     "What loudness normalises: the mix, each speaker's track, or each line "
+                     "(the speaker tracks still sum to the mix).", "mix", optional=True)
+SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER)}
 PAUSE_HINT = " [pause:700ms] or [pause:1.5s] inserts exactly that much silence."
 AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
 TIMELINE_OUT = Output("STRING", "timeline",
@@ -60,57 +67,49 @@ TAGS_HINT = ("Bracketed instructions steer delivery, e.g. [laugh], [whisper], [e
              "(free-form; see the node's help).")
 
 
-# ---------------------------------------------------------------- node inputs → keywords
-def sampling(seed, temperature, top_p, top_k, max_new_tokens) -> dict:
-    return dict(seed=seed, temperature=temperature, top_p=top_p, top_k=top_k,
-                max_new_tokens=max_new_tokens)
-
-
-def finishing(loudness=0.0, speed=1.0, lexicon="", per="mix") -> dict:
-    """The finishing keywords from node inputs (``speech.finishing``): ``loudness`` 0 is off;
-    ``lexicon`` is the text of a lexicon (word<TAB>respelling lines), typed into the node."""
-    from ..fish_core.audio.loudness import Loudness, check_target
-
-    found: dict = {"speed": speed if speed is not None else 1.0}
-    if loudness:
-        found["loudness"] = Loudness(check_target(loudness), per=per)
+# ---------------------------------------------------------------- node inputs → settings
+def settings(inputs: dict) -> dict:
+    """The node's door: its setting inputs (``SETTINGS``) as ``Settings.of``'s keywords, which
+    the request checks before the model loads. ``loudness`` 0 is off (``loudness_per`` what
+    it normalises); ``lexicon`` is the text of a lexicon, typed into the node."""
+    options = {k: v for k, v in inputs.items() if k in SETTINGS}
+    loudness, per = options.pop("loudness", LOUDNESS_OFF), options.pop("loudness_per", "mix")
+    if loudness != LOUDNESS_OFF:
+        options["loudness"] = Loudness(loudness, per=per)
+    lexicon = options.pop("lexicon", "")
     if isinstance(lexicon, str) and lexicon.strip():
-        found["lexicon"] = typed_lexicon(lexicon)
-    return found
+        options["lexicon"] = typed_lexicon(lexicon)
+    if options.get("speed") is None:
+        options.pop("speed", None)
+    return options
 
 
-def tts(model, text, seed, temperature, top_p, top_k, max_new_tokens, voice=None, takes=1,
-        loudness=0.0, speed=1.0, lexicon=""):
-    request = Request.tts(text, voice, takes=takes, accepts=backend_accepts(model), **sampling(
-        seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed, lexicon))
+def tts(model, text, voice=None, **inputs):
+    request = Request.tts(text, voice, accepts=backend_accepts(model),
+                          **settings({"takes": 1, **inputs}))
     with generation(model) as run:
         speeches = run.speak(request)
     return to_audio(speeches), timeline_json(speeches)
 
 
-def voice_clone(model, reference_audio, reference_text, text, seed, temperature, top_p, top_k,
-                max_new_tokens, takes=1, loudness=0.0, speed=1.0, lexicon=""):
+def voice_clone(model, reference_audio, reference_text, text, **inputs):
     require_text("reference_text", reference_text,
                  "type the words spoken in reference_audio (cloning needs the transcript)")
-    request = Request.tts(text, None, takes=takes, accepts=backend_accepts(model), **sampling(
-        seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed, lexicon))
+    request = Request.tts(text, None, accepts=backend_accepts(model),
+                          **settings({"takes": 1, **inputs}))
     reference = from_audio(reference_audio, "reference_audio")
     with generation(model) as run:
         voice = run.synth.encode_voice(**reference, text=reference_text, name="reference")
-        speeches = run.speak(replace(request, voices=(voice,)))  # a voice encoded here
+        speeches = run.speak(request.with_voices((voice,)))  # a voice encoded here
     return to_audio(speeches), timeline_json(speeches)
 
 
-def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new_tokens,
-                  takes=1, turn_by_turn=True, loudness=0.0, speed=1.0, lexicon="",
-                  loudness_per="mix", **speakers):
+def multi_speaker(model, script, pause, turn_by_turn=True, **inputs):
     accepts = backend_accepts(model)
-    voices = connected_speakers(speakers)
+    voices = connected_speakers(inputs)
     try:
-        request = Request.dialogue(
-            script, voices, pause=pause, turn_by_turn=turn_by_turn, takes=takes,
-            accepts=accepts, **sampling(seed, temperature, top_p, top_k, max_new_tokens),
-            **finishing(loudness, speed, lexicon, loudness_per))
+        request = Request.dialogue(script, voices, pause=pause, turn_by_turn=turn_by_turn,
+                                   accepts=accepts, **settings({"takes": 1, **inputs}))
     except textscript.ScriptError as e:
         raise ValueError(script_hint(e, voices, accepts)) from None
     with generation(model) as run:
@@ -118,10 +117,10 @@ def multi_speaker(model, script, pause, seed, temperature, top_p, top_k, max_new
     return (to_audio(speeches), *tracks_to_audio(speeches, SPEAKERS), timeline_json(speeches))
 
 
-def connected_speakers(speakers: dict) -> list:
+def connected_speakers(inputs: dict) -> list:
     """The voices on speaker_1 … speaker_N, which must be connected from speaker_1 on (the
     script is checked against them with the request, before the model is loaded)."""
-    given = [speakers.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
+    given = [inputs.get(f"speaker_{n}") for n in range(1, SPEAKERS + 1)]
     count = sum(v is not None for v in given)
     if any(v is None for v in given[:count]):
         gap = given.index(None) + 1
@@ -132,7 +131,7 @@ def connected_speakers(speakers: dict) -> list:
 
 def script_hint(error: Exception, voices: list, accepts) -> str:
     """A script that does not fit the connected voices, said with the wiring and what to do."""
-    if "empty" in str(error):
+    if isinstance(error, textscript.EmptyScript):
         return "script is empty: write the dialogue, one 'Name: line' per turn"
     wired = ", ".join(f"speaker_{i + 1} = {v.name}" for i, v in enumerate(voices))
     hint = ("Connect voices in speaker order, each with its own name; the model invents voices "
@@ -141,13 +140,11 @@ def script_hint(error: Exception, voices: list, accepts) -> str:
     return f"script: {error} (connected: {wired or 'none'}). {hint}"
 
 
-def subtitles(model, srt, seed, temperature, top_p, top_k, max_new_tokens, voice=None,
-              loudness=0.0, speed=1.0, lexicon=""):
+def subtitles(model, srt, voice=None, **inputs):
     require_text("srt", srt, "paste SRT subtitles (index, 'start --> end' line, text)")
     try:
-        request = Request.subtitles(srt, voice, accepts=backend_accepts(model), **sampling(
-            seed, temperature, top_p, top_k, max_new_tokens), **finishing(loudness, speed,
-                                                                          lexicon))
+        request = Request.subtitles(srt, voice, accepts=backend_accepts(model),
+                                    **settings(inputs))
     except textsrt.SubtitleError as e:
         raise ValueError(f"srt: {e}") from None
     with generation(model) as run:
@@ -194,8 +191,7 @@ MULTI_SPEAKER = Node(
     inputs=[MODEL_IN,
             String("script", "One turn per line: 'Name: text' (the voice's name), "
                    "'[speaker_1]: text', or <|speaker:0|>text. " + TAGS_HINT, multiline=True),
-            Float("pause", 0.0, 0.0, 10.0,
-                  "Seconds of silence between turns (0: none).",
+            ruled(Float, "pause", 0.0, PAUSE, "Seconds of silence between turns (0: none).",
                   step=0.05),
             *SAMPLING,
             *[Socket(f"speaker_{n}", VOICE, f"Voice of speaker {n} ([speaker_{n}]:, or "
@@ -207,10 +203,7 @@ MULTI_SPEAKER = Node(
                     "with a pause). Off: several turns share a text batch and flow as one "
                     "conversation; such a batch goes to its first speaker's track.",
                     optional=True),
-            *FINISHING,
-            Combo("loudness_per", ["mix", "track", "line"],
-                  "What loudness normalises: the mix, each speaker's track, or each line "
-                  "(the speaker tracks still sum to the mix).", "mix", optional=True)],
+            *FINISHING, LOUDNESS_PER],
     outputs=[AUDIO_OUT,
              *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
                       "where others talk (for lip sync); the tracks sum to the mix.")

@@ -74,6 +74,30 @@ def test_types_and_sockets(env):
     assert 0 < temperature["min"] and temperature["max"] < 2
 
 
+def test_every_setting_widget_ranges_as_its_rule(env):
+    """Node bounds come from the rules the request checks (``speech.settings.rules``): a widget
+    offers no value its rule refuses, bar a declared "off" (loudness 0), and reaches each
+    closed end (an open one within a step)."""
+    fish_core = env.pack.fish_core
+    rules = {**fish_core.speech.settings.rules(), "pause": fish_core.speech.request.PAUSE}
+    checked = set()
+    for node in env.pack.nodes.NODES:
+        for i in node.inputs:
+            if i.id not in rules or not i.widget:
+                continue
+            rule, off = rules[i.id], (0.0 if i.id == "loudness" else None)
+            assert rule.holds(i.min) or i.min == off, (node.id, i.id, i.min)
+            assert i.min - i.step - 1e-9 <= rule.low <= i.min or i.min == off, (node.id, i.id)
+            # a widget without a max is capped at 2048 by ComfyUI's frontend: every rule has one
+            assert rule.high is not None and i.max is not None, (node.id, i.id)
+            assert rule.holds(i.max) or i.max == off, (node.id, i.id, i.max)
+            assert i.max <= rule.high <= i.max + i.step + 1e-9 or i.max == off, (node.id, i.id)
+            assert rule.holds(i.default) or i.default == off, (node.id, i.id)
+            checked.add(i.id)
+    assert {"seed", "temperature", "top_p", "top_k", "max_new_tokens", "takes", "speed",
+            "loudness", "pause"} <= checked
+
+
 def test_advanced_flag_only_where_comfyui_has_it(env):
     nodes = env.pack.nodes
     plain = comfy_stubs.comfy_api_module(advanced=False).io

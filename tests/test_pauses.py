@@ -141,18 +141,21 @@ def test_the_pause_budget_is_the_whole_scripts_and_the_whole_subtitle_files():
     from fish_core.budgets import MAX_PAUSE_TOTAL_SECONDS
     from fish_core.speech.request import Request
 
-    finishing = Finishing()
-    turns = Request.dialogue(many_turns_of_pauses(), require_voices=False).turns
-    for turn_by_turn in (True, False):
+    from fish_core.speech.front import plan
+
+    for turn_by_turn in (True, False):  # refused when the request is made
         with pytest.raises(PauseError, match=r"script: .* more than 600 s"):
-            finishing.turn_batches(turns, [], 300, turn_by_turn)
-    fine = Request.dialogue(many_turns_of_pauses(turns=2), require_voices=False).turns
-    assert len(finishing.turn_batches(fine, [], 300, True)) == 2
-    cues = parse_srt("".join(f"{i}\n00:00:0{i},000 --> 00:00:0{i},500\nHi. "
-                             f"{'[pause:60s]' * 5}\n\n" for i in range(1, 4)))
+            Request.dialogue(many_turns_of_pauses(), require_voices=False,
+                             turn_by_turn=turn_by_turn)
+    fine = Request.dialogue(many_turns_of_pauses(turns=2), require_voices=False,
+                            turn_by_turn=True)
+    assert len(plan(fine).batches) == 2
+    srt = "".join(f"{i}\n00:00:0{i},000 --> 00:00:0{i},500\nHi. {'[pause:60s]' * 5}\n\n"
+                  for i in range(1, 4))
     with pytest.raises(PauseError, match=r"subtitles: .* more than 600 s"):
-        finishing.cue_batches(cues)
-    assert len(finishing.cue_batches(cues[:2])[0]) == 2
+        Request.subtitles(srt)
+    two = srt[:srt.index("3\n")]
+    assert len(plan(Request.subtitles(two)).batches) == 2
     assert MAX_PAUSE_TOTAL_SECONDS == 600.0
 
 

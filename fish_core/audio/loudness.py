@@ -33,6 +33,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..params import FieldError, Rule
+
 DEFAULT_CEILING = -1.0
 LOWEST, HIGHEST = -70.0, -5.0  # targets (LUFS) accepted
 CEILINGS = (-20.0, 0.0)  # ceilings (dB) accepted
@@ -41,8 +43,14 @@ PER = ("mix", "track", "line")
 OVERSAMPLE = 4
 
 
-class LoudnessError(ValueError):
-    """A loudness setting out of range, or pyloudnorm missing."""
+TARGET = Rule(LOWEST, HIGHEST)  # the one rule of a loudness target (every door, the docs)
+CEILING = Rule(*CEILINGS)
+
+
+class LoudnessError(FieldError):
+    """A loudness setting out of its rule, or pyloudnorm missing (a ``RequestError``)."""
+
+    FIELD = "loudness"
 
 
 @dataclass(frozen=True)
@@ -55,12 +63,12 @@ class Loudness:
     def __post_init__(self):
         check_target(self.target)
         c = self.ceiling
-        if (isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c)
-                or not CEILINGS[0] <= c <= CEILINGS[1]):
+        if not CEILING.holds(c):
             raise LoudnessError(f"ceiling must be a number of dB in {CEILINGS[0]:g} .. "
-                                f"{CEILINGS[1]:g}, got {c!r}")
+                                f"{CEILINGS[1]:g}, got {c!r}", "ceiling", c, CEILING)
         if self.per not in PER:
-            raise LoudnessError(f"loudness per must be one of {', '.join(PER)}, got {self.per!r}")
+            raise LoudnessError(f"loudness per must be one of {', '.join(PER)}, got {self.per!r}",
+                                "loudness_per", self.per)
 
     @property
     def unit(self) -> str:
@@ -72,10 +80,10 @@ class Loudness:
 
 
 def check_target(value, field: str = "loudness") -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or not LOWEST <= value <= HIGHEST):
+    if not TARGET.holds(value):
         raise LoudnessError(f"{field} must be a target in LUFS from {LOWEST:g} to {HIGHEST:g} "
-                            f"(e.g. -16 for podcasts, -23 for broadcast), got {value!r}")
+                            f"(e.g. -16 for podcasts, -23 for broadcast), got {value!r}",
+                            field, value, TARGET)
     return float(value)
 
 

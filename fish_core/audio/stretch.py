@@ -10,10 +10,10 @@ a missing one is a ``SpeedError`` naming the pip command.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
+
+from ..params import FieldError, Rule
 
 MIN_SPEED, MAX_SPEED = 0.5, 2.0
 # What works wherever the user is: the package's own name, on PyPI (the `finishing` extra of
@@ -21,17 +21,21 @@ MIN_SPEED, MAX_SPEED = 0.5, 2.0
 INSTALL = "pip install pedalboard (in the Python that runs Sailfish TTS; in ComfyUI, ComfyUI's)"
 
 
-class SpeedError(ValueError):
-    """A speed out of range, or pedalboard missing."""
+SPEED = Rule(MIN_SPEED, MAX_SPEED)  # the one rule of a speaking rate (every door, the docs)
+
+
+class SpeedError(FieldError):
+    """A speed out of its rule, or pedalboard missing (a ``RequestError`` naming ``speed``)."""
+
+    FIELD = "speed"
 
 
 def check_speed(value, field: str = "speed") -> float:
     if value is None:
         return 1.0
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or not MIN_SPEED <= value <= MAX_SPEED):
+    if not SPEED.holds(value):
         raise SpeedError(f"{field} must be a number from {MIN_SPEED:g} (half as fast) to "
-                         f"{MAX_SPEED:g} (twice as fast), got {value!r}")
+                         f"{MAX_SPEED:g} (twice as fast), got {value!r}", field, value, SPEED)
     return float(value)
 
 
@@ -40,7 +44,7 @@ def import_pedalboard(field: str = "speed"):
         import pedalboard
     except ImportError:
         raise SpeedError(f"{field}: a speaking rate other than 1 needs pedalboard (Rubber "
-                         f"Band): {INSTALL}") from None
+                         f"Band): {INSTALL}", field) from None
     return pedalboard
 
 

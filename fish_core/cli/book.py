@@ -6,7 +6,7 @@ from __future__ import annotations
 from .parser import plural
 from . import inputs
 from .progress import Bar
-from .request import finishing, sampling
+from .request import settings
 from .inputs import load_voices
 
 
@@ -17,16 +17,15 @@ def cmd_book(args) -> str:
     from ..text.book import read_book
 
     book = read_book(args.book)  # a bad book fails before the model loads
+    checked = settings(args, "tts")  # and so do the flags
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
     voice = voices[0] if voices else None
-    options = {k: v for k, v in sampling(args).items() if k != "seed"}  # seeded per chapter
     bar = Bar(book.title[:30] or "book")
     try:
-        result = render_book(synth, book, args.out, voice=voice, seed=args.seed,
+        result = render_book(synth, book, args.out, voice=voice, settings=checked,
                              audio_format=args.format, model=str(args.remote or args.model),
-                             max_bytes=args.max_bytes, on_progress=bar, **options,
-                             **finishing(args))
+                             on_progress=bar)
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped

@@ -18,7 +18,8 @@ from ..text.plan import check_text
 from .parser import plural
 from . import inputs
 from .progress import CODEC_FRAME_RATE, Bar
-from .request import build, finishing
+from .request import build, check, finishing
+from .request import settings as flag_settings
 from .book import cmd_book
 from .transcribe import cmd_transcribe
 from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
@@ -88,13 +89,16 @@ def cmd_say(args) -> str:
     note = long_text_note(text or script or "")
     if note:
         print(note, file=sys.stderr)
+    if args.stream and text is None:
+        raise ValueError("--stream speaks a text (or --text-file), not a --script")
+    kind = "stream" if args.stream else "tts" if script is None else "dialogue"
+    said = script if script is not None else text
+    settings = check(kind, args, said)  # flags and text, before the model loads
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
     if args.stream:
-        return stream_say(args, synth, voices, text)
-    speech = speak(args, synth, build("dialogue" if script is not None else "tts", args, synth,
-                                      script if script is not None else text, voices,
-                                      finishing(args)))
+        return stream_say(args, synth, build(kind, args, synth, said, voices, settings))
+    speech = speak(args, synth, build(kind, args, synth, said, voices, settings))
     speeches = speech if isinstance(speech, list) else [speech]
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
@@ -108,15 +112,13 @@ def cmd_say(args) -> str:
                      for k, (p, s) in enumerate(zip(paths, speeches)))
 
 
-def stream_say(args, synth, voices, text: str | None) -> str:
+def stream_say(args, synth, request) -> str:
     """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks."""
     from ..audio.wav import StreamEncoder, wav_header
 
-    if text is None:
-        raise ValueError("--stream speaks a text (or --text-file), not a --script")
     to_stdout = args.out == "-"
     fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
-    stream = synth.open_stream(build("stream", args, synth, text, voices, finishing(args)))
+    stream = synth.open_stream(request)
     encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
     out = sys.stdout.buffer if to_stdout else open(args.out, "wb")
     try:
@@ -196,14 +198,11 @@ def cmd_voice_register(args) -> str:
 
 
 def cmd_srt(args) -> str:
-    from ..text.srt import parse_srt
-
     document = read_input(args.srt, "srt")
-    parse_srt(document)  # a bad SRT fails before the model loads
+    settings = check("subtitles", args, document)  # flags and cues, before the model loads
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
-    result = speak(args, synth, build("subtitles", args, synth, document, voices,
-                                      finishing(args)))
+    result = speak(args, synth, build("subtitles", args, synth, document, voices, settings))
     for line in result.overruns:
         print(f"warning: {line}", file=sys.stderr)
     notes = [write_or_keep(lambda p: write_audio(p, result.waveform, result.sample_rate),
@@ -220,19 +219,18 @@ def cmd_plan(args) -> str:
     """``plan``: the text batches exactly as the model will read them, with the pauses."""
     import json
 
-    from ..speech.finishing import Finishing
+    from ..speech.front import plan
     from ..speech.request import Request
     from ..speech.voices import Voice
 
     voices = [Voice.load(v) for v in args.voice]
-    finish = Finishing.of(lexicon=finishing(args).get("lexicon"))
+    settings = flag_settings(args, "tts")  # --max-bytes, --lexicon
     if args.script:
-        request = Request.dialogue(read_input(args.script, "--script"), voices,
-                                   pause=args.pause, seed=0)
-        batches = finish.turn_batches(request.turns, request.voices, args.max_bytes,
-                                      args.pause > 0 or args.turn_by_turn)
+        request = Request.dialogue(read_input(args.script, "--script"), voices, settings,
+                                   pause=args.pause, turn_by_turn=args.turn_by_turn)
     else:
-        batches = finish.batches(read_text(args), voices, args.max_bytes)
+        request = Request.tts(read_text(args), voices, settings)
+    batches = plan(request).batches
     from ..speech.timeline import gaps
 
     silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]

@@ -11,7 +11,7 @@ import sys
 
 from ..loading import hub
 from ..engine.device import PRECISIONS
-from ..params import DEFAULTS, FIRST_FRAMES
+from ..params import DEFAULTS, FIRST_FRAMES, SAMPLING_RULES
 from ..outputs import (AUDIO_SUFFIXES)
 from .request import LOUDNESS_HELP, add_finishing_args  # noqa: F401
 from ..speech.results import MAX_TAKES
@@ -169,7 +169,7 @@ def add_sampling_args(p: argparse.ArgumentParser, batches: bool = True, history:
     the commands that plan batches."""
     g = p.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
-                   help="randomness of each frame, in (0, 2)")
+                   help=f"randomness of each frame, in {SAMPLING_RULES['temperature'].interval}")
     g.add_argument("--top-p", type=float, default=DEFAULTS.top_p,
                    help="nucleus sampling: keep the likeliest codes up to this probability")
     g.add_argument("--top-k", type=int, default=DEFAULTS.top_k,

@@ -1,52 +1,83 @@
-"""The CLI's door: a command's flags → one checked ``speech.request.Request``, its errors said in
-the flags' names (``NAMES``). Built once the voices are read (a reference clip is encoded by the
-model), with the backend's ``Accepts`` (a remote engine's seed range and speakers)."""
+"""The CLI's door: a command's flags → one checked ``speech.settings.Settings``, made before the
+model loads (``settings``; with the text checked too: ``check``), then one ``Request`` once the
+voices are read (``build``: a reference clip is encoded by the model), with the backend's
+``Accepts`` (a remote engine's seed range and speakers). Errors are said in the flags' names
+(``NAMES``)."""
 
 from __future__ import annotations
 
 import argparse
 
+from ..audio.stretch import SPEED
+from ..params import RequestError
 from ..speech.request import Request
+from ..speech.settings import Settings
 
 LOUDNESS_HELP = "normalise to this integrated loudness, LUFS (-16 podcast, -23 broadcast)"
 NAMES = {"seed": "--seed", "temperature": "--temperature", "top_p": "--top-p",
          "top_k": "--top-k", "max_new_tokens": "--max-new-tokens",
          "history_turns": "--history-turns", "max_bytes": "--max-bytes", "takes": "--takes",
          "speed": "--speed", "loudness": "--loudness", "lexicon": "--lexicon",
+         "ceiling": "--ceiling", "loudness_per": "--loudness-per",
          "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice"}
+# The settings each flag gives (``Settings.of``'s keywords), when the command has the flag.
+FLAGS = ("seed", "temperature", "top_p", "top_k", "max_new_tokens", "history_turns",
+         "max_bytes", "first_frames")
 
 
 def in_flag_names(error: ValueError) -> ValueError:
-    """``error`` with the flag of the field it starts with before it (``--top-k: top_k must
-    be …``)."""
+    """``error`` led by the flag of its field (``--top-k: top_k must be …``)."""
     text = str(error)
-    for field, flag in NAMES.items():
-        if text.startswith((field + " ", field + ":")):
-            return ValueError(f"{flag}: {text}")
-    return error
+    flag = NAMES.get(error.field) if isinstance(error, RequestError) else None
+    if flag is None or text.startswith(flag):
+        return error
+    return RequestError(flag, error.rule, error.value, f"{flag}: {text}")
 
 
-def sampling(args) -> dict:
-    return dict(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                max_new_tokens=args.max_new_tokens, seed=args.seed,
-                history_turns=args.history_turns)
+def settings(args, where: str) -> Settings:
+    """The command's settings from its flags, checked (before any model loads): ``where`` is
+    the kind of call (``tts``, ``stream``, ``dialogue``, ``subtitles``)."""
+    options = {name: getattr(args, name) for name in FLAGS if hasattr(args, name)}
+    if where == "subtitles":
+        options.pop("max_bytes", None)
+    if where != "stream":
+        options.pop("first_frames", None)
+    if where in ("tts", "dialogue") and getattr(args, "takes", 1) > 1:
+        options["takes"] = args.takes
+    try:
+        return Settings.of(where=where, **options, **finishing(args))
+    except ValueError as e:
+        raise in_flag_names(e) from None
 
 
-def build(kind: str, args, synth, text: str, voices: list, finishing: dict) -> Request:
+def check(kind: str, args, text: str) -> Settings:
+    """The settings of ``say`` (tts, dialogue with ``--script``, ``--stream``) or ``srt``
+    (subtitles) and its text, script or subtitles (pause tags, cues, speaker lines), checked
+    before the model loads; the voices are checked when the request is built (``build``)."""
+    found = settings(args, kind)
+    try:
+        if kind == "dialogue":
+            Request.dialogue(text, (), found, pause=args.pause, require_voices=False)
+        elif kind == "subtitles":
+            Request.subtitles(text, None, found)
+        else:
+            Request.tts(text, None, found, where=kind)
+    except ValueError as e:
+        raise in_flag_names(e) from None
+    return found
+
+
+def build(kind: str, args, synth, text: str, voices: list, settings: Settings) -> Request:
     """``say`` (tts, or dialogue with ``--script``), ``say --stream`` (``stream``) or ``srt``
-    (``subtitles``) as one Request."""
-    common = dict(accepts=synth.accepts, **sampling(args), **finishing)
+    (``subtitles``) as one Request, on the checked ``settings``."""
     try:
         if kind == "subtitles":
-            return Request.subtitles(text, voices[0] if voices else None, **common)
-        takes = args.takes if args.takes > 1 else None
+            return Request.subtitles(text, voices[0] if voices else None, settings,
+                                     accepts=synth.accepts)
         if kind == "dialogue":
-            return Request.dialogue(text, voices, pause=args.pause, max_bytes=args.max_bytes,
-                                    takes=takes, **common)
-        if kind == "stream":
-            return Request.tts(text, voices, max_bytes=args.max_bytes,
-                               first_frames=args.first_frames, where="stream", **common)
-        return Request.tts(text, voices, max_bytes=args.max_bytes, takes=takes, **common)
+            return Request.dialogue(text, voices, settings, pause=args.pause,
+                                    accepts=synth.accepts)
+        return Request.tts(text, voices, settings, accepts=synth.accepts, where=kind)
     except ValueError as e:
         raise in_flag_names(e) from None
 
@@ -60,7 +91,7 @@ def add_finishing_args(p: argparse.ArgumentParser, rate: bool = True, loudness: 
                    help="pronunciation lexicon: word<TAB>respelling lines (# comments)")
     if rate:
         g.add_argument("--speed", type=float, default=1.0,
-                       help="speaking rate 0.5-2.0, pitch kept (needs pedalboard)")
+                       help=f"speaking rate {SPEED.interval}, pitch kept (needs pedalboard)")
     if loudness:
         g.add_argument("--loudness", type=float, default=None, metavar="LUFS", help=LOUDNESS_HELP)
         g.add_argument("--loudness-per", default="mix", choices=["mix", "track", "line"],
@@ -82,6 +113,9 @@ def finishing(args) -> dict:
     if getattr(args, "speed", 1.0) != 1.0:
         found["speed"] = args.speed
     if getattr(args, "loudness", None) is not None:
-        found["loudness"] = Loudness(check_target(args.loudness, "--loudness"), args.ceiling,
-                                     not args.sample_peak, args.loudness_per)
+        try:
+            found["loudness"] = Loudness(check_target(args.loudness), args.ceiling,
+                                         not args.sample_peak, args.loudness_per)
+        except ValueError as e:
+            raise in_flag_names(e) from None
     return found

@@ -125,20 +125,34 @@ class Synthesizer(Front):
         return self.runtime.encode_voice(audio, text, name, sample_rate)
 
     # ------------------------------------------------------------------ the backend
+    def jobs(self, request: Request, plan: Plan, sink=None, *, keep: bool = True,
+             **extra) -> list[SpeechJob]:
+        """The one builder of a request's jobs (``render``, ``open`` and the HTTP service's
+        scheduler): one per take, take k seeded ``seed + k``, each holding the request's
+        batches, voices, sampling, history and a stream's chunking; take 1's chunks to ``sink``
+        (a layout). ``keep``: each job keeps its audio (a take to finish); ``extra``: the
+        ``SpeechJob`` keywords of the caller (a deadline)."""
+        cues = request.kind == "subtitles"
+        return [SpeechJob(self.runtime, plan.batches, request.voices, params=request.sampling,
+                          seed=batch_seed(request.seed, k), max_bytes=request.max_bytes,
+                          history_turns=request.history_turns,
+                          first_frames=request.first_frames, chunk_frames=request.chunk_frames,
+                          keep=keep, clip_per_batch=cues,
+                          **{**job_options(sink if k == 0 else None), **extra})
+                for k in range(request.count)]
+
+    def take(self, request: Request, job: SpeechJob) -> Take:
+        """A job's take, as ``finish`` lays it out: each batch's audio and result."""
+        codes = torch.cat([r.generated.codes for r in job.results], dim=1)  # [K, frames]
+        return Take(self._waves(job, request.kind == "subtitles"), job.results, codes, job.seed)
+
     def render(self, request: Request, plan: Plan, on_progress, cancel, sink) -> list[Take]:
         """Every take at once (take k: a job seeded ``seed + k``, its rows joining the
         others' text batch by text batch), each decoded in one causal pass (no clicks at the
         joins; subtitles: each cue a clip of its own); take 1's chunks to ``sink``."""
-        cues = request.kind == "subtitles"
-        jobs = [SpeechJob(self.runtime, plan.batches, request.voices, params=request.sampling,
-                          seed=batch_seed(request.seed, k), history_turns=request.history_turns,
-                          keep=True, clip_per_batch=cues,
-                          **job_options(sink if k == 0 else None))
-                for k in range(request.count)]
+        jobs = self.jobs(request, plan, sink)
         run_jobs(self.runtime, jobs, on_progress, cancel)
-        return [Take(self._waves(job, cues), job.results,
-                     torch.cat([r.generated.codes for r in job.results], dim=1),  # [K, frames]
-                     job.seed) for job in jobs]
+        return [self.take(request, job) for job in jobs]
 
     def _waves(self, job: SpeechJob, cues: bool) -> list[torch.Tensor]:
         """Each text batch's audio: a cue's own clip, or the job's one waveform cut back at
@@ -153,10 +167,7 @@ class Synthesizer(Front):
 
     def open(self, request: Request, plan: Plan, sink) -> Stream:
         """The request's one streaming job on a worker, text batch after text batch."""
-        job = SpeechJob(self.runtime, plan.batches, request.voices, params=request.sampling,
-                        seed=request.seed, max_bytes=request.max_bytes,
-                        history_turns=request.history_turns, first_frames=request.first_frames,
-                        chunk_frames=request.chunk_frames)
+        [job] = self.jobs(request, plan, keep=False, streaming=True)
 
         def work(put) -> None:
             out = sink(put)

@@ -1,11 +1,12 @@
-"""Where a speech request becomes a job, once: the one place that resolves its voice (the saved
-voice by name, through the library's loaded-voice memo, its name kept), adds its references
-(each encoded once per request or WebSocket session, ``request.Reference``), plans its text
-as the front plans every request (``speech.front.plan``, with the operator's lexicon over the
-request's ``Finishing``) and builds the
-``SpeechJob`` of its checked ``Request`` (sampling, seed, batch size: nothing checked again) whose
-chunks go to the task's ``emit`` (through a ``TakeLayout`` when pauses, speed or a stream's
-loudness ask for one). Runs on the scheduler's thread: the codec encodes references there.
+"""Where a wire request is admitted as a job, once: the one place that resolves its voice (the
+saved voice by name, through the library's loaded-voice memo, its name kept) and adds its
+references (each encoded once per request or WebSocket session, ``request.Reference``), then
+hands its checked ``Request`` (with the operator's lexicon) to the local backend, which plans it
+as the front plans every request and builds its ``SpeechJob`` (``Synthesizer.jobs``: nothing
+checked again). A streamed answer's chunks go to the task's ``emit`` through the front's stream
+layout (``Front.stream_sink``); a whole answer's job keeps its take, finished by the front's one
+step (``Front.finish``: speed, pauses, loudness) in the handler's executor (``task.answer``),
+off the model's worker. Runs on the scheduler's thread: the codec encodes references there.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..local.driver import SpeechJob
-from ..speech.finishing import Finishing
-from ..speech.front import plan
-from ..speech.layout import TakeLayout, layout_needed
+from ..speech.request import Request
 from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
 from .request import SpeechRequest
@@ -48,34 +47,27 @@ class Jobs:
         return [Voice(saved.name if saved else "references", clips, runtime.sample_rate,
                       lexicon=saved.lexicon if saved else None)]
 
-    def finishing(self, request: SpeechRequest) -> Finishing:
-        """The request's finishing with the operator's lexicon. Loudness in the layout for a
-        stream (a gain fixed from its start), off this worker for a whole answer (normalised at
-        its end by the handler, ``api.speak.whole``: the model serves others meanwhile)."""
-        finishing = request.speech.finishing
-        loudness = finishing.loudness if request.stream is not None else None
-        return replace(finishing, loudness=loudness, lexicon=self.lexicon)
+    def request(self, runtime, request: SpeechRequest) -> Request:
+        """The wire request's checked ``Request`` in its voice, with the operator's lexicon."""
+        speech = request.speech
+        finishing = replace(speech.finishing, lexicon=self.lexicon)
+        return replace(speech, voices=tuple(self.voice(runtime, request)),
+                       settings=replace(speech.settings, finishing=finishing))
 
-    def start(self, runtime, task) -> SpeechJob:
-        """``task``'s job (``task.job``), its ``start`` event sent."""
-        request, speech = task.request, task.request.speech
-        voices = self.voice(runtime, request)
-        finishing = self.finishing(request)
-        batches = plan(replace(speech, voices=tuple(voices), finishing=finishing)).batches
-        send = {"emit": lambda chunk: task.emit("chunk", chunk)}
-        laid_out = layout_needed(batches, 0.0, finishing)
-        layout = None  # made after "start": a lead pause's silence is the first chunk
-        if laid_out:
-            send = {"emit": lambda chunk: layout.chunk(chunk),
-                    "end_batch": lambda: layout.end_batch()}
-        task.job = SpeechJob(runtime, batches, voices, params=speech.sampling, seed=speech.seed,
-                             max_bytes=speech.max_bytes, history_turns=speech.history_turns,
-                             deadline=task.deadline, **send)
+    def start(self, synth, task) -> SpeechJob:
+        """``task``'s job (``task.job``, built by the local backend), its ``start`` event
+        sent; a whole answer's finishing left for the handler (``task.answer``)."""
+        request = self.request(synth.runtime, task.request)
+        plan = synth.plan(request)
+        if task.request.stream is None:
+            [task.job] = synth.jobs(request, plan, deadline=task.deadline)
+            task.answer = lambda job=task.job: synth.finish(request, plan,
+                                                           synth.take(request, job))
+        else:
+            sink = synth.stream_sink(request, plan, lambda chunk: task.emit("chunk", chunk))
+            [task.job] = synth.jobs(request, plan, sink, keep=False, deadline=task.deadline)
         if task.cancelled.is_set():
             task.job.cancel()
-        task.emit("start", {"sample_rate": runtime.sample_rate, "seed": task.job.seed,
-                            "frame_length": runtime.require_codec().frame_length})
-        if laid_out:
-            layout = TakeLayout(lambda samples, rate: task.emit("chunk", samples),
-                                runtime.sample_rate, batches, 0.0, finishing)
+        task.emit("start", {"sample_rate": synth.sample_rate, "seed": task.job.seed,
+                            "frame_length": synth.require_codec().frame_length})
         return task.job

@@ -15,11 +15,9 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
 
-from ..audio.loudness import LoudnessError
 from ..audio.stretch import SpeedError, import_pedalboard
-from ..params import DEFAULTS, RequestError, Rule
+from ..params import DEFAULTS, SAMPLING_RULES, FieldError, RequestError, Rule
 from ..speech.request import Request
-from ..text.pauses import PauseError, split_pauses
 from .http.errors import ApiError, bad, detail
 from .http.fields import audio_bytes, decode_reference, integer, number, outside, text_field
 from .limits import Limits
@@ -62,32 +60,19 @@ class SpeechRequest:
     names: dict = field(default_factory=dict)
     speech: Request | None = None  # the checked request: ``to_request``
 
-    @property
-    def loudness(self):
-        """The loudness target of a whole answer (``api.speak.finish``), or None."""
-        return self.speech.finishing.loudness if self.speech is not None else None
-
     def to_request(self) -> Request:
-        """The speech ``Request`` of this wire request, checked by its rules; an error is a
-        4xx naming the wire field. Speed needs pedalboard (a 422 naming ``speed`` without
-        it); ``[pause:…]`` tags are checked now too, so a bad one is a 400 naming the text."""
-        names = {"text": self.text_param, **self.names}
+        """The speech ``Request`` of this wire request, checked by its rules (its pause tags
+        taken apart once, here); an error is a 4xx naming the wire field. Speed needs
+        pedalboard (a 422 naming ``speed`` without it)."""
         try:
             speech = Request.tts(self.text, **self.settings)
         except RequestError as e:
-            raise wire_error(e, names) from None
-        except (SpeedError, LoudnessError) as e:
-            name = "speed" if isinstance(e, SpeedError) else "loudness"
-            raise bad(name, detail(str(e).removeprefix(name).lstrip(": "))) from None
+            raise wire_error(e, {"text": self.text_param, **self.names}) from None
         if speech.finishing.stretches:
             try:  # a speed this server cannot make: 422 naming the field, before any work
                 import_pedalboard("speed")
             except SpeedError as e:
                 raise ApiError(422, detail(e), "speed") from None
-        try:
-            split_pauses(speech.text, self.text_param)
-        except PauseError as e:
-            raise ApiError(400, detail(e), self.text_param) from None
         return speech
 
     def checked(self) -> "SpeechRequest":
@@ -100,7 +85,7 @@ def wire_error(error: RequestError, names: dict) -> ApiError:
     """A ``Request``'s error in the wire's words: the field as the dialect names it, a range
     as ``must lie in <interval>``."""
     param = names.get(error.field, error.field)
-    if error.rule is not None:
+    if error.rule is not None and not isinstance(error, FieldError):  # not in its own words
         return outside(param, error.rule, error.value)
     return bad(param, detail(str(error).removeprefix(error.field).lstrip(": ")))
 
@@ -145,8 +130,9 @@ def settings(body: dict, limits: Limits) -> dict:
     capped by the operator (``Limits``)."""
     cap = limits.max_new_tokens
     max_new_tokens = integer(body, "max_new_tokens", min(DEFAULTS.max_new_tokens, cap))
-    if max_new_tokens > cap:
-        raise bad("max_new_tokens", f"must lie in 1 .. {cap}, got {max_new_tokens}")
+    allowed = Rule(1, min(cap, SAMPLING_RULES["max_new_tokens"].high), integer=True)
+    if not allowed.holds(max_new_tokens):  # the rule, under the operator's cap (this door's)
+        raise outside("max_new_tokens", allowed, max_new_tokens)
     return dict(seed=integer(body, "seed"),
                 temperature=number(body, "temperature", DEFAULTS.temperature),
                 top_p=number(body, "top_p", DEFAULTS.top_p),

@@ -50,6 +50,7 @@ class Task:
         self.emit = emit
         self.deadline = time.monotonic() + timeout
         self.job: SpeechJob | None = None
+        self.answer: Callable[[], object] | None = None  # a whole answer's finishing (``jobs``)
         self.cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -139,7 +140,7 @@ class Scheduler:
             try:
                 with self.model() as synth:
                     rows = JobRows(synth.runtime, self.max_batch)
-                    while self.step(synth.runtime, rows, running):
+                    while self.step(synth, rows, running):
                         pass
             except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
                 for task in running.values():
@@ -147,12 +148,12 @@ class Scheduler:
             finally:
                 self.busy = False
 
-    def step(self, runtime, rows: JobRows, running: dict[int, Task]) -> bool:
+    def step(self, synth, rows: JobRows, running: dict[int, Task]) -> bool:
         """One step of the decode: the tasks ``schedule`` lets in join free rows (prefilled
         together), then one frame for every row; the tasks whose text batch ended (or that
         were cancelled or timed out) leave their rows and are settled. False when no row is
         busy."""
-        self._admit(rows, self.schedule(runtime, rows), running)
+        self._admit(rows, self.schedule(synth, rows), running)
         if not len(rows):
             return False
         if self._closed:
@@ -162,7 +163,7 @@ class Scheduler:
             self._settle(running.pop(id(job)))
         return True
 
-    def schedule(self, runtime, rows: JobRows) -> list[Task]:
+    def schedule(self, synth, rows: JobRows) -> list[Task]:
         """The batching policy, an admission rule: the queued tasks that join the rows now,
         from the front of the queue. ``continuous``: as many as rows are free, whenever they
         are. ``static``: only when no row is busy, then up to ``max_batch`` joining together
@@ -174,11 +175,11 @@ class Scheduler:
                 if not self._queue:
                     break
                 task = self._queue.popleft()
-            if self._ready(runtime, task):
+            if self._ready(synth, task):
                 tasks.append(task)
         return tasks
 
-    def _ready(self, runtime, task: Task) -> bool:
+    def _ready(self, synth, task: Task) -> bool:
         """Whether a task taken from the queue can join: not cancelled, not past its deadline,
         its job built (``_start``); a task that cannot is reported and dropped."""
         if task.cancelled.is_set():
@@ -188,7 +189,7 @@ class Scheduler:
             return False
         try:
             if task.job is None:
-                self._start(runtime, task)
+                self._start(synth, task)
         except Exception as e:  # noqa: BLE001 - a bad voice or reference
             fail(task, e)
             return False
@@ -228,9 +229,9 @@ class Scheduler:
             with self._cond:
                 self._queue.append(task)  # its next text batch waits its turn
 
-    def _start(self, runtime, task: Task) -> None:
-        """Build the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""
-        self.jobs.start(runtime, task)
+    def _start(self, synth, task: Task) -> None:
+        """Admit the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""
+        self.jobs.start(synth, task)
 
 
 def fail(task: Task, error: Exception) -> None:

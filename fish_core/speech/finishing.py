@@ -17,18 +17,18 @@ Streams and live playback take the same steps chunk by chunk in ``speech.layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import torch
 
 from ..audio import loudness as lufs
-from ..audio.stretch import check_speed, stretch
+from ..params import RequestError
+from ..audio.stretch import SPEED, check_speed, stretch
 from ..text import plan as textplan
-from ..text import srt as textsrt
-from ..text.lexicon import Lexicon
-from ..text.pauses import PauseError, check_total, split_pauses
+from ..text.lexicon import Lexicon, LexiconError
+from ..text.pauses import Spoken, split_pauses
 from .results import Batch, Speech
 from .voices import Voice
 
@@ -39,6 +39,8 @@ class Finishing:
     speed: float = 1.0
     lexicon: Lexicon | None = None  # the global one; voices may hold their own
 
+    RULES: ClassVar[dict] = {"loudness": lufs.TARGET, "speed": SPEED}  # each number's one rule
+
     @classmethod
     def of(cls, loudness=None, speed: float | None = 1.0, lexicon=None) -> "Finishing":
         """The checked settings: ``loudness`` a target in LUFS or a ``Loudness``; ``speed``
@@ -46,9 +48,13 @@ class Finishing:
         if isinstance(lexicon, (str, Path)):
             lexicon = Lexicon.load(lexicon, "lexicon")
         elif lexicon is not None and not isinstance(lexicon, Lexicon):
-            raise ValueError(f"lexicon must be a Lexicon or a file path, got "
-                             f"{type(lexicon).__name__}")
+            raise LexiconError(f"lexicon must be a Lexicon or a file path, got "
+                               f"{type(lexicon).__name__}", "lexicon", lexicon)
         return cls(lufs.as_loudness(loudness), check_speed(speed), lexicon)
+
+    def keywords(self) -> dict:
+        """The keywords ``of`` makes these settings from (``speech.settings``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def stretches(self) -> bool:
@@ -96,53 +102,51 @@ class Finishing:
     def batches(self, text: str, voices: Sequence[Voice] = (),
                 max_bytes: int | None = textplan.DEFAULT_MAX_BYTES, speaker: int | None = None,
                 field: str = "text") -> list[Batch]:
-        """The text batches of ``text`` (``tts``, ``stream``, a dialogue turn when
-        ``speaker`` is given): respelled, cut at pauses, each piece planned (``max_bytes``
-        None: each piece is one batch, as a subtitle cue is). ``text`` is a checked request's
-        (``speech.request``)."""
-        spoken = split_pauses(self.respell(text, voices, speaker), field)
+        """The text batches of a text not yet taken apart at its pauses (a remote engine's
+        whole script): ``pieces`` of ``split_pauses(text)``."""
+        spoken = split_pauses(text, field)
+        if not spoken.pieces:
+            raise RequestError(field, None, text, f"{field} is empty: nothing to say")
+        return self.pieces(spoken, voices, max_bytes, speaker)
+
+    def pieces(self, spoken: Spoken, voices: Sequence[Voice] = (),
+               max_bytes: int | None = textplan.DEFAULT_MAX_BYTES, speaker: int | None = None
+               ) -> list[Batch]:
+        """The text batches of a text taken apart at its pauses when its request was made
+        (``speech.request``; ``tts``, ``stream``, a dialogue turn when ``speaker`` is given, a
+        subtitle cue): each piece respelled and planned (``max_bytes`` None: each piece is one
+        batch, as a subtitle cue is), each pause kept on the batches beside it."""
         batches: list[Batch] = []
         for piece in spoken.pieces:
-            texts = ([piece.text] if max_bytes is None else
-                     textplan.plan_batches(piece.text, max_bytes))
+            text = self.respell(piece.text, voices, speaker)
+            texts = [text] if max_bytes is None else textplan.plan_batches(text, max_bytes)
             planned = [Batch(b, speaker) for b in texts]
             planned[-1] = replace(planned[-1], after=piece.after)
             batches += planned
-        if not batches:
-            raise ValueError(f"{field} is empty: nothing to say")
         if spoken.lead is not None:
             batches[0] = replace(batches[0], before=spoken.lead)
         return batches
 
-    def turn_batches(self, turns: Sequence[textplan.Turn], voices: Sequence[Voice],
-                     max_bytes: int, turn_by_turn: bool) -> list[Batch]:
-        """A dialogue's batches: each turn on its own (``turn_by_turn``), or the turns joined
-        as one conversation and planned together."""
-        if turn_by_turn:  # the pause budget is the script's, over every turn
-            batches = [b for t in turns
-                       for b in self.batches(t.tagged, voices, max_bytes, t.speaker, "script")]
-            check_total(pause_seconds(batches), "script")
-            return batches
-        tagged = "".join(t.tagged for t in turns)
-        return self.batches(tagged, voices, max_bytes, field="script")
+    def turn_batches(self, turns: Sequence[textplan.Turn], spoken: Sequence[Spoken],
+                     joined: Spoken, voices: Sequence[Voice], max_bytes: int | None,
+                     turn_by_turn: bool) -> list[Batch]:
+        """A dialogue's batches: each turn on its own (``turn_by_turn``: ``spoken``, each
+        turn's pieces), or the turns joined as one conversation (``joined``) and planned
+        together."""
+        if turn_by_turn:
+            return [b for t, s in zip(turns, spoken)
+                    for b in self.pieces(s, voices, max_bytes, t.speaker)]
+        return self.pieces(joined, voices, max_bytes)
 
-    def cue_batches(self, cues: Sequence[textsrt.Cue], voices: Sequence[Voice] = ()
+    def cue_batches(self, spoken: Sequence[Spoken], voices: Sequence[Voice] = ()
                     ) -> tuple[list[Batch], list[int]]:
-        """Subtitle cues as text batches (a cue with pauses is several) and the cue of each."""
+        """Subtitle cues (each taken apart at its pauses) as text batches (a cue with pauses
+        is several) and the cue of each."""
         batches, owners = [], []
-        for i, cue in enumerate(cues):
-            field = f"cue {cue.index}"
-            try:
-                mine = self.batches(cue.text, voices, None, field=field)
-            except PauseError:
-                raise
-            except ValueError as e:
-                if "nothing to say" not in str(e):
-                    raise
-                raise ValueError(f"{field} holds only pauses: give it words to say") from None
+        for i, pieces in enumerate(spoken):
+            mine = self.pieces(pieces, voices, None)
             batches += mine
             owners += [i] * len(mine)
-        check_total(pause_seconds(batches), "subtitles")  # the file's budget, over every cue
         return batches, owners
 
     # ---------------------------------------------------------------- audio

@@ -6,13 +6,15 @@ The local ``Synthesizer`` (``local/``) and the ``RemoteSynthesizer`` (``remote/`
 backends: they implement ``render`` (the takes of a planned request: each text batch's audio and
 result) and ``open`` (a stream's work), and may plan differently (``plan``: a remote engine
 batches long text itself, speaks one voice per request). Everything else is here, once: the
-public methods build a checked ``speech.request.Request`` (the keywords and defaults of every
-synthesizer, ``tests/test_interface.py``), the batches are laid out on the timeline with their
+public methods build a checked ``speech.request.Request`` (the keywords of every synthesizer,
+``tests/test_interface.py``), the batches are laid out on the timeline with their
 pauses and speaking rate and finished (``speech.finishing``), and ``on_chunk`` and streams go
 through the same layout (``speech.layout``) whichever backend made the audio, live as it comes.
 
-Sampling keywords (``**sampling``): ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``
-(``params.SAMPLING_RULES``); any other keyword is a ``TypeError`` naming it.
+Settings (``speech.settings.Settings``): given as one object (``settings=``) and/or as flat
+keywords (``**options``): sampling (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``),
+``seed``, ``takes``, ``history_turns``, ``max_bytes``, a stream's ``first_frames`` and
+``chunk_frames``, and finishing; any other keyword is a ``TypeError`` naming it.
 ``on_chunk(samples, sample_rate)`` (tts, dialogue, subtitles): the returned waveform (take 1's)
 in consecutive float32 ``[n]`` pieces, handed out while it is made, that concatenate to it.
 Finishing keywords: ``loudness`` (LUFS or an ``audio.loudness.Loudness``), ``speed`` (0.5 … 2,
@@ -26,11 +28,10 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from ..params import CHUNK_FRAMES, FIRST_FRAMES
-from ..text.plan import DEFAULT_MAX_BYTES
 from .layout import CueLayout, Deferred, TakeLayout, layout_needed
 from .request import ANY, Accepts, Request
 from .results import Batch, BatchResult, Speech, SubtitleSpeech
+from .settings import Settings
 from .stream import Stream
 from .timeline import join_pieces, place_cues
 from .voices import Voice
@@ -98,62 +99,44 @@ class Front:
 
     # ---------------------------------------------------------------- the API
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-            seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-            history_turns: int = 3, takes: int | None = None,
-            on_progress: Progress | None = None, cancel: Cancel | None = None,
-            on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0, lexicon=None,
-            **sampling) -> Speech | list[Speech]:
+            settings: Settings | None = None, on_progress: Progress | None = None,
+            cancel: Cancel | None = None, on_chunk: OnChunk | None = None,
+            **options) -> Speech | list[Speech]:
         """Speak ``text`` (speaker tags and ``[pause:700ms]`` tags allowed) in ``voice`` (or
         several voices: voice i is ``<|speaker:i|>``), or in a voice the model picks. With
         ``takes=N`` (1 … 8): a list of N Speech, take k drawn with seed ``seed + k``."""
-        return self.speak(Request.tts(
-            text, voice, seed=seed, max_bytes=max_bytes,
-            history_turns=history_turns, takes=takes, loudness=loudness, speed=speed,
-            lexicon=lexicon, accepts=self.accepts, **sampling), on_progress, cancel, on_chunk)
+        return self.speak(Request.tts(text, voice, settings, accepts=self.accepts, **options),
+                          on_progress, cancel, on_chunk)
 
     def stream(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
-               seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-               history_turns: int = 3, first_frames: int = FIRST_FRAMES,
-               chunk_frames: int = CHUNK_FRAMES, loudness=None, speed: float = 1.0,
-               lexicon=None, **sampling) -> Stream:
+               settings: Settings | None = None, **options) -> Stream:
         """``tts`` as an iterator of float32 waveform chunks (``.sample_rate``, ``.seed``,
         ``close()``), concatenating to ``tts``'s waveform; at a ``speed`` other than 1 each
         text batch comes when it is done, a ``loudness`` fixes the gain from the first."""
-        return self.open_stream(Request.tts(
-            text, voice, seed=seed, max_bytes=max_bytes,
-            history_turns=history_turns, loudness=loudness, speed=speed, lexicon=lexicon,
-            first_frames=first_frames, chunk_frames=chunk_frames, accepts=self.accepts,
-            where="stream", **sampling))
+        return self.open_stream(Request.tts(text, voice, settings, accepts=self.accepts,
+                                            where="stream", **options))
 
     def dialogue(self, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
                  pause: float = 0.0, turn_by_turn: bool = False,
-                 require_voices: bool | None = None,
-                 seed: int | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-                 history_turns: int = 3, takes: int | None = None,
+                 require_voices: bool | None = None, settings: Settings | None = None,
                  on_progress: Progress | None = None, cancel: Cancel | None = None,
-                 on_chunk: OnChunk | None = None, loudness=None, speed: float = 1.0,
-                 lexicon=None, **sampling) -> Speech | list[Speech]:
+                 on_chunk: OnChunk | None = None, **options) -> Speech | list[Speech]:
         """A multi-speaker script (``<|speaker:i|>``, ``[speaker_1]: …`` or ``Name: …`` lines),
         ``voices`` by name or in speaker order. ``pause`` seconds go between turns; with
         ``turn_by_turn`` (implied by a pause) each turn is generated on its own."""
         return self.speak(Request.dialogue(
-            script, voices, pause=pause, turn_by_turn=turn_by_turn,
-            require_voices=require_voices, seed=seed, max_bytes=max_bytes,
-            history_turns=history_turns, takes=takes, loudness=loudness, speed=speed,
-            lexicon=lexicon, accepts=self.accepts, **sampling), on_progress, cancel, on_chunk)
+            script, voices, settings, pause=pause, turn_by_turn=turn_by_turn,
+            require_voices=require_voices, accepts=self.accepts, **options),
+            on_progress, cancel, on_chunk)
 
     def subtitles(self, srt: str, voice: Voice | None = None, *,
-                  seed: int | None = None, history_turns: int = 3,
-                  on_progress: Progress | None = None,
+                  settings: Settings | None = None, on_progress: Progress | None = None,
                   cancel: Cancel | None = None, on_chunk: OnChunk | None = None,
-                  loudness=None, speed: float = 1.0, lexicon=None,
-                  **sampling) -> SubtitleSpeech:
+                  **options) -> SubtitleSpeech:
         """Each SRT cue spoken at its start time; a cue longer than the time to the next is
         kept whole (the later cues move back, the overrun reported)."""
-        return self.speak(Request.subtitles(
-            srt, voice, seed=seed, history_turns=history_turns,
-            loudness=loudness, speed=speed, lexicon=lexicon, accepts=self.accepts,
-            **sampling), on_progress, cancel, on_chunk)
+        return self.speak(Request.subtitles(srt, voice, settings, accepts=self.accepts,
+                                            **options), on_progress, cancel, on_chunk)
 
     # ---------------------------------------------------------------- the front, once
     def speak(self, request: Request, on_progress: Progress | None = None,
@@ -169,11 +152,17 @@ class Front:
     def open_stream(self, request: Request) -> Stream:
         """A checked ``tts`` request as a stream, laid out when pauses, speed or loudness ask."""
         plan = self.plan(request)
+        return self.open(request, plan, lambda put: self.stream_sink(request, plan, put))
+
+    def stream_sink(self, request: Request, plan: Plan, put: Callable[[torch.Tensor], None]
+                    ) -> Direct | Deferred:
+        """Where a stream's chunks go: laid out (pauses, speed, loudness from the first batch)
+        into ``put(samples)``, or straight to it when there is nothing to lay out. A stream of
+        ``stream`` and an HTTP service's streamed answer alike."""
         if not layout_needed(plan.batches, 0.0, request.finishing):
-            return self.open(request, plan, Direct)
-        return self.open(request, plan, lambda put: Deferred(lambda: TakeLayout(
-            lambda samples, _: put(samples), self.sample_rate, plan.batches, 0.0,
-            request.finishing)))
+            return Direct(put)
+        return Deferred(lambda: TakeLayout(lambda samples, _: put(samples), self.sample_rate,
+                                           plan.batches, 0.0, request.finishing))
 
     def plan(self, request: Request) -> Plan:
         """The text batches: respelled, cut at pauses, planned (``plan``)."""
@@ -210,11 +199,12 @@ def plan(request: Request, batches: bool = True) -> Plan:
     f, voices = request.finishing, request.voices
     max_bytes = request.max_bytes if batches else None
     if request.kind == "tts":
-        return Plan(f.batches(request.text, voices, max_bytes))
+        return Plan(f.pieces(request.spoken[0], voices, max_bytes))
     if request.kind == "dialogue":
         by_turn = request.pause > 0 or request.turn_by_turn or not batches
-        return Plan(f.turn_batches(request.turns, voices, max_bytes, by_turn), request.pause)
-    cues, owners = f.cue_batches(request.cues, voices)
+        return Plan(f.turn_batches(request.turns, request.spoken, request.joined, voices,
+                                   max_bytes, by_turn), request.pause)
+    cues, owners = f.cue_batches(request.spoken, voices)
     return Plan(cues, 0.0, owners)
 
 

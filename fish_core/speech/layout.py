@@ -25,7 +25,7 @@ shapes the batches:
 Finishing (``speech.finishing``): at a speaking rate other than 1 a batch's chunks are held
 and stretched when it ends (a stretch needs the whole batch); with a loudness the samples go
 through ``audio.loudness.output`` (a gain fixed from the first batch; a whole HTTP answer is
-normalised by its handler, off the model's worker). Live pieces with a loudness therefore differ in level
+finished as a whole by ``Front.finish``, off the model's worker). Live pieces with a loudness therefore differ in level
 from the returned waveform, which is normalised as a whole.
 """
 

@@ -1,40 +1,38 @@
 """``Request``: one speech request, checked once, as every door hands it to a synthesizer.
 
-Every door (the Python API of either synthesizer, the CLI, the ComfyUI nodes, the HTTP
-service) builds a ``Request`` with one of its constructors (``Request.tts``, ``dialogue``,
-``subtitles``; a stream is a ``tts`` request) and reports a ``RequestError`` in its own field
-names (``RequestError.renamed``). The constructors hold every check of a request (text,
-voices, sampling, seed, takes, history, batch size, pauses, finishing); nothing below them
-checks again. The seed is picked here, once: a request is reproducible from its ``Request``.
+A request is its kind, its text, its voices and its ``Settings`` (``speech.settings``: sampling,
+seed, takes, history, batching, finishing; checked when they are made, before any model loads).
+Every door (the Python API of either synthesizer, the CLI, the ComfyUI nodes, the HTTP service)
+builds one with a constructor (``Request.tts``, ``dialogue``, ``subtitles``; a stream is a
+``tts`` request), handing its settings on as one object or as flat keywords, and reports a
+``RequestError`` (``params``: field, rule, value) in its own field names. The constructors
+check the text (its ``[pause:…]`` tags taken apart here, once, and kept: ``spoken``), the
+script or the subtitles and the voices; nothing below them checks again. The seed is picked
+here, once: a request is reproducible from its ``Request``.
 
 One rule per range (``params.Rule``): sampling in ``params.SAMPLING_RULES``, seeds in
-``params.SEED_RULE``, the rest below; speed (``audio.stretch.check_speed``), loudness
-(``audio.loudness.check_target``) and the pause budget (``text.pauses``) where their effect
-lives. ``Accepts`` is what a backend takes beyond the rules (a remote engine's seed range, speaker
+``params.SEED_RULE``, the settings' own in ``speech.settings``, speed in ``audio.stretch.SPEED``,
+loudness in ``audio.loudness.TARGET``, a dialogue's pause below, pause tags in ``text.pauses``.
+``Accepts`` is what a backend takes beyond the rules (a remote engine's seed range, speaker
 count and voices by name), given to the constructors by the front (``speech.front``); its
 attributes are read only when a request needs them (a remote engine is asked then).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, MAX_SEED, RequestError, Rule,
-                      SamplingParams, check_seed, random_seed)
+from ..params import MAX_SEED, RequestError, Rule
 from ..text import plan as textplan
-from ..text import script as textscript
 from ..text import srt as textsrt
-from ..text.script import check_script, check_speaker_count
+from ..text.pauses import Spoken, check_total, split_pauses
+from ..text.script import EmptyScript, check_script, check_speaker_count
 from .finishing import Finishing
-from .results import MAX_TAKES
+from .settings import DEFAULT, Settings, pick_seed  # noqa: F401 - pick_seed: the request's
 from .voices import Voice
 
 KINDS = ("tts", "dialogue", "subtitles")
-TAKES = Rule(1, MAX_TAKES, integer=True)
-HISTORY_TURNS = Rule(0, None, integer=True)
-MAX_BYTES = Rule(16, None, integer=True)  # text bytes per batch
-FRAMES = Rule(1, 1024, integer=True)  # a stream's first chunk and later chunks, in frames
 PAUSE = Rule(0, 10)  # seconds between a dialogue's turns
 
 
@@ -62,57 +60,81 @@ class Request:
     kind: str  # "tts" (and streams), "dialogue" or "subtitles"
     text: str  # the text, the script or the SRT
     voices: tuple[Voice, ...] = ()  # in speaker order (a dialogue's by name: ``names``)
-    sampling: SamplingParams = DEFAULTS
-    seed: int = 0  # the base seed, picked once: take k draws with seed + k
-    takes: int | None = None  # None: one result; N: a list of N
-    history_turns: int = 3
-    max_bytes: int = textplan.DEFAULT_MAX_BYTES
-    finishing: Finishing = field(default_factory=Finishing)
+    settings: Settings = DEFAULT  # its seed picked
     pause: float = 0.0  # seconds between a dialogue's turns
     turn_by_turn: bool = False
     turns: tuple = ()  # a dialogue's checked turns (``text.plan.Turn``)
     cues: tuple = ()  # the subtitles' cues (``text.srt.Cue``)
-    first_frames: int = FIRST_FRAMES  # a stream's chunking
-    chunk_frames: int = CHUNK_FRAMES
+    # The text taken apart at its pause tags, once: the text's (tts), each turn's (dialogue),
+    # each cue's (subtitles); ``joined``: a dialogue's turns as one conversation.
+    spoken: tuple[Spoken, ...] = ()
+    joined: Spoken | None = None
+
+    # ---------------------------------------------------------------- its settings
+    @property
+    def sampling(self):
+        return self.settings.sampling
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def takes(self) -> int | None:
+        return self.settings.takes
 
     @property
     def count(self) -> int:
         """How many takes are generated."""
-        return self.takes or 1
+        return self.settings.count
+
+    @property
+    def history_turns(self) -> int:
+        return self.settings.history_turns
+
+    @property
+    def max_bytes(self) -> int:
+        return self.settings.max_bytes
+
+    @property
+    def first_frames(self) -> int:
+        return self.settings.first_frames
+
+    @property
+    def chunk_frames(self) -> int:
+        return self.settings.chunk_frames
+
+    @property
+    def finishing(self) -> Finishing:
+        return self.settings.finishing
 
     # ---------------------------------------------------------------- constructors
     @classmethod
-    def tts(cls, text: str, voice=None, *, seed: int | None = None,
-            max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
-            takes: int | None = None, loudness=None, speed: float = 1.0, lexicon=None,
-            first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
-            accepts: Accepts = ANY, where: str = "tts", **sampling) -> "Request":
+    def tts(cls, text: str, voice=None, settings: Settings | None = None, *,
+            accepts: Accepts = ANY, where: str = "tts", **options) -> "Request":
         """Speak ``text`` in ``voice`` (one ``Voice``, several: voice i is ``<|speaker:i|>``,
-        or None: the model's own)."""
-        if not textplan.check_text(text, "text").strip():
-            raise RequestError("text", None, text, "text is empty: nothing to say")
-        sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
+        or None: the model's own). ``settings`` and/or flat keywords (``Settings.of``)."""
+        spoken = spoken_text(text, "text")
+        settings = Settings.of(settings, where, **options)  # before the backend is asked
         if accepts.max_speakers is not None:
             check_speaker_count(textplan.split_turns(text), accepts.max_speakers, accepts.model)
         return cls("tts", text, tuple(as_voices(accepts.voices(voice))),
-                   **common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon,
-                            accepts, sampling),
-                   first_frames=FRAMES.check(first_frames, "first_frames"),
-                   chunk_frames=FRAMES.check(chunk_frames, "chunk_frames"))
+                   settings.seeded(accepts.max_seed), spoken=(spoken,))
 
     @classmethod
-    def dialogue(cls, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (), *,
-                 pause: float = 0.0, turn_by_turn: bool = False,
-                 require_voices: bool | None = None, seed: int | None = None,
-                 max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
-                 takes: int | None = None, loudness=None, speed: float = 1.0, lexicon=None,
-                 accepts: Accepts = ANY, where: str = "dialogue", **sampling) -> "Request":
+    def dialogue(cls, script: str, voices: Mapping[str, Voice] | Sequence[Voice] = (),
+                 settings: Settings | None = None, *, pause: float = 0.0,
+                 turn_by_turn: bool = False, require_voices: bool | None = None,
+                 accepts: Accepts = ANY, where: str = "dialogue", **options) -> "Request":
         """A multi-speaker script, ``voices`` by name or in speaker order; with voices given
         every speaker maps to one unless ``require_voices`` is False (default: False where the
         model invents voices)."""
         if not textplan.check_text(script, "script").strip():
-            raise textscript.ScriptError("the script is empty: nothing to say")
-        sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
+            raise EmptyScript("the script is empty: nothing to say", "script", script)
+        settings = Settings.of(settings, where, **options)  # before the backend is asked
+        if isinstance(pause, bool) or not PAUSE.holds(pause):
+            raise RequestError("pause", PAUSE, pause,
+                               f"pause must be between 0 and 10 seconds, got {pause}")
         voices = accepts.voices(voices)
         if isinstance(voices, Mapping):
             names, voice_list = list(voices), as_voices(list(voices.values()))
@@ -123,46 +145,49 @@ class Request:
             require_voices = bool(voice_list) and not accepts.invents_voices
         turns = check_script(script, names, require_voices, accepts.max_speakers,
                              accepts.model)
-        if isinstance(pause, bool) or not PAUSE.holds(pause) or pause != pause:
-            raise RequestError("pause", PAUSE, pause,
-                               f"pause must be between 0 and 10 seconds, got {pause}")
-        return cls("dialogue", script, tuple(voice_list),
-                   **common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon,
-                            accepts, sampling),
-                   pause=float(pause), turn_by_turn=bool(turn_by_turn), turns=tuple(turns))
+        spoken = [spoken_text(t.tagged, "script", f"turn {i + 1} of the script")
+                  for i, t in enumerate(turns)]
+        check_total(sum(seconds(s) for s in spoken), "script")  # the script's budget
+        return cls("dialogue", script, tuple(voice_list), settings.seeded(accepts.max_seed),
+                   pause=float(pause), turn_by_turn=bool(turn_by_turn), turns=tuple(turns),
+                   spoken=tuple(spoken),
+                   joined=split_pauses("".join(t.tagged for t in turns), "script"))
 
     @classmethod
-    def subtitles(cls, srt: str, voice: Voice | None = None, *, seed: int | None = None,
-                  history_turns: int = 3, loudness=None, speed: float = 1.0, lexicon=None,
-                  accepts: Accepts = ANY, where: str = "subtitles", **sampling) -> "Request":
+    def subtitles(cls, srt: str, voice: Voice | None = None, settings: Settings | None = None,
+                  *, accepts: Accepts = ANY, where: str = "subtitles", **options) -> "Request":
         """Each SRT cue spoken at its start time."""
         cues = textsrt.parse_srt(srt)
-        sampling = SamplingParams.from_options(sampling, where)  # before the backend is asked
+        spoken = [spoken_text(cue.text, f"cue {cue.index}", f"cue {cue.index}") for cue in cues]
+        settings = Settings.of(settings, where, **options)  # before the backend is asked
+        check_total(sum(seconds(s) for s in spoken), "subtitles")  # the file's budget
         return cls("subtitles", srt, tuple(as_voices(accepts.voices(voice))),
-                   **common(seed, None, history_turns, textplan.DEFAULT_MAX_BYTES, loudness,
-                            speed, lexicon, accepts, sampling),
-                   cues=tuple(cues))
+                   settings.seeded(accepts.max_seed), cues=tuple(cues), spoken=tuple(spoken))
+
+    def with_voices(self, voices) -> "Request":
+        """This ``tts`` or ``subtitles`` request in ``voices`` (a voice made once the model
+        is there: a node's reference clip), nothing else checked again."""
+        if self.kind == "dialogue":
+            raise ValueError("a dialogue maps its speakers to its voices: build it with them")
+        return replace(self, voices=tuple(as_voices(voices)))
 
 
-def common(seed, takes, history_turns, max_bytes, loudness, speed, lexicon, accepts: Accepts,
-           sampling: SamplingParams) -> dict:
-    """The settings every kind of request takes, checked (the seed picked when not given)."""
-    if takes is not None:
-        TAKES.check(takes, "takes")
-    return dict(sampling=sampling,
-                seed=pick_seed(seed, accepts.max_seed), takes=takes,
-                history_turns=HISTORY_TURNS.check(history_turns, "history_turns"),
-                max_bytes=MAX_BYTES.check(max_bytes, "max_bytes"),
-                finishing=Finishing.of(loudness, speed, lexicon))
+def spoken_text(text: str, field: str, what: str | None = None) -> Spoken:
+    """``text`` taken apart at its pause tags (checked), with words to say."""
+    if field == "text" and not textplan.check_text(text, "text").strip():
+        raise RequestError("text", None, text, "text is empty: nothing to say")
+    spoken = split_pauses(text, field)
+    if not spoken.pieces:
+        if what is None:
+            raise RequestError(field, None, text, f"{field} is empty: nothing to say")
+        raise RequestError(field, None, text,
+                           f"{what} holds only pauses: give it words to say")
+    return spoken
 
 
-def pick_seed(seed: int | None, max_seed: int = MAX_SEED) -> int:
-    """A request's base seed: ``seed`` (checked), or a fresh one below half of ``max_seed``
-    when that is not the whole range (so the seeds of takes and pieces stay in it)."""
-    if seed is not None:
-        return check_seed(seed)
-    fresh = random_seed()
-    return fresh if max_seed == MAX_SEED else fresh % (max_seed // 2 + 1)
+def seconds(spoken: Spoken) -> float:
+    """The seconds of ``[pause:…]`` silence written in ``spoken``."""
+    return (spoken.lead or 0.0) + sum(p.after or 0.0 for p in spoken.pieces)
 
 
 def as_voices(voice) -> list[Voice]:

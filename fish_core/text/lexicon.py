@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..budgets import LEXICON_GROWTH
-from ..params import Cancelled
+from ..params import Cancelled, FieldError
 from .plan import check_text, read_text_file
 
 MAX_ENTRIES = 20000
@@ -45,8 +45,10 @@ TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
 WORD, SPACE, MARK = 0, 1, 2  # token kinds
 
 
-class LexiconError(ValueError):
+class LexiconError(FieldError):
     """A lexicon that cannot be read (the message names the file and line)."""
+
+    FIELD = "lexicon"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..budgets import MAX_PAUSE_SECONDS, MAX_PAUSE_TOTAL_SECONDS
+from ..params import FieldError
 from .plan import SPEAKER_TAG
 
 MAX_PAUSE = MAX_PAUSE_SECONDS  # seconds, one tag
@@ -26,8 +27,9 @@ DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)", re.IGNORECASE)
 HINT = "write it as [pause:700ms] or [pause:1.5s]"
 
 
-class PauseError(ValueError):
-    """A ``[pause:…]`` tag that is malformed or asks for an absurd length."""
+class PauseError(FieldError):
+    """A ``[pause:…]`` tag that is malformed or asks for an absurd length (a ``RequestError``
+    naming the text, script or cue that holds it)."""
 
 
 @dataclass(frozen=True)
@@ -52,14 +54,16 @@ def duration(tag: str, value: str, field: str = "text") -> float:
     """Seconds of one tag's ``value`` ("700ms", "1.5 s"); errors quote the tag."""
     value = value.strip()
     if value.startswith("-"):
-        raise PauseError(f"{field}: {tag} is negative; a pause lasts 0 to {MAX_PAUSE:g} s")
+        raise PauseError(f"{field}: {tag} is negative; a pause lasts 0 to {MAX_PAUSE:g} s",
+                         field, tag)
     m = DURATION.fullmatch(value)
     if m is None:
-        raise PauseError(f"{field}: {tag} is not a duration; {HINT}")
+        raise PauseError(f"{field}: {tag} is not a duration; {HINT}", field, tag)
     seconds = float(m.group(1)) / (1000.0 if m.group(2).lower() == "ms" else 1.0)
     if seconds > MAX_PAUSE:
         raise PauseError(f"{field}: {tag} is {seconds:g} s; a pause lasts at most "
-                         f"{MAX_PAUSE:g} s (split it into several if you mean it)")
+                         f"{MAX_PAUSE:g} s (split it into several if you mean it)",
+                         field, tag)
     return seconds
 
 
@@ -68,7 +72,8 @@ def check_total(seconds: float, field: str = "text") -> None:
     pause tags in ``field`` (a text, a whole script, a whole subtitle file)."""
     if seconds > MAX_TOTAL:
         raise PauseError(f"{field}: its [pause:…] tags add up to more than {MAX_TOTAL:g} s, the "
-                         f"most silence one request may ask for; shorten them")
+                         f"most silence one request may ask for; shorten them", field,
+                         seconds)
 
 
 def has_pauses(text: str) -> bool:
@@ -101,7 +106,8 @@ def _add(pieces: list[Piece], text: str, speaker: str | None, field: str) -> str
     left_open = OPEN_TAG.search(text)
     if left_open:
         raise PauseError(f"{field}: a pause tag is not closed near "
-                         f"{text[left_open.start():left_open.start() + 24]!r}; {HINT}")
+                         f"{text[left_open.start():left_open.start() + 24]!r}; {HINT}",
+                         field)
     tags = SPEAKER_TAG.findall(text)
     body = text.strip()
     if SPEAKER_TAG.sub("", body).strip():

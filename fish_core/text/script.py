@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..params import FieldError
 from . import plan as textplan
 from .plan import SPEAKER_TAG, Turn, split_turns
 from .pauses import protect, restore
@@ -20,8 +21,14 @@ NUMBERED = re.compile(r"^(?:speaker|spk|s)[ _\-]?(\d+)$", re.IGNORECASE)
 BARE_LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,40}\]\s*:?|[^\W\d][\w .'\-]{0,39}?\s*:)\s*$")
 
 
-class ScriptError(ValueError):
+class ScriptError(FieldError):
     """A speaker script cannot be mapped onto the given voices."""
+
+    FIELD = "script"
+
+
+class EmptyScript(ScriptError):
+    """A script with nothing to say."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ def check_script(script: str, names: Sequence[str], require_voices: bool = True,
     check_unique_names(turns, names)
     assigned = assign_speakers(turns, names, require_voices)
     if not assigned:
-        raise ScriptError("the script is empty: nothing to say")
+        raise EmptyScript("the script is empty: nothing to say", "script", script)
     if max_speakers is not None:
         check_speaker_count(assigned, max_speakers, model)
     return assigned

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..params import FieldError
 from .plan import check_text
 
 
@@ -24,8 +25,10 @@ MAX_SRT_SECONDS = 4 * 3600
 MAX_SRT_CUES = 5000
 
 
-class SubtitleError(ValueError):
+class SubtitleError(FieldError):
     """An SRT file cannot be parsed."""
+
+    FIELD = "srt"
 
 
 def parse_srt(text: str) -> list[Cue]:

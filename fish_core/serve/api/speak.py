@@ -9,7 +9,6 @@ import base64
 import json
 from typing import Callable
 
-import torch
 from aiohttp import web
 
 from ..http import formats
@@ -35,7 +34,7 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
                     "max_samples": round(service.limits.max_answer_seconds
                                          * info["sample_rate"])}
             if speech.stream is None:
-                return await whole(items, request, speech, info)
+                return await whole(items, request, task, speech, info)
             return await streamed(items, request, speech, info)
         except ClientGone:  # nobody to answer; 499 is what the access log shows
             return web.Response(status=499)
@@ -74,36 +73,24 @@ def audio_headers(info: dict) -> dict:
             "X-Sailfish-Sample-Rate": str(info["sample_rate"])}
 
 
-async def whole(items, request, speech: SpeechRequest, info: dict) -> web.Response:
-    chunks, samples = [], 0
-    while True:
-        kind, value = await next_item(items, request)
-        if kind == "error":
-            raise value
-        if kind == "done":
-            break
-        samples += value.shape[0]
-        if samples > info["max_samples"]:
-            raise too_long(info)  # the task is cancelled on the way out
-        chunks.append(value)
-    wave = torch.cat(chunks)
-    chunks.clear()
-    data = await asyncio.get_running_loop().run_in_executor(
-        None, finish, wave, info["sample_rate"], speech)
+async def whole(items, request, task, speech: SpeechRequest, info: dict) -> web.Response:
+    """The whole answer: its take finished by the front's one step (``Front.finish``: speed,
+    pauses, loudness, as a local result) and encoded, in the handler's executor, never on the
+    model's worker."""
+    kind, value = await next_item(items, request)
+    if kind == "error":
+        raise value
+    data = await asyncio.get_running_loop().run_in_executor(None, answer, task, speech, info)
     return web.Response(body=data, content_type=formats.CONTENT_TYPES[speech.format],
                         headers=audio_headers(info))
 
 
-def finish(wave: torch.Tensor, sample_rate: int, speech: SpeechRequest) -> bytes:
-    """A whole answer at its loudness (measured on its speech, ``audio.loudness.gain_for``),
-    encoded: in the handler's executor, never on the model's worker. ``wave`` is the answer's
-    own tensor (scaled in place)."""
-    if speech.loudness is not None:
-        from ...audio import loudness as lufs
-
-        gain = lufs.gain_for(wave, sample_rate, lufs.as_loudness(speech.loudness))
-        wave.mul_(gain.factor)
-    return formats.encode(wave, sample_rate, speech.format)
+def answer(task, speech: SpeechRequest, info: dict) -> bytes:
+    """``task``'s finished take, within the answer budget, encoded."""
+    finished = task.answer()
+    if finished.waveform.shape[0] > info["max_samples"]:
+        raise too_long(info)
+    return formats.encode(finished.waveform, finished.sample_rate, speech.format)
 
 
 async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.StreamResponse:

@@ -132,8 +132,9 @@ def sentence_request(config: StreamConfig, text: str, index: int) -> SpeechReque
     session), PCM streamed, stretched on its own (docs/finished-audio.md); no loudness (refused
     in ``session.config``: a session's sentences are not one mix)."""
     request, text = config.request, config.prefix + text
-    speech = replace(request.speech, text=text, seed=batch_seed(request.speech.seed, index))
-    return replace(request, text=text, format="pcm", stream="audio", speech=speech)
+    seed = batch_seed(request.speech.seed, index)
+    return replace(request, text=text, format="pcm", stream="audio",
+                   settings={**request.settings, "seed": seed}).checked()
 
 
 def cut_sentences(buffer: str) -> tuple[list[str], str]:

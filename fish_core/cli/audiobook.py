@@ -29,16 +29,14 @@ import json
 import os
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ..params import pick_seed
 from ..text.book import Book, read_book
-from ..text.lexicon import Lexicon
-from .finishing import Finishing
+from .settings import Settings
 from .voices import Voice
 
 MANIFEST = "book.json"
@@ -71,77 +69,98 @@ class BookResult:
 
 
 def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
-                voice: Voice | None = None, seed: int | None = None, loudness=None,
-                speed: float = 1.0, lexicon: Lexicon | str | Path | None = None,
+                voice: Voice | None = None, settings: Settings | None = None,
                 audio_format: str = "wav", model: str = "",
-                max_bytes: int | None = None, history_turns: int = 3,
                 on_progress: Callable[[int, int], None] | None = None,
-                cancel: Callable[[], bool] | None = None, **sampling) -> BookResult:
+                cancel: Callable[[], bool] | None = None, **options) -> BookResult:
     """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
-    ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``model``
+    ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``settings``
+    and/or flat keywords (``speech.settings.Settings.of``) as ``tts`` takes them; ``model``
     names the model in the chapters' digests (a different model re-speaks them)."""
+    settings = Settings.of(settings, "tts", **options)  # checked before any work
     if audio_format not in FORMATS:
         raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
                          f"{audio_format!r}")
     if not isinstance(book, Book):
         book = read_book(book)
-    names = [chapter_file(i, c.title, audio_format) for i, c in enumerate(book.chapters, 1)]
-    finishing = Finishing.of(loudness, speed, lexicon)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(folder)
-    if seed is None:
-        seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else None
-    seed = pick_seed(seed)
-    options = {"history_turns": history_turns, **sampling}
-    if max_bytes is not None:
-        options["max_bytes"] = max_bytes
-    settings = {"version": VERSION, "voice": voice_digest(voice), "seed": seed,
-                "finishing": finishing.as_dict(), "sampling": options, "model": model,
-                "format": audio_format}
-    done_before = {c.get("index"): c for c in manifest.get("chapters", [])
-                   if isinstance(c, dict)}
-    total = sum(len(c.text) for c in book.chapters)
-    progress = 0
-    result = BookResult(book.title, folder, seed)
-    entries = []
+    kept_seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else None
+    settings = settings.seeded() if settings.seed is not None or kept_seed is None else (
+        replace(settings, seed=kept_seed))
+    recorded = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
+                "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
+                "model": model, "format": audio_format}
+    chapters = Chapters(folder, book, recorded, manifest, audio_format)
+    total, progress = sum(len(c.text) for c in book.chapters), 0
     for i, chapter in enumerate(book.chapters, 1):
-        key = digest(settings, chapter.title, chapter.text)
-        name = names[i - 1]
-        kept = done_before.get(i)
-        if (kept and kept.get("key") == key and kept.get("file") == name
-                and isinstance(kept.get("seconds"), (int, float)) and (folder / name).is_file()
-                and (folder / name).stat().st_size == kept.get("size")):
-            entries.append(kept)
-            result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
-        else:
+        if not chapters.keep(i, chapter):
             def report(done: int, steps: int, base=progress, size=len(chapter.text)) -> None:
                 if on_progress is not None and steps:
                     on_progress(base + size * min(done, steps) // steps, total)
 
-            speech = synth.tts(chapter.text, voice, seed=seed, loudness=finishing.loudness,
-                               speed=finishing.speed, lexicon=finishing.lexicon,
-                               on_progress=report, cancel=cancel, **options)
-            write_audio(folder / name, speech.waveform, speech.sample_rate)
-            entry = {"index": i, "title": chapter.title, "file": name, "key": key,
-                     "seconds": round(speech.duration, 6), "samples": speech.waveform.shape[0],
-                     "sample_rate": speech.sample_rate, "size": (folder / name).stat().st_size}
-            entries.append(entry)
-            result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False))
-            # What is finished is recorded at once: a kill after this keeps the chapter.
-            write_json(folder / MANIFEST, {"title": book.title, "seed": seed,
-                                           "settings": settings,
-                                           "chapters": entries + [c for n, c in
-                                                                  done_before.items()
-                                                                  if isinstance(n, int)
-                                                                  and n > i]})
+            chapters.write(i, chapter, synth.tts(chapter.text, voice, settings=settings,
+                                                 on_progress=report, cancel=cancel))
         progress += len(chapter.text)
         if on_progress is not None:
             on_progress(progress, total)
-    write_json(folder / MANIFEST, {"title": book.title, "seed": seed, "settings": settings,
-                                   "chapters": entries})
-    write_chapter_files(folder, result)
-    return result
+    return chapters.close()
+
+
+def sampling_of(settings: Settings) -> dict:
+    """What a chapter's digest records of the sampling and batching."""
+    return {"history_turns": settings.history_turns, **settings.sampling.__dict__,
+            "max_bytes": settings.max_bytes}
+
+
+class Chapters:
+    """The chapter files of one run in ``folder``: those kept from an earlier run (same
+    digest, file and size) and those written now, the manifest written after each."""
+
+    def __init__(self, folder: Path, book: Book, settings: dict, manifest: dict, fmt: str):
+        self.folder, self.settings, self.title = folder, settings, book.title
+        self.names = [chapter_file(i, c.title, fmt) for i, c in enumerate(book.chapters, 1)]
+        self.before = {c.get("index"): c for c in manifest.get("chapters", [])
+                       if isinstance(c, dict)}
+        self.entries: list[dict] = []
+        self.result = BookResult(book.title, folder, settings["seed"])
+
+    def keep(self, i: int, chapter) -> bool:
+        """Whether chapter ``i`` is kept from the earlier run (and recorded so)."""
+        key = digest(self.settings, chapter.title, chapter.text)
+        name, kept = self.names[i - 1], self.before.get(i)
+        path = self.folder / name
+        if not (kept and kept.get("key") == key and kept.get("file") == name
+                and isinstance(kept.get("seconds"), (int, float)) and path.is_file()
+                and path.stat().st_size == kept.get("size")):
+            return False
+        self.entries.append(kept)
+        self.result.chapters.append(ChapterFile(i, chapter.title, name, kept["seconds"], True))
+        return True
+
+    def write(self, i: int, chapter, speech) -> None:
+        """Chapter ``i`` spoken: its file, then the manifest (a kill after this keeps it)."""
+        name = self.names[i - 1]
+        write_audio(self.folder / name, speech.waveform, speech.sample_rate)
+        entry = {"index": i, "title": chapter.title, "file": name,
+                 "key": digest(self.settings, chapter.title, chapter.text),
+                 "seconds": round(speech.duration, 6), "samples": speech.waveform.shape[0],
+                 "sample_rate": speech.sample_rate,
+                 "size": (self.folder / name).stat().st_size}
+        self.entries.append(entry)
+        self.result.chapters.append(ChapterFile(i, chapter.title, name, entry["seconds"], False))
+        later = [c for n, c in self.before.items() if isinstance(n, int) and n > i]
+        self.manifest(self.entries + later)
+
+    def manifest(self, chapters: list) -> None:
+        write_json(self.folder / MANIFEST, {"title": self.title, "seed": self.settings["seed"],
+                                            "settings": self.settings, "chapters": chapters})
+
+    def close(self) -> BookResult:
+        self.manifest(self.entries)
+        write_chapter_files(self.folder, self.result)
+        return self.result
 
 
 # ---------------------------------------------------------------- digests and files
