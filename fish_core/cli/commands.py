@@ -165,6 +165,15 @@ def cmd_voice(args) -> str:
     if args.voice_command == "register":
         return cmd_voice_register(args)
     lexicon = finishing(args).get("lexicon")
+    text = args.text
+    if args.voice_command == "encode" and (text is None or not text.strip()):
+        from ..engine.device import resolve_device
+        from ..local.listener import Listener
+
+        # heard by the speech recogniser (before the codec loads) and shown
+        text = Listener(args.asr, args.models_dir, resolve_device(args.device),
+                        download=not args.no_download).transcript(args.audio)
+        print(inputs.heard_note(args.audio, text, "--text"), file=sys.stderr)
     codec = load_codec(args)  # as `say` loads it (codec_dtypes_for): the same codes
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     notes = []
@@ -176,7 +185,7 @@ def cmd_voice(args) -> str:
         clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
         voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
     else:
-        voice = encode_voice(codec, args.audio, args.text, name=name)
+        voice = encode_voice(codec, args.audio, text, name=name)
     voice.lexicon = lexicon
     save(args.out, voice.save, "voice")
     for note in notes:

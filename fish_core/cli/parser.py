@@ -195,7 +195,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                             "several speakers; with --remote, a name that is no file is one of "
                             "the engine's voices")
         p.add_argument("--voice-text", action="append", default=[], metavar="TEXT",
-                       help="the words spoken in a --voice clip (one per clip, in order)")
+                       help="the words spoken in a --voice clip (one per clip, in order); a "
+                            "clip without one is transcribed by Qwen3-ASR (check it)")
         p.add_argument("--ref-audio", action="append", default=[], metavar="CLIP",
                        help="a reference clip (repeatable); the same as --voice CLIP")
         p.add_argument("--ref-text", action="append", default=[], metavar="TEXT",
@@ -205,7 +206,17 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                        help="a voice file (.safetensors) or a reference clip with --voice-text "
                             "(with --remote, a name that is no file: the engine's voice)")
         p.add_argument("--voice-text", default=None, metavar="TEXT",
-                       help="the words spoken in the --voice clip")
+                       help="the words spoken in the --voice clip (default: transcribed by "
+                            "Qwen3-ASR; check it)")
+    add_asr_arg(p)
+
+
+def add_asr_arg(p: argparse.ArgumentParser) -> None:
+    """``--asr FOLDER``: the speech recogniser for a clip without its transcript (and checked
+    takes); default Qwen3-ASR-0.6B in --models-dir, downloaded when first needed."""
+    p.add_argument("--asr", default=None, metavar="FOLDER",
+                   help="a Qwen3-ASR folder, for a clip without its transcript (default: "
+                        "Qwen3-ASR-0.6B in --models-dir, downloaded when first needed)")
 
 
 def debug_flag() -> argparse.ArgumentParser:
@@ -294,7 +305,14 @@ def add_voice_command(add_command, common: list) -> None:
              "the text the take says (as given to say)")):
         e = vs.add_parser(name, parents=common, help=about)
         e.add_argument("audio", help=audio)
-        e.add_argument("--text", required=True, help=text)
+        if name == "encode":
+            e.add_argument("--text", default=None,
+                           help=text + " (default: transcribed by Qwen3-ASR, printed and kept "
+                                "in the voice; a recognised transcript can be wrong: to correct "
+                                "it, encode again with --text)")
+            add_asr_arg(e)
+        else:
+            e.add_argument("--text", required=True, help=text)
         e.add_argument("--name", default=None,
                        help="the voice's name, as scripts address it (default: the file's stem)")
         e.add_argument("-o", "--out", required=True, help="output .safetensors")

@@ -39,6 +39,7 @@ from ..speech.stream import Stream
 from ..speech.voices import Voice
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_jobs, run_round
+from .listener import Listener
 from .runtime import Runtime
 
 
@@ -56,17 +57,25 @@ class Synthesizer(Front):
         # The loaded parts, for scripts and tools to read (the runtime owns and uses them).
         self.model, self.config, self.tokenizer = r.model, r.config, r.tokenizer
         self.encoder, self.codec, self.engine = r.encoder, r.codec, r.engine
+        # The speech recogniser, loaded when first needed (a clip without its transcript,
+        # checked takes): ``listener.configure(asr=FOLDER, models_dir=…, download=…)``.
+        self.listener = Listener(device=next(model.parameters()).device)
 
     def release_caches(self) -> None:
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
         self.runtime.release()
+
+    def release_listener(self) -> None:
+        """Free the speech recogniser (loaded again when next needed)."""
+        self.listener.release()
 
     @classmethod
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,
                         quantization: str | None = None, models_dir=None, download=True,
                         codec_dtype=None, context_length: int | None = None,
                         compile_cache: str | None = None,
-                        prefix_cache_mb: float | None = None, threads=None) -> "Synthesizer":
+                        prefix_cache_mb: float | None = None, threads=None,
+                        asr=None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768).
@@ -78,7 +87,9 @@ class Synthesizer(Front):
         set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
         N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
-        ``threads`` input decides)."""
+        ``threads`` input decides). ``asr``: a Qwen3-ASR folder for the transcripts of
+        reference clips given without one and for checked takes (default: Qwen3-ASR-0.6B in
+        ``models_dir``, downloaded when first needed unless ``download`` is False)."""
         from ..engine import threads as thread_policy
         from ..loading.hub import resolve
 
@@ -94,8 +105,10 @@ class Synthesizer(Front):
         codec = None
         if (folder / CHECKPOINT_NAME).is_file():
             codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
-        return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
-                   compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
+        synth = cls(model, tokenizer, codec, compile=compile, context_length=context_length,
+                    compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
+        synth.listener.configure(asr, models_dir, download)
+        return synth
 
     @staticmethod
     def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
@@ -117,11 +130,15 @@ class Synthesizer(Front):
         return self.runtime.require_codec()
 
     # ------------------------------------------------------------------ voices
-    def encode_voice(self, audio, text: str, name: str = "voice", sample_rate: int | None = None
-                     ) -> Voice:
+    def encode_voice(self, audio, text: str | None = None, name: str = "voice",
+                     sample_rate: int | None = None) -> Voice:
         """Encode a reference clip (file path, or tensor/array with ``sample_rate``; a
         ``{"waveform", "sample_rate"}`` dict is unpacked by ``audio.files.from_mapping``) and
-        its transcript into a reusable voice."""
+        its transcript into a reusable voice. Without ``text`` (None or blank) the clip is
+        transcribed by the speech recogniser (``listener``) and the voice keeps what it heard
+        (``voice.clips[0].text``: show it; a recognised transcript can be wrong)."""
+        if text is None or (isinstance(text, str) and not text.strip()):
+            text = self.listener.transcript(audio, sample_rate)
         return self.runtime.encode_voice(audio, text, name, sample_rate)
 
     # ------------------------------------------------------------------ the backend

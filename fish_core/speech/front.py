@@ -83,9 +83,10 @@ class Front:
     def release_caches(self) -> None:
         """Free what the next call can re-make (KV caches; nothing for a remote engine)."""
 
-    def encode_voice(self, audio, text: str, name: str = "voice",
+    def encode_voice(self, audio, text: str | None = None, name: str = "voice",
                      sample_rate: int | None = None) -> Voice:
-        """A reusable voice from a reference clip and its transcript."""
+        """A reusable voice from a reference clip and its transcript (None: heard by the
+        local synthesizer's speech recogniser; a remote engine needs it given)."""
         raise NotImplementedError
 
     def render(self, request: Request, plan: Plan, on_progress: Progress | None,
