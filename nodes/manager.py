@@ -78,11 +78,17 @@ class ModelHandle:
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
     from ..fish_core import Synthesizer
 
-    return Synthesizer.from_pretrained(
+    synth = Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
         quantization=handle.quantization, download=False,
         context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb,
         threads=False)  # the loader's `threads` input set them, or left them (model.py)
+    # The speech recogniser (a Voice Encode without transcript) lives in the first models
+    # folder, downloaded there when first needed; it is freed with this model.
+    from .paths import MODELS, roots
+
+    synth.listener.configure(None, roots(MODELS)[0], download=True)
+    return synth
 
 
 class SailfishS2(torch.nn.Module):

@@ -94,3 +94,20 @@ def test_say_with_a_clip_and_no_voice_text(ckpt_dir, clip, asr_dir, tmp_path, ca
                      str(ckpt_dir), "--max-new-tokens", "4", "--seed", "1", "--precision",
                      "fp32", "--threads", "1", "-o", str(out)]) == 0
     assert out.is_file() and heard(clip, asr_dir) in capsys.readouterr().err
+
+
+def test_http_voice_without_text_is_heard_and_answered(listening, clip, asr_dir, tmp_path):
+    try:  # the HTTP client the openai SDK depends on (httpx2 in newer releases)
+        import httpx2 as httpx
+    except ImportError:
+        httpx = pytest.importorskip("httpx")
+    from conftest import served
+
+    with served(listening, tmp_path) as server:
+        added = httpx.post(server.url + "/v1/audio/voices", data={"name": "me"},
+                           files={"audio": ("me.wav", clip.read_bytes(), "audio/wav")},
+                           timeout=120)
+    assert added.status_code == 201, added.text
+    expected = heard(clip, asr_dir)
+    assert added.json()["text"] == expected
+    assert Voice.load(tmp_path / "me.safetensors").clips[0].text == expected

@@ -86,8 +86,8 @@ def clip_samples(audio, sample_rate: int | None):
         from ..audio.files import from_mapping
 
         audio, sample_rate = from_mapping(audio, "reference audio")
-        if getattr(audio, "ndim", 0) == 3:  # ComfyUI's [B, C, T]: item 0
-            audio = audio[0]
+    if getattr(audio, "ndim", 0) == 3:  # ComfyUI's [B, C, T]: item 0, as encoding takes it
+        audio = audio[0]
     if sample_rate is None:
         raise ValueError("reference audio: give its sample rate")
     return audio, int(sample_rate)
