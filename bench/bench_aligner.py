@@ -44,8 +44,9 @@ def config_for(name: str) -> dict:
     thinker = dict(tiny["thinker_config"], classify_num=dims["classify_num"])
     thinker["audio_config"] = {**tiny["thinker_config"]["audio_config"], **dims["audio_config"]}
     thinker["text_config"] = {**tiny["thinker_config"]["text_config"], **dims["text_config"],
-                              "rope_scaling": {**tiny["thinker_config"]["text_config"]["rope_scaling"],
-                                               "mrope_section": [24, 20, 20]}}
+                              "rope_scaling": {
+                                  **tiny["thinker_config"]["text_config"]["rope_scaling"],
+                                  "mrope_section": [24, 20, 20]}}
     if name == "medium":
         thinker["audio_config"]["encoder_layers"] //= 4
         thinker["text_config"]["num_hidden_layers"] //= 4

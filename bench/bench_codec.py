@@ -73,7 +73,8 @@ def worker(args) -> dict:
     gen = torch.Generator().manual_seed(1234)
     if args.op == "encode":
         t = torch.arange(frames * codec.frame_length) / codec.sample_rate
-        data = 0.5 * torch.sin(2 * torch.pi * (100 + 200 * t) * t) + 0.05 * torch.randn(t.shape, generator=gen)
+        data = 0.5 * torch.sin(2 * torch.pi * (100 + 200 * t) * t) + 0.05 * torch.randn(t.shape,
+                                                                                        generator=gen)
         run = lambda: codec.encode(data, chunk_frames=args.chunk_frames or None)  # noqa: E731
     else:
         sizes = torch.tensor([codec.config.semantic_codebook_size]
@@ -106,7 +107,8 @@ def worker(args) -> dict:
 def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int,
             precision: str = "fp32") -> dict:
     cmd = [sys.executable, __file__, "--worker", "--op", op, "--seconds", str(seconds),
-           "--chunk-frames", str(chunk_frames), "--repeats", str(repeats), "--threads", str(args.threads),
+           "--chunk-frames", str(chunk_frames), "--repeats", str(repeats),
+           "--threads", str(args.threads),
            "--config", args.config, "--precision", precision]
     cmd += ["--ckpt", args.ckpt] if args.ckpt else []
     cmd += ["--snr"] * args.snr + ["--compile"] * args.compile
@@ -117,20 +119,27 @@ def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int,
             "mode": f"chunk {chunk_frames}" if chunk_frames else "whole",
             "repeats": repeats, "median_s": median, "rtf": median / seconds,
             "median_cpu_s": statistics.median(result["cpu"]), "load_avg": os.getloadavg()[0],
-            "peak_rss_mb": result["rss_peak_mb"], "activation_mb": result["rss_peak_mb"] - result["rss_loaded_mb"]}
+            "peak_rss_mb": result["rss_peak_mb"],
+            "activation_mb": result["rss_peak_mb"] - result["rss_loaded_mb"]}
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", choices=("tiny", "real"), default="tiny")
-    parser.add_argument("--ckpt", help="folder or codec.pth of a real checkpoint (overrides --config)")
+    parser.add_argument("--ckpt",
+                        help="folder or codec.pth of a real checkpoint (overrides --config)")
     parser.add_argument("--seconds", type=float, nargs="+", default=[10.0, 60.0])
     parser.add_argument("--chunk-frames", type=int, default=DEFAULT_CHUNK_FRAMES,
                         help="chunk size of the chunked mode (0 = whole)")
-    parser.add_argument("--modes", nargs="+", choices=("whole", "chunked"), default=["whole", "chunked"])
-    parser.add_argument("--ops", nargs="+", choices=("encode", "decode"), default=["encode", "decode"])
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (median)")
-    parser.add_argument("--long-repeats", type=int, help="repeats for durations over 30 s (default --repeats)")
+    parser.add_argument("--modes", nargs="+", choices=("whole", "chunked"),
+                        default=["whole", "chunked"])
+    parser.add_argument("--ops", nargs="+", choices=("encode", "decode"),
+                        default=["encode", "decode"])
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs per measurement (median)")
+    parser.add_argument("--long-repeats", type=int,
+                        help="repeats for durations over 30 s (default --repeats)")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--precision", nargs="+", choices=tuple(DTYPES), default=["fp32"],
                         help="codec precisions to run (encode and decode alike)")
@@ -164,7 +173,8 @@ def main():
                           f"{row['peak_rss_mb']:12.0f} {row['activation_mb']:10.0f} "
                           f"{row['load_avg']:5.1f}  {row['vs_fp32'] or ''}", flush=True)
     if args.json:
-        meta = {"config": args.ckpt or args.config, "threads": args.threads, "torch": torch.__version__}
+        meta = {"config": args.ckpt or args.config, "threads": args.threads,
+                "torch": torch.__version__}
         Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
 
 

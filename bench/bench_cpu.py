@@ -12,7 +12,8 @@ Decode speed is ``(n - 1) / (t(frame n) - t(frame 1))``: the prompt's prefill an
 frame are left out, the metric s2.cpp's comparison uses (docs/cpu.md). Precisions: ``bf16``
 (packed for oneDNN, as loaded), ``bf16-plain`` (``nn.Linear``, as before packing), ``int8``
 (our VNNI kernel where it runs), ``int8-torch`` (torch's ``_weight_int8pack_mm``),
-``int4`` (the fast AR int8), ``int4-all`` (the fast AR int4 too: faster, not recommended), ``fp8`` (per-row FP8, on the CPU dequantized at load: bf16 speed), each loaded
+``int4`` (the fast AR int8), ``int4-all`` (the fast AR int4 too: faster, not recommended), ``fp8``
+(per-row FP8, on the CPU dequantized at load: bf16 speed), each loaded
 through the real loader (``load_model``) when ``--model`` is given, else the random ``--config``
 model quantized by the same ``quant.Converter``. Runs are alternated precision by precision,
 ``--rounds`` times, and reported as median / min / max with the machine's load average.

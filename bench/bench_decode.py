@@ -160,7 +160,8 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
                                    *rands)
         full()
         slow(column, pos)
-        t_slow = statistics.median(timed(lambda: slow(column, pos), device)[0] for _ in range(steps))
+        t_slow = statistics.median(timed(lambda: slow(column, pos),
+                                         device)[0] for _ in range(steps))
         t_full = statistics.median(timed(full, device)[0] for _ in range(steps))
     return 1 - t_slow / t_full
 
@@ -187,7 +188,8 @@ def load_codec(args, device):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--model", help="checkpoint folder in the real layout")
     src.add_argument("--config", choices=["tiny", "medium", "real"], default="tiny")
@@ -235,7 +237,8 @@ def main(argv=None):
     for mode in args.modes.split(","):
         engine = Engine(model, compile=(mode == "compiled"),
                         cuda_graph=(mode != "eager" and device.type == "cuda"))
-        first, _ = timed(lambda: generate(engine, prompt, SamplingParams(max_new_tokens=args.frames),
+        first, _ = timed(lambda: generate(engine, prompt,
+                                          SamplingParams(max_new_tokens=args.frames),
                                                  seed=0, stop_on_eos=False), device)
         engines[mode] = engine
         results[mode] = {"first_call_s": first, "runs": []}

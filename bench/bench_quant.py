@@ -87,7 +87,8 @@ def greedy(n):
 def teacher_forced(model, tokens: torch.Tensor, prompt_len: int):
     """Slow logits (allowed rows) predicting each generated frame's main token, and fast logits
     for codebooks 1..K-1 of each frame, all under the same (reference) history.
-    ``tokens [1 + K, T + n]``: prompt then n generated columns. Returns ``[n, A]``, ``[n, K-1, C]``."""
+    ``tokens [1 + K, T + n]``: prompt then n generated columns. Returns ``[n, A]``, ``[n, K-1,
+    C]``."""
     c = model.config
     T = tokens.shape[1]
     hidden = model.slow_forward(tokens[None], torch.arange(T)[None], None)[0]  # [T, D]
@@ -183,7 +184,8 @@ def sizes() -> dict:
     out = {}
     for mode in quant.MODES:
         out[mode] = {"default_fp8_embeddings": quant.EMBEDDINGS_BY_MODE[mode],
-                     "GB_bf16_embeddings": round(quant.planned_bytes(meta, mode, (), False) / 1e9, 3),
+                     "GB_bf16_embeddings": round(quant.planned_bytes(meta, mode, (), False) / 1e9,
+                                                 3),
                      "GB_fp8_embeddings": round(quant.planned_bytes(meta, mode, (), True) / 1e9, 3)}
         print("real", mode, json.dumps(out[mode]), flush=True)
     return out

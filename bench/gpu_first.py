@@ -458,7 +458,8 @@ def codec_speed(args, seconds: float = 10.0) -> dict:
     codes = codec.encode(audio)[0]  # [1 + K, frames], also the warm-up
     codec.decode(codes)
     out = {"audio_s": round(frames * codec.frame_length / codec.sample_rate, 2)}
-    for op, run in (("encode", lambda: codec.encode(audio)), ("decode", lambda: codec.decode(codes))):
+    for op, run in (("encode", lambda: codec.encode(audio)), ("decode",
+                                                              lambda: codec.decode(codes))):
         median = statistics.median(bench_decode.timed(run, device)[0] for _ in range(3))
         out[f"{op}_x_realtime"] = round(out["audio_s"] / median, 1)
     return out
@@ -881,7 +882,8 @@ def main(argv=None):
     defaults = ",".join(s.name for s in STAGES if s.default)
     ap.add_argument("--stages", help=f"comma list, in order (default all but realsize-load: "
                     f"{defaults})")
-    ap.add_argument("--json", help="output file (default $OUT/gpu_first.json, else ./gpu_first.json)")
+    ap.add_argument("--json",
+                    help="output file (default $OUT/gpu_first.json, else ./gpu_first.json)")
     ap.add_argument("--fail-stage", help="make this stage raise (to test that the others report)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)  # child: run one stage
     ap.add_argument("--result", help=argparse.SUPPRESS)  # child: write its result here

@@ -114,7 +114,8 @@ def modes() -> dict:
     tokens = prompt[None].cuda()
     ref_logits = ref.vocab_logits(ref.slow_forward(tokens, pos, None)).float()
     out = {}
-    for mode, path in [("fp8", "dequant"), ("fp8", "gemv"), ("fp8", "scaled_mm"), ("fp8", "fastest"),
+    for mode, path in [("fp8", "dequant"), ("fp8", "gemv"), ("fp8", "scaled_mm"),
+                       ("fp8", "fastest"),
                        ("int8", None), ("int4", None), ("fp8-dynamic", None), ("nvfp4", None)]:
         label = f"{mode}:{path}" if path else mode
         try:

@@ -107,7 +107,8 @@ def write_safetensors(path: Path, tensors, make) -> int:
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in tensors:
         nbytes = math.prod(shape) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {"dtype": "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned

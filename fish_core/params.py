@@ -9,7 +9,8 @@ generation errors without loading the engine.
   use; ``RequestError``: a setting outside its rule, naming the field (each door renames it).
 * Seeds are ``0 .. MAX_SEED`` everywhere (engine, synthesizers, CLI, nodes, HTTP);
   ``batch_seed(seed, k)`` is the seed of text batch (or take) ``k``.
-* ``FIRST_FRAMES``, ``CHUNK_FRAMES``: how a stream is cut into chunks (``local.driver.ChunkDecoder``).
+* ``FIRST_FRAMES``, ``CHUNK_FRAMES``: how a stream is cut into chunks
+(``local.driver.ChunkDecoder``).
 * ``GenerationError`` (a request cannot be served) and ``Cancelled`` (the caller stopped it).
 * ``Generated``: one generated row (codes, columns, why it stopped).
 """

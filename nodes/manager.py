@@ -8,7 +8,8 @@ keeps it until one of these frees it:
   ``comfy.model_management.load_models_gpu`` before every generation, with the memory a
   generation holds besides the weights (the KV cache at the handle's context, the voice-prefix
   cache's budget, the CUDA graph pool), so ComfyUI accounts for them, may evict other models
-  for them, and may evict them ("Unload models", "Free memory", low VRAM). Its detach callback drops our entry and the KV caches, so memory is really freed;
+  for them, and may evict them ("Unload models", "Free memory", low VRAM). Its detach callback drops
+  our entry and the KV caches, so memory is really freed;
   the next run loads the model again from the handle. When we free a model ourselves, ComfyUI
   forgets it as it forgets any freed model (see ``ModelManager._drop``).
 * Idle unload: ``unload_after_minutes`` after the last use (postponed while ComfyUI is running
@@ -113,7 +114,8 @@ class ComfyMemory:
 
     @classmethod
     def find(cls) -> "ComfyMemory | None":
-        mm, model_patcher = host.module("comfy.model_management"), host.module("comfy.model_patcher")
+        mm = host.module("comfy.model_management")
+        model_patcher = host.module("comfy.model_patcher")
         return None if mm is None or model_patcher is None else cls(mm, model_patcher)
 
     def default_device(self) -> torch.device:

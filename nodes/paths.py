@@ -89,8 +89,9 @@ def resolve_model(choice: str) -> Path:
     if choice not in local:
         where = ", ".join(str(r) for r in model_roots()) or str(roots(MODELS)[0])
         raise hub.ModelNotFound(
-            f"model: {choice!r} is not a checkpoint folder in {where}. Put the folder (config.json, "
-            f"tokenizer.json, model*.safetensors, codec.pth) there, or pick a '(download)' entry.")
+            f"model: {choice!r} is not a checkpoint folder in {where}. Put the folder "
+            "(config.json, tokenizer.json, model*.safetensors, codec.pth) there, or pick a "
+            "'(download)' entry.")
     return local[choice]
 
 

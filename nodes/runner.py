@@ -21,11 +21,14 @@ import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..fish_core import Cancelled
 from . import host, playback
 from .manager import MANAGER, ModelHandle
+
+if TYPE_CHECKING:
+    from ..fish_core.speech.front import Front
 
 
 @dataclass
@@ -33,7 +36,7 @@ class Run:
     """One node's generation: the model's synthesizer (``Synthesizer`` or
     ``RemoteSynthesizer``) and the keywords every generating call of it takes."""
 
-    synth: object
+    synth: "Front"  # the local Synthesizer or a RemoteSynthesizer
     hooks: dict = field(default_factory=dict)  # on_progress, cancel[, on_chunk]
 
     def speak(self, request):

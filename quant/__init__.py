@@ -4,7 +4,8 @@ layout), as policies over plain tensors and modules: nothing here imports fish_c
     model = quant.quantize_model(model, "fp8")          # a model already in memory
     converter = quant.Converter("fp8", device, dtype, targets)   # applied per streamed tensor
 
-Loading a checkpoint with a mode is fish_core's job (``fish_core.loading.checkpoint.load_model(folder,
+Loading a checkpoint with a mode is fish_core's job
+(``fish_core.loading.checkpoint.load_model(folder,
 device, dtype, "fp8")``), and so is writing one (``fish_core.loading.export``, ``python -m
 fish_core.loading.export``).
 

@@ -212,7 +212,8 @@ def _cannot_build() -> str | None:
 
     if os.environ.get(ENV, "1").strip() == "0":
         return f"turned off (${ENV}=0)"
-    if not sys.platform.startswith("linux") or platform.machine().lower() not in ("x86_64", "amd64"):
+    machine = platform.machine().lower()
+    if not sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
         return f"built only on Linux x86-64 (this is {sys.platform} {platform.machine()})"
     if not is_ninja_available():
         return "ninja is not installed (pip install ninja)"
@@ -260,7 +261,8 @@ def _build():
                 module, why = None, "this CPU has no AVX-512 VNNI"
     except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache, ...
         text = str(e).strip()
-        module, why = None, f"could not be built ({type(e).__name__}: {text.splitlines()[0][:200] if text else ''})"
+        first = text.splitlines()[0][:200] if text else ""
+        module, why = None, f"could not be built ({type(e).__name__}: {first})"
     _state.update(module=module, why=why)
     return module
 

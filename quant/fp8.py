@@ -55,7 +55,8 @@ from . import fp8_gemv
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
-CHUNK_ROWS = 8192  # quantize_rows works this many rows at a time (fp32 temporaries ~80 MB at K=2560)
+# quantize_rows works this many rows at a time (fp32 temporaries ~80 MB at K=2560)
+CHUNK_ROWS = 8192
 PATHS = ("auto", "fastest", "load", "dequant", "gemv", "scaled_mm")
 STORED_PATHS = ("dequant", "gemv", "scaled_mm")  # the paths that keep e4m3 weights on the device
 WEIGHT_ONLY = ("gemv", "dequant")  # what "fastest" chooses among (same numerics)
@@ -70,7 +71,8 @@ def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
     """``w [N, K]`` → (``q [N, K]`` e4m3, ``scale [N, 1]`` fp32). All-zero rows get scale 1.
 
     Large tables (the 155776-row token embedding) go ``CHUNK_ROWS`` rows at a time, so the fp32
-    temporaries stay small next to the table itself; rows are independent, the result is the same."""
+    temporaries stay small next to the table itself; rows are independent, the result is the
+    same."""
     if w.shape[0] > CHUNK_ROWS:
         q = torch.empty(w.shape, dtype=FP8, device=w.device)
         scale = torch.empty(w.shape[0], 1, device=w.device)
@@ -103,7 +105,8 @@ def codes_for(w: Tensor, scale: Tensor) -> Tensor:
 
 
 def dequantize_rows(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
-    """``q [N, K]`` e4m3, ``scale [N, 1]`` → ``[N, K]`` in ``dtype`` (fp32 product, one rounding)."""
+    """``q [N, K]`` e4m3, ``scale [N, 1]`` → ``[N, K]`` in ``dtype`` (fp32 product, one
+    rounding)."""
     return (q.float() * scale).to(dtype)
 
 
@@ -298,7 +301,8 @@ def _refusal(layer: FP8Linear, path: str, dtype: torch.dtype) -> str | None:
             ref = F.linear(x.float(), dequantize_rows(w, layer.scale, torch.float32))
         rel = float((y - ref).norm() / ref.norm().clamp(min=1e-30))
         ok = rel <= PROBE_REL_ERR[path]
-        _settled[key] = None if ok else f"result off the dequantized matmul (relative error {rel:.3g})"
+        _settled[key] = (None if ok else
+                         f"result off the dequantized matmul (relative error {rel:.3g})")
     except Exception as e:  # noqa: BLE001 - any refusal (compile error, unsupported shape) → dequant
         first = str(e).splitlines()[0] if str(e) else ""
         _settled[key] = f"{type(e).__name__}: {first[:200]}"

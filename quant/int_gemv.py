@@ -52,7 +52,8 @@ def unavailable(device: torch.device) -> str | None:
     if triton is None:
         return "Triton is not installed"
     if device.type == "cpu":
-        return None if INTERPRETED else "the Triton GEMV runs on CUDA (CPU only under TRITON_INTERPRET=1)"
+        return (None if INTERPRETED else
+                "the Triton GEMV runs on CUDA (CPU only under TRITON_INTERPRET=1)")
     if device.type != "cuda":
         return f"the Triton GEMV runs on CUDA, not {device.type}"
     cap = torch.cuda.get_device_capability(device)
@@ -76,7 +77,8 @@ def unpack(packed: Tensor) -> Tensor:
 
 def _x_problems(x: Tensor, k: int, device) -> list[str]:
     problems = []
-    if x.dim() != 2 or x.shape[-1] != k or x.dtype not in ACTIVATION_DTYPES or not x.is_contiguous():
+    if (x.dim() != 2 or x.shape[-1] != k or x.dtype not in ACTIVATION_DTYPES
+            or not x.is_contiguous()):
         problems.append(f"x must be a contiguous [M, {k}] bf16/fp16/fp32 tensor, got {x.dtype} "
                         f"{list(x.shape)}")
     elif x.shape[0] > MAX_ROWS:

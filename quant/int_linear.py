@@ -224,7 +224,8 @@ def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
             better = err < best_err
             best_err = torch.where(better, err, best_err)
             best_q = torch.where(better, q, best_q)
-            best_sz = tuple(torch.where(better, new, old) for new, old in zip((scale, zero), best_sz))
+            best_sz = tuple(torch.where(better, new, old) for new, old in zip((scale, zero),
+                                                                              best_sz))
         codes[i: i + step] = best_q.reshape(-1, k).to(torch.int32)
         scale, zero = best_sz  # [r, G, 1] each
         params[:, i: i + step] = torch.cat([scale, zero], -1).transpose(0, 1).to(dtype)

@@ -28,7 +28,8 @@ from torch import Tensor, nn
 from .fp8 import QuantizationError
 
 MODES = ("int8", "int4", "fp8-dynamic", "nvfp4")
-MIN_VERSION = (0, 14)  # the configs used here; pyproject asks 0.17+, the first built for torch 2.11+
+# the configs used here; pyproject asks 0.17+, the first built for torch 2.11+
+MIN_VERSION = (0, 14)
 INT4_GROUP = 128
 
 

@@ -175,7 +175,8 @@ def model_management_module():
                 raise InterruptProcessingException()
 
     def cleanup_models():
-        for i in [i for i, lm in enumerate(m.current_loaded_models) if lm.real_model() is None][::-1]:
+        gone = [i for i, lm in enumerate(m.current_loaded_models) if lm.real_model() is None]
+        for i in gone[::-1]:
             m.current_loaded_models.pop(i)
 
     class LoadedModel:

@@ -26,7 +26,8 @@ DEFAULT_FIXTURES = TESTS_DIR / "fixtures"
 def fixtures_dir() -> Path:
     root = Path(os.environ.get("SAILFISH_FIXTURES", DEFAULT_FIXTURES)).expanduser().resolve()
     if not (root / "tiny-s2").is_dir():
-        raise RuntimeError(f"SAILFISH_FIXTURES={root} must contain tiny-s2/ (and optionally golden/)")
+        raise RuntimeError(f"SAILFISH_FIXTURES={root} must contain tiny-s2/ "
+                           "(and optionally golden/)")
     return root
 
 
@@ -62,7 +63,8 @@ def read_sizes() -> Sizes:
     ckpt = fixtures_dir() / "tiny-s2"
     config = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
     codec = json.loads((ckpt / "codec_config.json").read_text(encoding="utf-8"))
-    text, fast, quantizer = config["text_config"], config["audio_decoder_config"], codec["quantizer"]
+    text, fast = config["text_config"], config["audio_decoder_config"]
+    quantizer = codec["quantizer"]
     return Sizes(
         num_codebooks=fast["num_codebooks"],
         codebook_size=fast["vocab_size"],

@@ -160,7 +160,8 @@ def write_tokenizer(out: Path) -> None:
                  for i in range(CODEBOOK_SIZE)})
     tok_config["added_tokens_decoder"] = kept
     write_json(out / "tokenizer_config.json", tok_config)
-    (out / "special_tokens_map.json").write_bytes((SHIPPED / "special_tokens_map.json").read_bytes())
+    special = "special_tokens_map.json"
+    (out / special).write_bytes((SHIPPED / special).read_bytes())
 
 
 # ---------------------------------------------------------------------------------- codec
@@ -304,7 +305,8 @@ def codec_config() -> dict:
     general = dict(shipped["transformer_general_config"], window_size=ENCODER_WINDOW)
     frame_length = math.prod(ENCODER_RATES) * math.prod(DOWNSAMPLE)
     return {
-        "_comment": "Random codec for the alternate fixture set (tests/make_fixture.py); no goldens.",
+        "_comment": ("Random codec for the alternate fixture set (tests/make_fixture.py); "
+                     "no goldens."),
         "sample_rate": SAMPLE_RATE, "causal": True, "encoder_dim": ENCODER_DIM,
         "encoder_rates": list(ENCODER_RATES), "latent_dim": LATENT_DIM,
         "decoder_dim": DECODER_DIM, "decoder_rates": list(DECODER_RATES),
@@ -371,7 +373,8 @@ def hearing_tensors(config: dict, seed: int) -> dict:
             shapes[p + f"self_attn.{proj}.bias"] = (d,)
         for norm in ("self_attn_layer_norm", "final_layer_norm"):
             shapes[p + f"{norm}.weight"] = shapes[p + f"{norm}.bias"] = (d,)
-        shapes[p + "fc1.weight"], shapes[p + "fc1.bias"] = (a["encoder_ffn_dim"], d), (a["encoder_ffn_dim"],)
+        ffn = a["encoder_ffn_dim"]
+        shapes[p + "fc1.weight"], shapes[p + "fc1.bias"] = (ffn, d), (ffn,)
         shapes[p + "fc2.weight"], shapes[p + "fc2.bias"] = (d, a["encoder_ffn_dim"]), (d,)
     shapes["audio_tower.ln_post.weight"] = shapes["audio_tower.ln_post.bias"] = (d,)
     shapes["audio_tower.proj1.weight"], shapes["audio_tower.proj1.bias"] = (d, d), (d,)

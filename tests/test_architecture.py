@@ -30,16 +30,21 @@ ALLOWED: dict[str, set[str]] = {
     "codec": {"params", "engine", "loading", "audio"},  # engine.layers, loading.weights
     # the models that listen (aligner, ASR): engine.layers, loading.weights / hub
     "hearing": {"params", "audio", "engine", "loading"},
-    "speech": {"params", "budgets", "text", "audio"},  # results, timeline, voices: shared, no engine
-    "remote": {"params", "budgets", "access", "text", "audio", "speech"},  # never the engine or the loader
+    # results, timeline, voices: shared, no engine
+    "speech": {"params", "budgets", "text", "audio"},
+    # never the engine or the loader
+    "remote": {"params", "budgets", "access", "text", "audio", "speech"},
     "local": {"params", "budgets", "text", "audio", "engine", "codec", "loading", "speech",
-              "remote", "hearing"},  # remote: only ``Synthesizer.remote``, lazily
+              "hearing"},
     "serve": {"params", "budgets", "access", "text", "audio", "speech", "local", "loading",
               "hearing"},
-    "cli": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
+    "cli": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech",
+            "local",
             "remote", "serve", "quant", "hearing"},
-    "api": {"params", "speech", "local", "hearing"},  # fish_core/__init__.py: ``from fish_core import …``
-    "nodes": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading", "speech", "local",
+    # fish_core/__init__.py: ``from fish_core import …``, both backends side by side
+    "api": {"params", "speech", "local", "remote", "hearing"},
+    "nodes": {"params", "budgets", "access", "text", "audio", "engine", "codec", "loading",
+              "speech", "local",
               "remote", "serve", "quant", "api", "hearing"},
     "quant": set(),  # knows nothing of fish_core
     "pack": {"nodes"},  # the repository root's __init__.py, as ComfyUI imports it
@@ -56,7 +61,6 @@ NARROW: dict[tuple[str, str], set[str]] = {
     ("hearing", "engine"): {"fish_core.engine.layers"},
     ("hearing", "loading"): {"fish_core.loading.weights", "fish_core.loading.hub"},
     ("hearing", "audio"): {"fish_core.audio.files"},  # the door's audio checks and resampling
-    ("local", "remote"): {"fish_core.remote"},  # the ``Synthesizer.remote`` factory
     ("cli", "serve"): {"fish_core.serve.main"},  # ``serve``; WAV is written by ``audio.wav``
     ("nodes", "serve"): {"fish_core.serve"},  # its public API (``mount``, ``ApiError`` …) only
 }
@@ -64,8 +68,8 @@ NARROW: dict[tuple[str, str], set[str]] = {
 # What ComfyUI start-up must not import: the model, the generation loop, the codec, the loader,
 # the synthesizer (they come with the first model load).
 HEAVY = ("fish_core.engine.model", "fish_core.engine.runner", "fish_core.engine.rows",
-         "fish_core.engine.sampling", "fish_core.engine.cuda_graph", "fish_core.codec.", "fish_core.loading.checkpoint",
-         "fish_core.local.synthesizer", "fish_core.hearing.")
+         "fish_core.engine.sampling", "fish_core.engine.cuda_graph", "fish_core.codec.",
+         "fish_core.loading.checkpoint", "fish_core.local.synthesizer", "fish_core.hearing.")
 
 
 def layer_of(module: str) -> str | None:
@@ -176,7 +180,7 @@ def test_every_import_of_the_pack_names_an_existing_module():
 def test_the_walk_sees_lazy_and_relative_imports():
     """The checker itself: a lazy relative import inside a function is found and resolved."""
     found = dict(imports(ROOT / "fish_core" / "local" / "synthesizer.py"))
-    assert "fish_core.remote" in found  # lazy, inside Synthesizer.remote
+    assert "fish_core.loading.hub" in found  # lazy, inside Synthesizer.from_pretrained
     assert "fish_core.engine.device" in found  # module-level, relative
     nodes_found = {m for m, _ in imports(ROOT / "nodes" / "routes.py")}
     assert any(m.startswith("fish_core.serve") for m in nodes_found)  # lazy, two dots up
@@ -273,7 +277,8 @@ def public_names(path: Path, cls: str) -> set[str]:
 
 
 def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
-    """``local.driver``, the local ``Synthesizer``'s backend and ``serve.scheduler`` generate through the
+    """``local.driver``, the local ``Synthesizer``'s backend and ``serve.scheduler`` generate
+    through the
     ``Runtime``'s public methods (``references``, ``system_turn``, ``prompt``, ``row_batch``
     …), never its engine, encoder or model, and never the public ``Synthesizer``: the
     scheduler only takes the runtime of the Synthesizer it is handed."""

@@ -40,7 +40,8 @@ def test_batch_takes_item_zero_and_comfy_dict():
 
 
 @pytest.mark.parametrize("dtype, scale, offset", [
-    (np.int16, 32768.0, 0), (np.int32, 2147483648.0, 0), (np.int8, 128.0, 0), (np.uint8, 128.0, 128)])
+    (np.int16, 32768.0, 0), (np.int32, 2147483648.0, 0), (np.int8, 128.0, 0), (np.uint8, 128.0,
+                                                                               128)])
 def test_integer_pcm_is_scaled(dtype, scale, offset):
     x = tone(amp=0.5)
     pcm = (np.round(x * (scale - 1)) + offset).astype(dtype)
@@ -53,7 +54,8 @@ def test_integer_pcm_is_scaled(dtype, scale, offset):
 def test_torch_int16_and_half_inputs():
     x = tone()
     pcm = torch.from_numpy((x * 32767).astype(np.int16))
-    torch.testing.assert_close(prepare_audio(pcm, SAMPLE_RATE), torch.from_numpy(x), atol=1e-4, rtol=0)
+    torch.testing.assert_close(prepare_audio(pcm, SAMPLE_RATE), torch.from_numpy(x), atol=1e-4,
+                               rtol=0)
     half = prepare_audio(torch.from_numpy(x).to(torch.bfloat16), SAMPLE_RATE)
     assert half.dtype == torch.float32
 
@@ -67,7 +69,8 @@ def test_torch_int16_and_half_inputs():
     (np.zeros((0, 2, 100), np.float32), SAMPLE_RATE, "batch is empty"),
     (np.zeros(SAMPLE_RATE, np.float32), SAMPLE_RATE, "silent"),
     (np.full(SAMPLE_RATE, 5e-5, np.float32), SAMPLE_RATE, "silent"),
-    (np.where(np.arange(SAMPLE_RATE) == 7, np.nan, 0.1).astype(np.float32), SAMPLE_RATE, "1 NaN/Inf"),
+    (np.where(np.arange(SAMPLE_RATE) == 7, np.nan, 0.1).astype(np.float32), SAMPLE_RATE,
+     "1 NaN/Inf"),
     (np.full(SAMPLE_RATE, np.inf, np.float32), SAMPLE_RATE, "NaN/Inf"),
     (tone(seconds=0.05), SAMPLE_RATE, "too short"),
     (tone(seconds=MAX_SECONDS + 1, sr=100, freq=10), 100, "limit is 600 s"),
@@ -126,7 +129,8 @@ def test_resampled_length_and_content(sr):
 
 @pytest.mark.parametrize("name, subtype, atol", [
     ("a.wav", None, 1 / 32768 + 1e-6), ("b.wav", "FLOAT", 0.0), ("c.wav", "PCM_24", 1e-6),
-    ("d.flac", None, 1 / 32768 + 1e-6), ("e.flac", "PCM_24", 1e-6), ("F.WAV", "pcm_16", 1 / 32768 + 1e-6)])
+    ("d.flac", None, 1 / 32768 + 1e-6), ("e.flac", "PCM_24", 1e-6), ("F.WAV", "pcm_16",
+                                                                     1 / 32768 + 1e-6)])
 def test_file_round_trip(tmp_path, name, subtype, atol):
     x = tone(seconds=0.4)
     path = save_audio(tmp_path / name, torch.from_numpy(x), SAMPLE_RATE, subtype=subtype)

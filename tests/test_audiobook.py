@@ -1,4 +1,4 @@
-"""Books (``text/book.py`` reads chapters, ``speech/audiobook.py`` speaks them): .txt, .md and
+"""Books (``text/book.py`` reads chapters, ``cli/audiobook.py`` speaks them): .txt, .md and
 an EPUB built here with three chapters; one file per chapter, chapters.json, a cue sheet and
 ffmetadata; an interrupted run (Cancel in the Python API, and a real ``book`` process killed
 mid-way) resumes, leaving finished chapters untouched."""
@@ -18,7 +18,7 @@ import soundfile as sf
 from conftest import measure_peak_growth
 from fish_core.cli import main
 from fish_core.params import Cancelled
-from fish_core.speech.audiobook import render_book
+from fish_core.cli.audiobook import render_book
 from fish_core.text.book import BookError, markdown_chapters, read_book, text_chapters
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,7 +236,7 @@ def test_titles_are_one_line_in_the_cue_sheet_and_ffmetadata(tmp_path):
     """A CR in an EPUB title (&#13;) wrote lines of its own into book.cue and
     chapters.ffmetadata."""
     pytest.importorskip("ebooklib")
-    from fish_core.speech.audiobook import BookResult, ChapterFile, write_chapter_files
+    from fish_core.cli.audiobook import BookResult, ChapterFile, write_chapter_files
 
     evil = "Intro&#13;FILE &#34;x.wav&#34; WAVE&#13;&#10;[CHAPTER]&#0;&#11;end"
     book = read_book(crafted_epub(tmp_path / "t.epub", [("a.xhtml", evil, "Words.")],

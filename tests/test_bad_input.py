@@ -179,16 +179,21 @@ def test_history_turns_refused(no_generation, value):
 
 
 def test_progress_total_is_what_really_runs(api):
-    """max_new_tokens past the context: the progress total shows the frames that can run."""
+    """max_new_tokens past the context: the progress total shows the frames that can run
+    (the rule's ceiling, the longest context of an S2 model, is past the fixture's)."""
+    from fish_core.params import MAX_NEW_TOKENS
+
     totals = []
 
     def on_progress(done, total):
         totals.append(total)
 
+    assert MAX_NEW_TOKENS > api.runtime.engine.max_context
     with pytest.raises(Cancelled):
-        api.tts("Hello.", max_new_tokens=10**9, seed=1, on_progress=on_progress,
+        api.tts("Hello.", max_new_tokens=MAX_NEW_TOKENS, seed=1, on_progress=on_progress,
                 cancel=lambda: bool(totals))
-    assert totals and max(totals) <= api.engine.max_context
+    assert totals and max(totals) <= api.runtime.engine.max_context
+    refused(lambda: api.tts("Hello.", max_new_tokens=10**9), "max_new_tokens")
 
 
 # ---------------------------------------------------------------- seeds

@@ -38,7 +38,8 @@ def test_voice_from_take_is_accepted_by_say(ckpt_dir, tmp_path, capsys):
                  "--lexicon", str(words), *model]) == 0
     cast = Voice.load(voice)
     assert cast.name == "cast"
-    assert cast.clips[0].text == "Hello thair, this is my best take. It goes on. And on. Until the end."
+    assert cast.clips[0].text == ("Hello thair, this is my best take. It goes on. And on. "
+                                  "Until the end.")
     assert cast.lexicon.apply("over there") == "over thair"
     out = tmp_path / "again.wav"
     assert main(["say", "Now in the cast voice.", "--voice", str(voice), "-o", str(out),

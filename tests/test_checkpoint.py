@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from fish_core.loading.checkpoint import CheckpointError, iter_tensors, load_model, to_hf, to_internal
+from fish_core.loading.checkpoint import (CheckpointError, iter_tensors, load_model, to_hf,
+                                          to_internal)
 
 
 def copy_ckpt(src, dst):
@@ -35,7 +36,8 @@ def test_name_mapping_round_trips(ckpt_dir):
 
 
 def test_internal_names_single_file_load_identically(ckpt_dir, tmp_path):
-    """A fish-speech style checkpoint (internal names, one model.safetensors) gives the same model."""
+    """A fish-speech style checkpoint (internal names, one model.safetensors) gives the same
+    model."""
     tensors = {to_internal(k): v for k, v in all_tensors(ckpt_dir).items()}
     folder = tmp_path / "internal"
     folder.mkdir()

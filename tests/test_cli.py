@@ -40,10 +40,12 @@ def test_voice_srt_codes_encode_decode(ckpt_dir, sizes, tmp_path):
     t = np.arange(22050) / 44100
     sf.write(ref, 0.3 * np.sin(2 * np.pi * 200 * t), 44100)
     voice = tmp_path / "me.safetensors"
-    proc = run_cli("voice", "encode", ref, "--text", "A reference.", "--model", ckpt_dir, "-o", voice)
+    proc = run_cli("voice", "encode", ref, "--text", "A reference.", "--model", ckpt_dir, "-o",
+                   voice)
     assert proc.returncode == 0, proc.stderr
     srt = tmp_path / "s.srt"
-    srt.write_text("1\n00:00:00,200 --> 00:00:01,000\nHi.\n\n2\n00:00:01,500 --> 00:00:02,000\nBye.\n")
+    srt.write_text("1\n00:00:00,200 --> 00:00:01,000\nHi.\n\n"
+                   "2\n00:00:01,500 --> 00:00:02,000\nBye.\n")
     proc = run_cli("srt", srt, "--voice", voice, "--model", ckpt_dir, "-o", tmp_path / "s.wav",
                    "--srt-out", tmp_path / "out.srt", "--max-new-tokens", "6", "--seed", "2")
     assert proc.returncode == 0, proc.stderr
@@ -102,7 +104,8 @@ def test_unexpected_errors_keep_their_traceback(monkeypatch, error):
 
 
 def test_bad_argument_is_named(ckpt_dir, tmp_path):
-    proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.m4a", "--max-new-tokens", "2")
+    proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.m4a", "--max-new-tokens",
+                   "2")
     assert proc.returncode == 2 and ".m4a" in proc.stderr and ".mp3" in proc.stderr
     proc = run_cli("say", "hi", "--model", ckpt_dir, "-o", tmp_path / "x.wav", "--temperature", "5")
     assert proc.returncode == 2 and "temperature" in proc.stderr
@@ -333,7 +336,8 @@ def test_takes_stdin_clip_voices_and_formats(ckpt_dir, sizes, tmp_path):
     single = sf.read(tmp_path / "single.wav")[0]
     assert not (tmp_path / "takes.wav").exists()
     take1, take2 = (sf.read(tmp_path / f"takes-{k}.wav")[0] for k in (1, 2))
-    assert np.array_equal(take1, single) and not np.array_equal(take2[:len(take1)], take1[:len(take2)])
+    assert np.array_equal(take1, single) and not np.array_equal(take2[:len(take1)],
+                                                                take1[:len(take2)])
     assert np.array_equal(sf.read(tmp_path / "clip.wav")[0], single)
     assert np.array_equal(sf.read(tmp_path / "stdin.wav")[0], single)
 

@@ -86,7 +86,6 @@ def receptive_field(config: CodecConfig) -> dict:
             "decode_samples": dec, "decode_frames": -(-dec // frame)}
 
 
-
 def random_codes(codec: Codec, frames: int, seed: int = 0, batch: int = 1) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     sizes = torch.tensor([codec.config.semantic_codebook_size]
@@ -170,7 +169,8 @@ def test_encode_rejects_bad_audio(codec):
 
 def test_real_codec_on_meta_matches_manifest(fixtures):
     path = fixtures / "real-s2-manifest.json"
-    manifest = json.loads((path if path.is_file() else TESTS_DIR / "fixtures" / path.name).read_text())["codec"]
+    found = path if path.is_file() else TESTS_DIR / "fixtures" / path.name
+    manifest = json.loads(found.read_text())["codec"]
     expected = {t["key"]: tuple(t["shape"]) for t in manifest["tensors"]}
     codec = build_codec()  # real-size defaults, meta device
     assert all(p.is_meta for p in codec.parameters())

@@ -45,7 +45,8 @@ WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 EXAMPLES = sorted((comfy_stubs.ROOT / "example_workflows").glob("*.json"))
 # Examples that name an endpoint the operator configures: each runs in its own test, against a
 # stand-in engine configured under that name.
-DRAMA_EXAMPLE = comfy_stubs.ROOT / "example_workflows" / "Sailfish TTS - Drama 3 on a remote engine.json"
+DRAMA_EXAMPLE = (comfy_stubs.ROOT / "example_workflows"
+                 / "Sailfish TTS - Drama 3 on a remote engine.json")
 LOCAL_EXAMPLES = [p for p in EXAMPLES if p != DRAMA_EXAMPLE]
 STARTUP_SECONDS, PROMPT_SECONDS = 300, 300
 # Secrets in ComfyUI's environment: none is configured for any endpoint, so none may appear
@@ -143,13 +144,15 @@ class Server:
         deadline = time.monotonic() + STARTUP_SECONDS
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"ComfyUI exited with {self.proc.returncode}:\n{self.log_text()[-4000:]}")
+                pytest.fail(f"ComfyUI exited with {self.proc.returncode}:\n"
+                            f"{self.log_text()[-4000:]}")
             try:
                 self.get("/object_info/SailfishTTS")
                 return
             except (urllib.error.URLError, ConnectionError, KeyError):
                 time.sleep(1)
-        pytest.fail(f"ComfyUI did not answer within {STARTUP_SECONDS} s:\n{self.log_text()[-4000:]}")
+        pytest.fail(f"ComfyUI did not answer within {STARTUP_SECONDS} s:\n"
+                    f"{self.log_text()[-4000:]}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

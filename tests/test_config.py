@@ -36,12 +36,14 @@ def test_hf_bookkeeping_keys_are_tolerated(ckpt_dir):
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.pop("eos_token_id"), r"missing required field\(s\) \['eos_token_id'\]"),
     (lambda d: d["text_config"].pop("n_layer"), r"text_config: missing.*n_layer"),
-    (lambda d: d["audio_decoder_config"].update(use_flash=True), r"audio_decoder_config.*use_flash"),
+    (lambda d: d["audio_decoder_config"].update(use_flash=True),
+     r"audio_decoder_config.*use_flash"),
     (lambda d: d.update(model_type="llama"), "model_type must be 'fish_qwen3_omni'"),
     (lambda d: d["text_config"].update(n_head="32"), r"text_config.n_head must be a non-negative"),
     (lambda d: d["text_config"].update(n_local_heads=d["text_config"]["n_head"] + 1),
      "multiple of n_local_heads"),
-    (lambda d: d.update(semantic_end_token_id=d["semantic_end_token_id"] - 1), "semantic token range"),
+    (lambda d: d.update(semantic_end_token_id=d["semantic_end_token_id"] - 1),
+     "semantic token range"),
     (lambda d: d.pop("text_config"), "text_config"),
 ])
 def test_bad_configs_name_the_field(ckpt_dir, edit, message):

@@ -69,7 +69,8 @@ def test_gemv_constraints_name_the_argument():
     with FakeTensorMode():
         q = torch.empty(64, 40, dtype=torch.float8_e4m3fn, device="cuda")
         with pytest.raises(fp8_gemv.GemvError, match="q: K must be a multiple of 16"):
-            fp8_gemv.fp8_gemv(torch.empty(1, 40, device="cuda"), q, torch.empty(64, 1, device="cuda"))
+            fp8_gemv.fp8_gemv(torch.empty(1, 40, device="cuda"), q, torch.empty(64, 1,
+                                                                                device="cuda"))
         q = torch.empty(64, 32, dtype=torch.float8_e4m3fn, device="cuda")
         with pytest.raises(fp8_gemv.GemvError, match="x: at most"):
             fp8_gemv.fp8_gemv(torch.empty(fp8_gemv.MAX_ROWS + 1, 32, device="cuda"), q,
@@ -154,7 +155,6 @@ def test_gemv_equals_the_fp32_matmul_on_dequantized_weights(ckpt_dir):
         # interpreter's bf16 cast was seen to exceed half an ulp
         out_round = 2.0 ** -7 * ref if case["dtype"] == "torch.bfloat16" else 0
         assert (err <= fp32_bound + out_round).all()
-
 
 
 # ---------------------------------------------------------------------------- block shapes, decode

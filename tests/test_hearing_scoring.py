@@ -30,7 +30,8 @@ def test_chinese_by_character_latin_word_inside_is_one_unit():
     s = score("我今天用 iPhone 拍了三张照片，效果非常好。", "我今天用iPhone拍了三张照片效果很好")
     assert s.unit == "char" and s.length == 16  # 15 characters + "iphone"
     assert s.errors == 2 and s.differences == (Difference("非常", "很"),)
-    assert score("我用 iPhone 拍照", "我用 android 拍照").differences == (Difference("iphone", "android"),)
+    assert (score("我用 iPhone 拍照", "我用 android 拍照").differences
+            == (Difference("iphone", "android"),))
 
 
 def test_japanese_and_korean_by_character():

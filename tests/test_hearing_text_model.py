@@ -7,7 +7,8 @@ from fish_core.hearing.checkpoint import load_thinker
 from fish_core.hearing.config import HearingConfig
 from fish_core.hearing.text_model import attention_mask, positions_from_mask
 
-ATOL = 1e-4  # fp32, measured ~1e-6 on residuals of magnitude up to ~7 (see test_hearing_audio_encoder)
+# fp32, measured ~1e-6 on residuals of magnitude up to ~7 (see test_hearing_audio_encoder)
+ATOL = 1e-4
 
 
 def test_layers_match_the_reference(aligner_fixtures, aligner_golden):

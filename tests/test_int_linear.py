@@ -152,7 +152,8 @@ def test_own_int8_kernel_is_within_its_activation_rounding(own_kernel):
         y = cpu_gemv.int8_gemv(x, codes, scale).double()
         exact = x.double() @ (codes.double() * scale.double()[:, None]).T
         step = x.abs().view(rows, -1, B).amax(-1).double() / 32767  # [rows, G]
-        bound = (step / 2) @ (codes.abs().double().view(40, -1, B).sum(-1) * scale.double()[:, None]).T
+        per_block = codes.abs().double().view(40, -1, B).sum(-1) * scale.double()[:, None]
+        bound = (step / 2) @ per_block.T
         slack = 1e-6 * (x.abs().double() @ (codes.abs().double() * scale.double()[:, None]).T)
         assert ((y - exact).abs() <= bound + slack).all(), rows
         assert float(((y - exact).abs() / (bound + slack)).max()) > 0.01  # not vacuous
@@ -218,7 +219,8 @@ def test_a_failed_build_falls_back_to_torchs_kernel_with_one_warning(fresh_kerne
 
     monkeypatch.setattr(cpu_gemv, "_cannot_build", lambda: None)  # as on a machine that would try
     monkeypatch.setattr(ext, "load_inline", failing_build)
-    with pytest.warns(UserWarning, match=r"not used: could not be built \(RuntimeError: Error building"):
+    with pytest.warns(UserWarning,
+                      match=r"not used: could not be built \(RuntimeError: Error building"):
         cpu_gemv.prepare()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -230,7 +232,8 @@ def test_a_failed_build_falls_back_to_torchs_kernel_with_one_warning(fresh_kerne
 def test_no_build_is_tried_without_ninja_or_a_compiler(fresh_kernel, monkeypatch):
     import torch.utils.cpp_extension as ext
 
-    if not cpu_gemv.sys.platform.startswith("linux") or cpu_gemv.platform.machine().lower() not in ("x86_64", "amd64"):
+    machine = cpu_gemv.platform.machine().lower()
+    if not cpu_gemv.sys.platform.startswith("linux") or machine not in ("x86_64", "amd64"):
         assert "Linux x86-64" in cpu_gemv._cannot_build()
         return
     monkeypatch.delenv(cpu_gemv.ENV, raising=False)

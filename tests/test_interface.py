@@ -14,7 +14,8 @@ METHODS = ["tts", "stream", "dialogue", "subtitles", "encode_voice", "release_ca
 
 
 def parameters(cls, name):
-    return [(p.name, p.kind, p.default) for p in inspect.signature(getattr(cls, name)).parameters.values()]
+    return [(p.name, p.kind, p.default) for p in inspect.signature(getattr(cls,
+                                                                           name)).parameters.values()]
 
 
 @pytest.mark.parametrize("cls", [Synthesizer, RemoteSynthesizer])
@@ -38,7 +39,8 @@ def test_options_defaults_and_checks_live_in_params():
 
 @pytest.mark.parametrize("name, args", [("tts", ("Hi.",)), ("stream", ("Hi.",)),
                                         ("dialogue", ("A: Hi.",)),
-                                        ("subtitles", ("1\n00:00:00,000 --> 00:00:01,000\nHi.\n",))])
+                                        ("subtitles", ("1\n00:00:00,000 --> 00:00:01,000\nHi.\n",
+                                                       ))])
 def test_a_misspelt_keyword_is_the_same_error_on_both(tiny_synth, name, args):
     """Raised before anything is generated or sent (the remote URL is never reached)."""
     remote = RemoteSynthesizer("http://127.0.0.1:9", "sailfish")

@@ -55,7 +55,8 @@ def test_types_and_sockets(env):
 
     assert sockets("SailfishModelLoader")[1] == ["FISH_S2_MODEL"]
     inputs, outputs = sockets("SailfishTTS")
-    assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE", True)
+    assert inputs["model"] == ("FISH_S2_MODEL", False) and inputs["voice"] == ("FISH_S2_VOICE",
+                                                                               True)
     assert outputs == ["AUDIO", "STRING"]
     assert inputs["takes"] == ("INT", True)
     inputs, _ = sockets("SailfishVoiceClone")

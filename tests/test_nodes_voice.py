@@ -19,7 +19,8 @@ def test_voice_save_and_load_round_trip(env, voice):
     (loaded,) = run_v3(env, "SailfishVoiceLoad", voice=first)
     assert loaded.name == "Alice" and torch.equal(loaded.clips[0].codes, voice.clips[0].codes)
     fingerprint = env.v1["SailfishVoiceLoad"].IS_CHANGED(voice=first)
-    assert fingerprint and fingerprint == env.v3["SailfishVoiceLoad"].fingerprint_inputs(voice=first)
+    load = env.v3["SailfishVoiceLoad"]
+    assert fingerprint and fingerprint == load.fingerprint_inputs(voice=first)
     with pytest.raises(ValueError, match="filename_prefix"):
         run_v1(env, "SailfishVoiceSave", voice=voice, filename_prefix="../outside")
     with pytest.raises(FileNotFoundError, match="voice: '../x.safetensors'"):

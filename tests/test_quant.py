@@ -84,7 +84,8 @@ def test_fp8_linear_error_is_bounded_by_the_weight_bound():
     assert ((y.double() - F.linear(x.double(), w_hat)).abs() <= fp32_slack).all()
     # |x·(w - ŵ)| <= |x|·(2^-4|w| + 2^-10 s), elementwise
     bound = x.abs().double() @ (NORMAL_REL * w.abs() + SUBNORMAL_ABS * scale).double().T
-    assert ((F.linear(x.double(), w.double()) - y.double()).abs() <= bound * 1.001 + fp32_slack).all()
+    assert ((F.linear(x.double(),
+                      w.double()) - y.double()).abs() <= bound * 1.001 + fp32_slack).all()
     assert layer.weight.element_size() == 1
 
 
@@ -96,7 +97,8 @@ class CudaScalarDivision(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.div.Tensor and not (kwargs or {}).get("rounding_mode"):
             a, b = args
-            cpu_scalar = not isinstance(b, torch.Tensor) or (b.dim() == 0 and b.device.type == "cpu")
+            cpu_scalar = not isinstance(b,
+                                        torch.Tensor) or (b.dim() == 0 and b.device.type == "cpu")
             if cpu_scalar and a.is_floating_point():
                 inverse = torch.tensor(1.0, dtype=a.dtype) / torch.tensor(float(b), dtype=a.dtype)
                 return torch.ops.aten.mul.Tensor(a, inverse)
@@ -220,7 +222,8 @@ def test_quantize_model_replaces_every_linear_but_the_skipped(ckpt_dir):
     fp8 = [n for n, m in model.named_modules() if isinstance(m, FP8Linear)]
     c = model.config
     assert len(fp8) == 5 * (c.text.n_layer + c.fast.n_layer)
-    assert type(model.fast_output) in PLAIN_BF16 and model.fast_output.weight.dtype == torch.bfloat16
+    assert type(model.fast_output) in PLAIN_BF16
+    assert model.fast_output.weight.dtype == torch.bfloat16
     assert model.embeddings.weight.dtype == torch.bfloat16  # quantize_embeddings=False
     assert not any(isinstance(m, nn.Linear) for n, m in model.named_modules()
                    if n.startswith(("layers.", "fast_layers.")))

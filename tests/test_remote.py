@@ -17,7 +17,6 @@ from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # 
 from fish_core.serve.http import formats  # noqa: E402
 from fish_core.serve.limits import Limits  # noqa: E402
 from fish_core.speech.results import Batch  # noqa: E402
-from fish_core.local.synthesizer import Synthesizer  # noqa: E402
 from fish_core.speech.timeline import join_pieces  # noqa: E402
 
 KEY = "remote-key-42"
@@ -42,7 +41,7 @@ def server(synth, voices_dir):
 
 
 def remote(server, synth, dialect="sailfish", **options) -> RemoteSynthesizer:
-    return Synthesizer.remote(server.url, dialect=dialect, api_key=KEY,
+    return RemoteSynthesizer(server.url, dialect=dialect, api_key=KEY,
                               sample_rate=synth.sample_rate, read_timeout=120, **options)
 
 
@@ -212,7 +211,7 @@ def test_errors_name_the_endpoint_and_field(server, synth):
                                               r"max_new_tokens"):
         remote(server, synth).tts("Too long.", seed=1, max_new_tokens=LIMITS.max_new_tokens + 1)
     with pytest.raises(RemoteError, match="401"):
-        Synthesizer.remote(server.url, dialect="sailfish", api_key="wrong",
+        RemoteSynthesizer(server.url, dialect="sailfish", api_key="wrong",
                            sample_rate=synth.sample_rate).tts("Hi.", seed=1, **FAST)
 
 

@@ -24,7 +24,6 @@ web = pytest.importorskip("aiohttp.web")
 from fish_core.params import Cancelled  # noqa: E402
 from fish_core.remote import RemoteError, RemoteSynthesizer, RemoteUserError  # noqa: E402
 from fish_core.remote import engine_models  # noqa: E402
-from fish_core import Synthesizer  # noqa: E402
 from fish_core.remote.wire import AudioFormatError  # noqa: E402
 from engine_standins import StandIn, pcm, sglang_app, tone, vllm_app, wav  # noqa: E402
 
@@ -378,7 +377,7 @@ def test_models_listed_first_by_default_chosen_by_name(sizes):
         assert synth.models == ["s2-pro", "drama-3"] and synth.model == "s2-pro"
         assert synth.spec.family == "s2"
         synth.tts("Hi.", **FAST)
-        drama = Synthesizer.remote(server.url, sample_rate=rate, model="drama-3")
+        drama = RemoteSynthesizer(server.url, sample_rate=rate, model="drama-3")
         assert drama.model == "drama-3" and drama.spec.max_speakers == 16
         drama.tts("Hi.", **FAST)
         assert [b["model"] for b in server.requests] == ["s2-pro", "drama-3"]

@@ -3,12 +3,12 @@
 ``SAILFISH_REAL_ENGINE_CHECKPOINT`` the model it serves, as its ``/v1/models`` lists it), and skip
 with that reason otherwise. ``.ci/run`` does not set them: a real engine is a 7 GB set-up.
 
-The recipe in ``shared/tools/vllm-omni-cpu`` serves a tiny S2 checkpoint on a real vLLM-Omni
-0.30 on this CPU::
+A real vLLM-Omni 0.30 serving S2 in a virtual environment of its own, then these tests
+pointed at it (docs/remote.md, "Trying it against a real engine")::
 
-    ../shared/tools/vllm-omni-cpu/serve.sh tests/fixtures/tiny-s2 8091
+    ~/vo/bin/vllm serve fishaudio/s2-pro --omni --host 127.0.0.1 --port 8091
     SAILFISH_REAL_ENGINE_URL=http://127.0.0.1:8091 \\
-    SAILFISH_REAL_ENGINE_CHECKPOINT=$HOME/.cache/vllm-omni-cpu/tiny-s2-vo \\
+    SAILFISH_REAL_ENGINE_CHECKPOINT=fishaudio/s2-pro \\
         python -m pytest tests/test_remote_real_engine.py -v
 
 Each request asks for few frames (``FRAMES``): the engine runs on a CPU. What is checked: the

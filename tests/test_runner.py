@@ -337,7 +337,8 @@ def test_a_failing_compiler_falls_back_to_eager(model, golden):
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.warns(UserWarning, match="decoding without compile"):
         result = generate(engine, prompt, greedy(21))[0]
-    assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
+    assert torch.equal(result.columns,
+                       golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.compiled
     assert len(engine.fallbacks) == 1 and "no C++ compiler found" in engine.fallbacks[0]
 
@@ -487,7 +488,8 @@ def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
     with pytest.warns(UserWarning, match="without CUDA graphs"):
         result = generate(engine, prompt, greedy(21))[0]
-    assert torch.equal(result.columns, golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
+    assert torch.equal(result.columns,
+                       golden.tensors("generation")["b_clone.batch0.raw_new_columns"])
     assert not engine.cuda_graph and engine.graph_captures == 0
     assert engine.fallbacks == ["CUDA graph capture failed (RuntimeError: operation not permitted "
                                 "when stream is capturing); decoding without CUDA graphs"]

@@ -96,7 +96,8 @@ def test_restricted_head_equals_masked_full_logits(engine, golden):
     bias = g["ras.semantic_logit_bias"]
     allowed = torch.isfinite(bias).nonzero().flatten()
     assert allowed.tolist() == engine.allowed_ids.tolist()
-    hidden = torch.randn(4, engine.model.config.text.dim, generator=torch.Generator().manual_seed(0))
+    hidden = torch.randn(4, engine.model.config.text.dim,
+                         generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         full = engine.model.vocab_logits(hidden) + bias
         mine = torch.nn.functional.linear(hidden, engine.head)

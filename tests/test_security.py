@@ -570,6 +570,7 @@ def test_a_huge_voice_list_is_quoted_short():
     from fish_core.speech.voices import Voice
 
     names = json.dumps({"data": [{"name": f"voice-{i}-" + "x" * 100} for i in range(20_000)]})
+
     def voices(path, send):  # the model list, asked first, is a 404: an engine without one
         send(answer(404, b"{}") if path.endswith("/models") else answer(200, names.encode()))
 

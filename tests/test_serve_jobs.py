@@ -136,7 +136,6 @@ def test_uploaded_audio_is_parsed_once(monkeypatch):
     assert "BytesIO" not in str(error.value)
 
 
-
 def test_the_wire_request_carries_one_checked_request():
     """Each dialect builds the speech ``Request`` once at parse time (``to_request``): its ranges
     are the ``Request``'s rules (top_k by ``MAX_TOP_K``), errors name the dialect's fields, the

@@ -549,7 +549,6 @@ def test_comfy_guard_follows_comfyui_arguments(comfy, monkeypatch):
         lan.check_origin(EVIL, "cross-site", "192.168.1.5:8188")
 
 
-
 # ---------------------------------------------------------------- round two (issue 28)
 def test_lone_surrogates_anywhere_are_400_naming_the_field(server):
     """JSON escapes can carry a lone surrogate (no UTF-8 byte can): a 400 naming the field,

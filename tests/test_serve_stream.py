@@ -554,7 +554,8 @@ def test_session_config_fields_of_the_peers_are_checked(server):
         (dict(stream_audio="yes"), "stream_audio"),
         (dict(response_format="wav"), "response_format"),  # streamed audio is PCM
         (dict(speaker="bob"), "speaker"),  # a second name for voice "alice"
-        (dict(speed=3.0), "speed"), (dict(loudness=-16), "loudness"), (dict(language=7), "language"),
+        (dict(speed=3.0), "speed"), (dict(loudness=-16), "loudness"), (dict(language=7),
+                                                                       "language"),
         (dict(initial_codec_chunk_frames=-1), "initial_codec_chunk_frames"),
     ]
     for extra, param in refused:

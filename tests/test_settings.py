@@ -2,7 +2,8 @@
 naming its field (a CLI flag, a node input, an HTTP field, a Python keyword).
 
 Each door is tried against a model folder whose weights cannot be read (a copy of the fixture
-checkpoint with its codec's weights overwritten): the same request with good settings fails on the shard,
+checkpoint with its codec's weights overwritten): the same request with good settings fails on the
+shard,
 so a door that reports the setting has checked it before it touched the model."""
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def test_subtitles_follow_the_timeline(synth, voice, sizes):
     written = parse_srt(result.srt())
     assert [c.text for c in written] == [c.text for c in result.cues]
     for w, c in zip(written, result.cues):
-        assert w.start == pytest.approx(c.start, abs=1e-3) and w.end == pytest.approx(c.end, abs=1e-3)
+        assert w.start == pytest.approx(c.start, abs=1e-3) and w.end == pytest.approx(c.end,
+                                                                                      abs=1e-3)
 
 
 def test_subtitle_overrun_is_reported_not_cut(synth):
@@ -183,7 +184,8 @@ def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
 
     eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
     eos[0] = synth.config.eos_token_id
-    empty = Generated(torch.zeros(synth.config.num_codebooks, 0, dtype=torch.long), eos, True, 10, 1)
+    empty = Generated(torch.zeros(synth.config.num_codebooks, 0, dtype=torch.long), eos, True, 10,
+                      1)
     monkeypatch.setattr(RowBatch, "leave", lambda self, r: empty)  # the row ended at once
     with pytest.raises(GenerationError, match="before producing any audio"):
         synth.tts("Nothing comes out.", **FAST)

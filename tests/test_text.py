@@ -28,7 +28,8 @@ def test_reference_batching_is_reproduced(golden):
         if not isinstance(value, dict) or "batches" not in value:
             continue
         chunk = value["generate_long_kwargs"].get("chunk_length", 512)
-        assert reference_batches(value["text"], chunk) == [b["batch_text"] for b in value["batches"]]
+        assert reference_batches(value["text"],
+                                 chunk) == [b["batch_text"] for b in value["batches"]]
 
 
 def test_untagged_long_text_is_split_at_sentences():
@@ -94,7 +95,8 @@ def test_script_forms_map_to_voices(script, names, want):
 
 def test_continuation_lines_join_the_previous_turn():
     turns = parse_script("Alice: Hi there,\nhow are you?\nBob: Good.")
-    assert [(t.label, t.text) for t in turns] == [("Alice", "Hi there, how are you?"), ("Bob", "Good.")]
+    assert [(t.label, t.text) for t in turns] == [("Alice", "Hi there, how are you?"), ("Bob",
+                                                                                        "Good.")]
 
 
 def test_prose_with_a_colon_is_not_a_script():
@@ -121,7 +123,8 @@ continues here.
 
 def test_srt_round_trip():
     cues = parse_srt(SRT.replace("\n", "\r\n"))
-    assert cues == [Cue(1, 1.0, 2.5, "Hello there."), Cue(2, 3.0, 4.0, "Second line continues here.")]
+    assert cues == [Cue(1, 1.0, 2.5, "Hello there."), Cue(2, 3.0, 4.0,
+                                                          "Second line continues here.")]
     assert parse_srt(format_srt(cues)) == cues
 
 
@@ -196,7 +199,8 @@ def test_clause_cutting_is_streaming_safe():
     not cut); CJK ones at once."""
     assert split_sentences("Well, 3,000 of them at 12:30; fine", clauses=True) == [
         "Well,", "3,000 of them at 12:30;", "fine"]
-    assert split_sentences("第一段，第二段；第三段。", clauses=True) == ["第一段，", "第二段；", "第三段。"]
+    assert split_sentences("第一段，第二段；第三段。", clauses=True) == ["第一段，", "第二段；",
+                                                             "第三段。"]
     cutter = SentenceCutter(clauses=True)
     assert cutter.feed("Yes,") == [] and cutter.feed(" no") == ["Yes,"]
     assert cutter.pending == " no" and cutter.finish() == ["no"]

@@ -12,7 +12,8 @@ K, C = read_sizes().num_codebooks, read_sizes().codebook_size  # rows and values
 def make_voice(clips=2):
     g = torch.Generator().manual_seed(0)
     size = read_sizes()
-    return Voice("narrator", [Reference(f"clip {i} text", torch.randint(0, C, (K, 7 + i), generator=g))
+    return Voice("narrator", [Reference(f"clip {i} text", torch.randint(0, C, (K, 7 + i),
+                                                                        generator=g))
                               for i in range(clips)], size.sample_rate, size.frame_length)
 
 

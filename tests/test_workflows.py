@@ -58,7 +58,8 @@ def test_workflow_is_valid(path, nodes):
     ours, download, hub = nodes
     workflow = json.loads(path.read_text())
     by_id = {n["id"]: n for n in workflow["nodes"]}
-    assert workflow["last_node_id"] == max(by_id) and workflow["last_link_id"] == len(workflow["links"])
+    assert workflow["last_node_id"] == max(by_id)
+    assert workflow["last_link_id"] == len(workflow["links"])
     for node in workflow["nodes"]:
         kind = node["type"]
         assert kind in ours or kind in CORE, f"{path.name}: unknown node type {kind}"

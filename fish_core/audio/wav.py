@@ -146,7 +146,6 @@ def wav_file(data: bytes, where: str) -> tuple[torch.Tensor, int]:
     return wave, reader.sample_rate
 
 
-
 def pcm16(wave: torch.Tensor) -> bytes:
     """float32 ``[T]`` → little-endian signed 16-bit samples, converted by libsndfile as
     ``fish_core.audio.files.save_audio`` converts them (sample by sample, so chunks concatenate to

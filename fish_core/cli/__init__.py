@@ -1,7 +1,7 @@
 """Command line: ``sailfish <command>`` (the same as ``python -m fish_core <command>``).
 
     say "Hello there!" -o hello.wav                       text (or --text-file, - for stdin)
-    say "Hi." --voice me.safetensors -o hi.mp3            ... in a saved voice; .wav .flac .mp3 .opus
+    say "Hi." --voice me.safetensors -o hi.mp3            ... in a saved voice (wav flac mp3 opus)
     say "Hi." --voice me.wav --voice-text "..." -o hi.wav ... cloning a clip directly
     say "Hi." --takes 3 -o hi.wav                         three takes: hi-1.wav hi-2.wav hi-3.wav
     say --script dialogue.txt --voice alice.safetensors --voice bob.safetensors -o talk.wav
@@ -10,10 +10,10 @@
     say --script play.txt --remote URL --remote-model drama-3 -o play.wav   Drama 3 on an engine
     srt film.srt -o film.wav [--srt-out generated.srt] [--voice me.safetensors]
     say "Hi. [pause:700ms] Bye." --loudness -16 --speed 1.1 --lexicon words.tsv -o hi.wav
-    plan --text-file story.txt --lexicon words.tsv           what the model will read, batch by batch
+    plan --text-file story.txt --lexicon words.tsv        what the model will read, by batch
     book novel.epub -o novel/ --voice me.safetensors --seed 7 --loudness -18   one file per chapter
     voice from-take take2.wav --text "What the take says." -o cast.safetensors
-    codes "Hello" -o codes.npy                            semantic codes only (no codec)
+    codes "Hello" -o codes.npy                            the semantic codes say would speak
     encode ref.wav -o ref.npy  /  decode codes.npy -o out.wav
     download s2-pro                                       fetch a model into --models-dir
     serve --port 8080 [--api-key-file F] [--voices DIR]   HTTP API (OpenAI and fish-speech)

@@ -36,8 +36,8 @@ from typing import Callable
 import torch
 
 from ..text.book import Book, read_book
-from .settings import Settings
-from .voices import Voice
+from ..speech.settings import Settings
+from ..speech.voices import Voice
 
 MANIFEST = "book.json"
 FORMATS = ("wav", "flac")

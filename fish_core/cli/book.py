@@ -1,5 +1,5 @@
 """``book``: a book spoken chapter by chapter into a folder, an application of ``tts``
-(``speech.audiobook.render_book``)."""
+(``cli.audiobook.render_book``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .inputs import load_voices
 def cmd_book(args) -> str:
     """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
     an interrupted run resumes where it stopped."""
-    from ..speech.audiobook import render_book
+    from .audiobook import render_book
     from ..text.book import read_book
 
     book = read_book(args.book)  # a bad book fails before the model loads

@@ -10,22 +10,17 @@ from pathlib import Path
 import torch
 
 from ..loading import hub
-from ..params import SamplingParams
 from ..outputs import (OutputError,
                       take_paths, write_audio, write_or_keep)
-from ..text.pace import Pace
-from ..text.plan import check_text
 from .parser import plural
 from . import inputs
-from .progress import CODEC_FRAME_RATE, Bar
+from .progress import Bar
 from .request import build, check, finishing
 from .request import settings as flag_settings
 from .book import cmd_book
 from .transcribe import cmd_transcribe
 from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
                      read_input, read_text)
-
-
 
 
 # ---------------------------------------------------------------- the parser
@@ -138,25 +133,12 @@ def stream_say(args, synth, request) -> str:
 
 
 def cmd_codes(args) -> str:
-    from ..engine.rows import generate
-    from ..text.prompt import conversation
-
-    if not check_text(args.text, "text").strip():
-        raise ValueError("text is empty: nothing to say")
+    """``codes``: the semantic codes of what ``say`` would speak (``synth.tts(...).codes``)."""
+    settings = check("tts", args, args.text)  # flags and text, before the model loads
     synth = inputs.load_synth(args)
-    prompt = synth.encoder.encode(conversation(args.text))
-    params = SamplingParams(args.temperature, args.top_p, args.top_k, args.max_new_tokens)
-    codec = synth.codec
-    rate = codec.sample_rate / codec.frame_length if codec is not None else CODEC_FRAME_RATE
-    pace, bar = Pace([args.text], rate, min(args.max_new_tokens, synth.engine.max_context)), Bar()
-    try:
-        gen = generate(synth.engine, prompt, params, seed=args.seed,
-                       on_frame=lambda i, n: bar(*pace.frame(i)))[0]
-    finally:
-        bar.close()
-    compile_note(args, synth)
-    save(args.out, lambda p: save_codes(p, gen.codes), "codes")
-    return f"wrote {args.out}: codes {tuple(gen.codes.shape)}, seed {gen.seed}"
+    speech = speak(args, synth, build("tts", args, synth, args.text, [], settings))
+    save(args.out, lambda p: save_codes(p, speech.codes), "codes")
+    return f"wrote {args.out}: codes {tuple(speech.codes.shape)}, seed {speech.seed}"
 
 
 def cmd_voice(args) -> str:

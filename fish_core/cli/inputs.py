@@ -12,7 +12,8 @@ import torch
 
 from ..loading import hub
 from ..engine.device import codec_dtypes_for, resolve_device
-from ..outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, check_audio_output, check_output, take_paths)
+from ..outputs import (AUDIO_SUFFIXES, CODES_SUFFIXES, VOICE_SUFFIXES, check_audio_output,
+                       check_output, take_paths)
 from ..text.plan import read_text_file
 from .parser import plural, prog_name
 
@@ -22,9 +23,10 @@ def load_synth(args):
     from ..local.synthesizer import Synthesizer
 
     if getattr(args, "remote", None):
+        from ..remote import RemoteSynthesizer
         from ..remote.keys import read_api_key
 
-        return Synthesizer.remote(args.remote, args.dialect,
+        return RemoteSynthesizer(args.remote, args.dialect,
                                   read_api_key(args.api_key_file, args.api_key_env),
                                   model=args.remote_model, voice_consent=args.voice_consent,
                                   register_voices=args.register_voices)
@@ -137,48 +139,16 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
     """``--voice``/``--ref-audio`` as ``(path, None)`` for a voice file and ``(path, text)`` for a
     clip with its transcript, in order; every file is checked (it exists, a clip is audio) and a
     clip without its ``--voice-text`` is an error that says how to use it."""
-    from ..audio.files import AudioError, check_audio_file
+    from ..audio.files import check_audio_file
 
     voices = args.voice if isinstance(args.voice, list) else [args.voice] * bool(args.voice)
     texts = (args.voice_text if isinstance(args.voice_text, list) else
              [args.voice_text] * (args.voice_text is not None))
-    clips, sources = [], []
-    for path in voices:
-        if not str(path).strip():
-            raise ValueError("--voice: empty; expected a voice file (.safetensors) or a clip "
-                             "with its --voice-text")
-        file = Path(path).expanduser()
-        if not file.is_file() and getattr(args, "remote", None) and is_voice_name(path):
-            sources.append((path, ENGINE_VOICE))  # the engine's own voice, by name
-            continue
-        if not file.is_file():
-            wrong = "a folder, not a file" if file.is_dir() else "file not found"
-            hint = "" if getattr(args, "remote", True) or not is_voice_name(path) else (
-                " (with --remote, a name that is not a file is one of the engine's voices)")
-            raise ValueError(f"--voice: {wrong}: {path}{hint}")
-        if not is_voice_file(file):
-            try:
-                check_audio_file(file, "--voice")
-            except AudioError as e:
-                if "is not audio" not in str(e):
-                    raise
-                raise AudioError(f"--voice: {path} is neither a voice file (.safetensors, from "
-                                 "`voice encode`) nor an audio clip (WAV, FLAC, Ogg, MP3 or "
-                                 "AIFF)") from None
-            clips.append(len(sources))
-        sources.append((path, None))
+    sources = [voice_source(path, args) for path in voices]
+    clips = [i for i, (_, kind) in enumerate(sources) if kind == CLIP]
     if len(texts) < len(clips) and not getattr(args, "remote", None):
         texts = [*texts, *[None] * (len(clips) - len(texts))]  # heard by the speech recogniser
-    if len(clips) != len(texts):
-        if clips and len(texts) < len(clips):
-            path = sources[clips[len(texts)]][0]
-            raise ValueError(
-                f"--voice {path} is an audio clip, not a voice file: add --voice-text \"the "
-                f"words spoken in {Path(path).name}\" after it (one per clip, in order), or make "
-                f"a voice file once with `{prog_name()} voice encode {path} --text \"...\" -o "
-                f"{Path(path).stem}.safetensors`")
-        raise ValueError(f"{len(texts)} --voice-text for {plural(len(clips), '--voice clip')}: "
-                         "give one --voice-text per audio clip (voice files need none)")
+    check_clip_texts(sources, clips, texts)
     for i, text in zip(clips, texts):
         sources[i] = (sources[i][0], text)
     refs, ref_texts = getattr(args, "ref_audio", []), getattr(args, "ref_text", [])
@@ -188,6 +158,53 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
         check_audio_file(path, "--ref-audio")
         sources.append((path, text))
     return sources
+
+
+CLIP = "\0clip"  # voice_source: an audio clip, its transcript still to pair
+
+
+def voice_source(path: str, args) -> tuple[str, str | None]:
+    """One ``--voice``: a voice file ``(path, None)``, a clip ``(path, CLIP)`` or, with
+    ``--remote``, an engine's voice by name ``(path, ENGINE_VOICE)``; checked."""
+    from ..audio.files import AudioError, check_audio_file
+
+    if not str(path).strip():
+        raise ValueError("--voice: empty; expected a voice file (.safetensors) or a clip "
+                         "with its --voice-text")
+    file = Path(path).expanduser()
+    if not file.is_file() and getattr(args, "remote", None) and is_voice_name(path):
+        return path, ENGINE_VOICE  # the engine's own voice, by name
+    if not file.is_file():
+        wrong = "a folder, not a file" if file.is_dir() else "file not found"
+        hint = "" if getattr(args, "remote", True) or not is_voice_name(path) else (
+            " (with --remote, a name that is not a file is one of the engine's voices)")
+        raise ValueError(f"--voice: {wrong}: {path}{hint}")
+    if is_voice_file(file):
+        return path, None
+    try:
+        check_audio_file(file, "--voice")
+    except AudioError as e:
+        if "is not audio" not in str(e):
+            raise
+        raise AudioError(f"--voice: {path} is neither a voice file (.safetensors, from "
+                         "`voice encode`) nor an audio clip (WAV, FLAC, Ogg, MP3 or "
+                         "AIFF)") from None
+    return path, CLIP
+
+
+def check_clip_texts(sources: list, clips: list[int], texts: list) -> None:
+    """One ``--voice-text`` per clip, in order (a voice file needs none)."""
+    if len(clips) == len(texts):
+        return
+    if clips and len(texts) < len(clips):
+        path = sources[clips[len(texts)]][0]
+        raise ValueError(
+            f"--voice {path} is an audio clip, not a voice file: add --voice-text \"the "
+            f"words spoken in {Path(path).name}\" after it (one per clip, in order), or make "
+            f"a voice file once with `{prog_name()} voice encode {path} --text \"...\" -o "
+            f"{Path(path).stem}.safetensors`")
+    raise ValueError(f"{len(texts)} --voice-text for {plural(len(clips), '--voice clip')}: "
+                     "give one --voice-text per audio clip (voice files need none)")
 
 
 def load_voices(args, synth) -> list:

@@ -140,7 +140,7 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
 
 
 def add_remote_args(p: argparse.ArgumentParser) -> None:
-    """Run on a remote S2 engine instead of a local model (``Synthesizer.remote``)."""
+    """Run on a remote S2 engine instead of a local model (``RemoteSynthesizer``)."""
     from ..remote.dialects import DIALECTS
 
     g = p.add_argument_group("remote engine")
@@ -285,7 +285,7 @@ def add_book_command(add_command, common: list) -> None:
 
 
 def add_codes_command(add_command, common: list) -> None:
-    p = add_command("codes", "generate semantic codes only")
+    p = add_command("codes", "the semantic codes say would speak (.npy or .safetensors)")
     p.add_argument("text")
     p.add_argument("-o", "--out", required=True, help="output .npy or .safetensors")
     add_model_args(p)

@@ -15,7 +15,6 @@ class CodecLoadError(ValueError):
     """codec.pth (or codec_config.json) cannot be loaded into the codec."""
 
 
-
 @dataclass(frozen=True)
 class TransformerConfig:
     n_layer: int

@@ -276,7 +276,6 @@ class Codec(nn.Module):
         return self.decoder(z, state).float()
 
 
-
 def build_codec(config: CodecConfig | None = None, device="meta") -> Codec:
     """A codec from config alone (default: the real S2-Pro size on the meta device, no memory)."""
     with torch.device(device):

@@ -23,7 +23,8 @@ def rope_table(length: int, head_dim: int, base: float, device=None, start: int 
 
 
 def apply_rope(x: Tensor, table: Tensor) -> Tensor:
-    """Rotate interleaved pairs (x0, x1) of ``x [B, S, H, Dh]`` by ``table [B or 1, S, Dh/2, 2]``."""
+    """Rotate interleaved pairs (x0, x1) of ``x [B, S, H, Dh]`` by
+    ``table [B or 1, S, Dh/2, 2]``."""
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
     cos, sin = table[..., 0].unsqueeze(2), table[..., 1].unsqueeze(2)  # [B, S, 1, Dh/2]
     x0, x1 = pairs[..., 0], pairs[..., 1]

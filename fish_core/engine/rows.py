@@ -1,7 +1,8 @@
 """The one decode loop: rows that requests join and leave at frame boundaries.
 
 Every generation decodes here. ``RowBatch`` keeps a fixed number of rows of the engine's KV
-cache (``runner.Engine``, the floor below, owns the cache and runs a frame: compiled, CUDA graph, fallbacks)
+cache (``runner.Engine``, the floor below, owns the cache and runs a frame: compiled, CUDA graph,
+fallbacks)
 and decides what runs: which rows are busy, at which positions, with which sampling settings
 and random numbers, and what each row has generated.
 

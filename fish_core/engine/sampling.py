@@ -1,4 +1,5 @@
-"""The reference sampler (top-p, top-k, temperature, exponential race) and Repetition-Aware Sampling.
+"""The reference sampler (top-p, top-k, temperature, exponential race) and Repetition-Aware
+Sampling.
 
 All arithmetic runs in the logits' dtype (the model dtype), with ``temperature`` and ``top_p``
 given as tensors of that dtype, exactly as fish-speech does: in bf16, 0.7 becomes 0.69921875.

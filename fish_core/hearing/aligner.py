@@ -137,7 +137,8 @@ class ForcedAligner:
             logits = model.lm_head(hidden[row][slots]).float()
             raw = (logits.argmax(-1).float() * model.config.timestamp_segment_ms).tolist()
             fixed = fix_timestamps(raw)
-            items = [Word(word, round(fixed[2 * i] / 1000.0, 3), round(fixed[2 * i + 1] / 1000.0, 3))
+            items = [Word(word, round(fixed[2 * i] / 1000.0, 3),
+                          round(fixed[2 * i + 1] / 1000.0, 3))
                      for i, word in enumerate(words)]
             results.append(Aligned(items, list(words), input_ids[row][mask[row] != 0].cpu(),
                                    logits.cpu(), raw, fixed))

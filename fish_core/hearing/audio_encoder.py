@@ -107,7 +107,8 @@ class AudioEncoder(nn.Module):
         frames = features.shape[-1]
         lengths = [min(size, frames - start) for start in range(0, frames, size)]
         padded = F.pad(features, (0, len(lengths) * size - frames))
-        return padded.reshape(features.shape[0], len(lengths), size).transpose(0, 1).unsqueeze(1), lengths
+        chunks = padded.reshape(features.shape[0], len(lengths), size).transpose(0, 1)
+        return chunks.unsqueeze(1), lengths
 
     def embed(self, features: Tensor) -> Tensor:
         """The convolution stem: ``[n_mels, frames]`` → ``[n_tokens, d_model]`` with positions."""

@@ -83,7 +83,8 @@ def frame_count(samples: int, hop_length: int) -> int:
 
 
 def log_mel(waveform: Tensor, config: FeatureConfig = FeatureConfig()) -> Tensor:
-    """``[n_mels, samples // hop]`` (or ``[B, n_mels, …]`` for ``[B, samples]``) float32 features."""
+    """``[n_mels, samples // hop]`` (or ``[B, n_mels, …]`` for ``[B, samples]``) float32
+    features."""
     wave = waveform.to(torch.float32)
     window = torch.hann_window(config.n_fft, device=wave.device)
     spectrum = torch.stft(wave, config.n_fft, config.hop_length, window=window,

@@ -42,7 +42,8 @@ class Thinker(nn.Module):
         ``<|audio_pad|>`` positions; their count must match."""
         embeds = self.model.embed_tokens(input_ids)
         slots = input_ids == self.config.audio_token_id
-        filled = torch.cat(audio).to(embeds.dtype) if audio else embeds.new_zeros(0, embeds.shape[-1])
+        filled = (torch.cat(audio).to(embeds.dtype) if audio
+                  else embeds.new_zeros(0, embeds.shape[-1]))
         if int(slots.sum()) != filled.shape[0]:
             raise ValueError(f"the prompt has {int(slots.sum())} audio positions for "
                              f"{filled.shape[0]} audio embeddings")

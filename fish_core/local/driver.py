@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -35,6 +35,9 @@ from ..speech.results import Batch, BatchResult
 from ..speech.voices import Voice
 from ..text import plan as textplan
 from ..text.pace import Pace
+
+if TYPE_CHECKING:  # the engine is imported when a model is loaded, not with the driver
+    from .runtime import Runtime
 
 
 class ChunkDecoder:
@@ -99,7 +102,8 @@ class SpeechJob:
     frame; ``deadline`` (``time.monotonic()`` seconds) is a timeout. The settings are those of
     a checked ``speech.request.Request``: nothing here checks them again."""
 
-    def __init__(self, runtime, text: str | Sequence[Batch], voices: Sequence[Voice] = (), *,
+    def __init__(self, runtime: Runtime, text: str | Sequence[Batch],
+                 voices: Sequence[Voice] = (), *,
                  params: SamplingParams = DEFAULTS, seed: int | None = None,
                  max_bytes: int = textplan.DEFAULT_MAX_BYTES, history_turns: int = 3,
                  first_frames: int = FIRST_FRAMES, chunk_frames: int = CHUNK_FRAMES,
@@ -223,7 +227,7 @@ class JobRows:
     back of a queue). Each row draws from its job's own seed, so a job's codes and audio are
     those it makes alone."""
 
-    def __init__(self, runtime, rows: int):
+    def __init__(self, runtime: Runtime, rows: int):
         self.runtime = runtime
         self.batch = runtime.row_batch(rows)
         self.jobs: dict[int, SpeechJob] = {}
@@ -288,7 +292,7 @@ class JobRows:
         return left
 
 
-def run_round(runtime, jobs: Sequence[SpeechJob],
+def run_round(runtime: Runtime, jobs: Sequence[SpeechJob],
               on_frame: Callable[[int, int], None] | None = None,
               cancel: Callable[[], bool] | None = None) -> None:
     """Generate the next text batch of every job, together: a static batch, the jobs joining
@@ -309,7 +313,8 @@ def run_round(runtime, jobs: Sequence[SpeechJob],
                cancel)
 
 
-def run_jobs(runtime, jobs: list[SpeechJob], on_progress: Callable[[int, int], None] | None,
+def run_jobs(runtime: Runtime, jobs: list[SpeechJob],
+             on_progress: Callable[[int, int], None] | None,
              cancel: Callable[[], bool] | None) -> None:
     """Run jobs in step to their ends (one ``run_round`` per text batch: the takes of one
     request), reporting progress in frames generated against the frames the text is expected

@@ -83,7 +83,8 @@ class Synthesizer(Front):
         prompt in the same voice (default 512 MB; 0 = off).
         ``codec_dtype``: the codec's precision (a name or a torch dtype) for encode and decode;
         default (None or ``"auto"``) ``codec_dtypes_for(device)``: fp32 on the CPU, on a GPU
-        fp32 encode and fp16 decode (within 40 dB SNR of fp32: docs/gpu.md). ``threads``: torch's CPU threads,
+        fp32 encode and fp16 decode (within 40 dB SNR of fp32: docs/gpu.md). ``threads``: torch's
+        CPU threads,
         set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
         N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
@@ -105,22 +106,10 @@ class Synthesizer(Front):
         codec = None
         if (folder / CHECKPOINT_NAME).is_file():
             codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
-        synth = cls(model, tokenizer, codec, compile=compile, context_length=context_length,
-                    compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
-        synth.listener.configure(asr, models_dir, download)
-        return synth
-
-    @staticmethod
-    def remote(url, dialect: str = "auto", api_key: str | None = None, **options):
-        """The same API on a remote engine (``fish_core.remote.RemoteSynthesizer``): ``url``
-        one endpoint or several (a list, or separated by spaces/commas); ``dialect`` auto,
-        sailfish, sglang-omni, vllm-omni or fish-speech. Options include ``model`` (the
-        engine's model by name, e.g. ``"drama-3"``; default the first its ``/v1/models``
-        lists), ``voice_consent`` (stated consent, needed to register voices on SGLang-Omni /
-        vLLM-Omni), ``register_voices``, ``sample_rate`` and timeouts (docs/engines.md)."""
-        from ..remote import RemoteSynthesizer
-
-        return RemoteSynthesizer(url, dialect, api_key, **options)
+        made = cls(model, tokenizer, codec, compile=compile, context_length=context_length,
+                   compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb)
+        made.listener.configure(asr, models_dir, download)
+        return made
 
     @property
     def sample_rate(self) -> int:

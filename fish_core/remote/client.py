@@ -1,7 +1,7 @@
 """``RemoteSynthesizer``: the ``Synthesizer`` API (tts, dialogue, subtitles, stream,
 encode_voice, sample_rate) on a remote S2 engine, so nodes, CLI and scripts run unchanged.
 
-    synth = Synthesizer.remote("http://gpu-1:8000 http://gpu-2:8000", dialect="sglang-omni")
+    synth = RemoteSynthesizer("http://gpu-1:8000 http://gpu-2:8000", dialect="sglang-omni")
     voice = synth.encode_voice("me.wav", "What I say in me.wav.", name="me")
     speech = synth.tts("Now in my voice.", voice=voice, seed=1)
 

@@ -3,7 +3,8 @@ per dialect. What each engine accepts and answers, the upstream version followed
 are written down in docs/engines.md; each class's docstring names the version it follows.
 
 Every answer is read within a byte budget the transport enforces (``http.Response``: for
-speech, what the request's frames can produce), every event-stream line is capped, and a field an engine cannot take is refused here, before
+speech, what the request's frames can produce), every event-stream line is capped, and a field an
+engine cannot take is refused here, before
 anything is sent (``Dialect.check``), with the engine's limit in the message: a value the user
 set is never silently changed.
 """
@@ -265,7 +266,8 @@ class OmniVoices(Dialect):
 
 class SGLangOmni(OmniVoices):
     """sgl-project/sglang-omni ``docs/basic_usage/tts.md`` at commit 0545bc0 (main as read
-    on 2026-12-01; serves S2-Pro and, since 2026-10-13, ``fishaudio/drama-3``): ``references: [{audio_path, text}]`` with
+    on 2026-12-01; serves S2-Pro and, since 2026-10-13, ``fishaudio/drama-3``): ``references:
+    [{audio_path, text}]`` with
     the clip as a ``data:`` base64 URL; ``stream: true`` with ``response_format: "pcm"`` →
     SSE ``audio.speech.chunk`` objects whose ``audio.data`` is base64 s16le PCM (with
     ``audio.sample_rate``), ending with ``data: [DONE]``; ``seed``, ``temperature``,

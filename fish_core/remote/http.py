@@ -15,7 +15,8 @@ What a server can make the client do is bounded:
   is an error), so the key never travels to another origin.
 * Every answer has a byte budget (``limit``): a speech request's is what its frames can
   produce, anything else's ``MAX_ANSWER_BYTES``; reading stops with an error beyond it. Lines
-  of an event stream are at most ``MAX_LINE_BYTES`` (``pcm.bounded_lines``); header lines and counts are ``http.client``'s own
+  of an event stream are at most ``MAX_LINE_BYTES`` (``pcm.bounded_lines``); header lines and counts
+  are ``http.client``'s own
   limits (64 KiB, 100 headers).
 * Server text reaches an error only through one bounded quoter (``Transport.quote`` and
   ``quote_names``: at most ``MAX_QUOTE`` characters, control characters removed; a list as its

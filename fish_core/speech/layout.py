@@ -1,7 +1,8 @@
 """Layout: the final waveform of a request, handed out in order while it is generated.
 
 Both synthesizers lay out here (``speech.front``): the local one as its job decodes, a remote one
-as each engine request's audio arrives. ``tts``, ``dialogue`` and ``subtitles`` take ``on_chunk(samples, sample_rate)``
+as each engine request's audio arrives. ``tts``, ``dialogue`` and ``subtitles`` take
+``on_chunk(samples, sample_rate)``
 (``samples`` float32 ``[n]`` on the CPU, a fresh tensor). It is called on the generating thread
 with consecutive pieces of the waveform the call returns, so that ``torch.cat`` of every piece
 equals that waveform sample for sample; with several takes, of take 1.
@@ -25,7 +26,8 @@ shapes the batches:
 Finishing (``speech.finishing``): at a speaking rate other than 1 a batch's chunks are held
 and stretched when it ends (a stretch needs the whole batch); with a loudness the samples go
 through ``audio.loudness.output`` (a gain fixed from the first batch; a whole HTTP answer is
-finished as a whole by ``Front.finish``, off the model's worker). Live pieces with a loudness therefore differ in level
+finished as a whole by ``Front.finish``, off the model's worker). Live pieces with a loudness
+therefore differ in level
 from the returned waveform, which is normalised as a whole.
 """
 

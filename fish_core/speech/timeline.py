@@ -116,7 +116,8 @@ def place_cues(cues: Sequence[textsrt.Cue], waves: Sequence[torch.Tensor],
         if start > asked:
             overruns.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
         placed.append(textsrt.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
-        segments += [replace(s, start_sample=s.start_sample + start, end_sample=s.end_sample + start)
+        segments += [replace(s, start_sample=s.start_sample + start,
+                             end_sample=s.end_sample + start)
                      for s in timeline.segments]
     tail = max(0, round(cues[-1].end * sample_rate) - cursor)
     waveform = torch.cat(pieces + [torch.zeros(tail)])

@@ -5,7 +5,8 @@ for exactly that much digital silence between the speech on either side. Tags ar
 insensitive; the duration is a number with the unit ``ms`` or ``s``, from 0 up to
 ``MAX_PAUSE`` seconds; several tags in a row add up; one request holds at most ``MAX_TOTAL``
 seconds of them (``budgets``: a text, and a whole script or subtitle file over all its turns or
-cues, ``check_total``). Anything else written as ``[pause:…]`` (no unit, a negative or absurd length, a tag
+cues, ``check_total``). Anything else written as ``[pause:…]`` (no unit, a negative or absurd
+length, a tag
 left open) is a ``PauseError`` quoting the tag. S2's own ``[pause]`` (no duration) is a
 delivery cue of the model and is left in the text.
 """

@@ -187,7 +187,8 @@ def split_sentences(text: str, clauses: bool = False) -> list[str]:
 
 
 def split_long(sentence: str, max_bytes: int) -> list[str]:
-    """Cut one sentence into pieces of at most ``max_bytes``: at clauses, then spaces, then bytes."""
+    """Cut one sentence into pieces of at most ``max_bytes``: at clauses, then spaces, then
+    bytes."""
     if nbytes(sentence) <= max_bytes:
         return [sentence]
     for piece_pattern in (CLAUSE_PIECE, WORD_PIECE):

@@ -92,9 +92,11 @@ class FishTokenizer:
     def check_config(self, config) -> None:
         """Fail if config.json and tokenizer.json disagree on the ids the model relies on."""
         pairs = [("eos_token_id", config.eos_token_id, self.im_end_id),
-                 ("semantic_start_token_id", config.semantic_start_token_id, self.semantic_begin_id),
+                 ("semantic_start_token_id", config.semantic_start_token_id,
+                  self.semantic_begin_id),
                  ("semantic_end_token_id", config.semantic_end_token_id, self.semantic_end_id)]
-        bad = [f"{name}={cfg} but tokenizer.json says {tok}" for name, cfg, tok in pairs if cfg != tok]
+        bad = [f"{name}={cfg} but tokenizer.json says {tok}"
+               for name, cfg, tok in pairs if cfg != tok]
         if bad:
             raise TokenizerError("config.json and tokenizer.json disagree: " + "; ".join(bad))
 

@@ -1,6 +1,7 @@
 """The OpenAI dialect: ``POST /v1/audio/speech`` (its request shape, plus the S2 extensions of
 SGLang-Omni / vLLM-Omni) and ``GET /v1/models``. The shared field checks are in
-``..http.fields``, the request shape in ``..request``; the answer in ``speak.py``; the voice routes in ``voices.py``."""
+``..http.fields``, the request shape in ``..request``; the answer in ``speak.py``; the voice routes
+in ``voices.py``."""
 
 from __future__ import annotations
 

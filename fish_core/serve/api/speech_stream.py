@@ -95,6 +95,7 @@ from .stream_session import CLOSE_NORMAL, Session
 PROTOCOL = "sailfish.speech.v1"  # the subprotocol the server selects
 KEY_PROTOCOL = "base64url.bearer."  # + the key in base64url: browsers' way to send the key
 
+
 # ---------------------------------------------------------------- the handshake
 def offered_protocols(headers) -> list[str] | None:
     """The subprotocols the client offers, as aiohttp reads them (the first header)."""

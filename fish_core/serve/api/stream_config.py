@@ -27,6 +27,7 @@ PEER_CONFIG = {"speaker", "stream_audio", "split_granularity", "task_type", "lan
 CONFIG_FIELDS = {"type"} | OPENAI_CONFIG | PEER_CONFIG
 CODEC_CHUNK_FRAMES = Rule(0, 1 << 20, integer=True)  # accepted and checked; no effect on S2
 
+
 def message_limit(limits: Limits) -> int:
     """Bytes of the largest client message: a config with its inline references."""
     return max(limits.max_body_bytes, text_message_limit(limits))
@@ -35,6 +36,7 @@ def message_limit(limits: Limits) -> int:
 def text_message_limit(limits: Limits) -> int:
     """Bytes of any message after ``session.config`` (a text piece at JSON's worst)."""
     return 12 * limits.max_text_chars + 1024
+
 
 # ---------------------------------------------------------------- messages
 def parse_message(data: bytes, limits: Limits) -> dict:
