@@ -95,16 +95,41 @@ def cmd_say(args) -> str:
         return stream_say(args, synth, build(kind, args, synth, said, voices, settings))
     speech = speak(args, synth, build(kind, args, synth, said, voices, settings))
     speeches = speech if isinstance(speech, list) else [speech]
+    if args.pick == "best":  # only the take that says most nearly what was asked
+        from ..hearing.checking import best_take
+
+        best = best_take([s.check for s in speeches])
+        for k, one in enumerate(speeches):
+            print(f"take {k + 1}{check_note(one)}", file=sys.stderr)
+        speech = speeches[best]
+        save(args.out, lambda p: write_audio(p, speech.waveform, speech.sample_rate), "audio")
+        return (f"wrote {args.out}: take {best + 1} of {len(speeches)}, {speech.duration:.2f} s,"
+                f" seed {speech.seed}{finish_note(speech)}{check_note(speech)}")
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
         save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
     if len(speeches) == 1:
         return (f"wrote {args.out}: {speech.duration:.2f} s in "
                 f"{plural(len(speech.segments), 'batch', 'batches')}, seed {speech.seed}"
-                f"{finish_note(speech)}")
+                f"{finish_note(speech)}{check_note(speech)}")
     return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
-                     f"{finish_note(s)}"
+                     f"{finish_note(s)}{check_note(s)}"
                      for k, (p, s) in enumerate(zip(paths, speeches)))
+
+
+def check_note(speech, shown: int = 5) -> str:
+    """A checked take's score and the first words that differ, for the report line."""
+    checked = speech.check
+    if checked is None:
+        return ""
+    s = checked.score
+    unit = "character" if s.unit == "char" else "word"
+    note = (f", heard {s.rate:.1%} off ({s.errors} of {plural(s.length, unit)}"
+            f"{'' if checked.heard.complete else ', transcript cut short'})")
+    diffs = [f"-{d.expected}" if not d.heard else f"+{d.heard}" if not d.expected
+             else f"{d.expected}→{d.heard}" for d in s.differences[:shown]]
+    more = f" …{len(s.differences) - shown} more" if len(s.differences) > shown else ""
+    return note + (": " + ", ".join(diffs) + more if diffs else "")
 
 
 def stream_say(args, synth, request) -> str:

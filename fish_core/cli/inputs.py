@@ -73,6 +73,13 @@ def check_request(args) -> None:
             check_audio_output(path, "--out")
     elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
         check_output(args.out, "--out", OUTPUTS[args.command])
+    if getattr(args, "pick", "all") != "all" and not args.check:
+        raise ValueError("--pick best picks the take heard nearest the text: add --check")
+    if getattr(args, "check", False):
+        if args.remote:
+            raise ValueError("--check hears the takes with a local speech recogniser; a "
+                             "--remote engine's takes cannot be checked")
+        check_recognizer(args, "--check hears every take", "no --check")
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
     if getattr(args, "device", None) is not None:
@@ -112,9 +119,10 @@ def check_recognizer(args, missing: str, flag: str) -> None:
     try:
         resolve_asr(args.asr, args.models_dir, download=not args.no_download)
     except hub.ModelNotFound as e:
+        instead = (f"Or give {flag} \"the words spoken in it\"" if flag.startswith("--")
+                   else f"Or leave out {flag.removeprefix('no ')}")
         raise hub.ModelNotFound(f"{missing}, and the speech recogniser that would hear it is "
-                                f"not here: {e}. Or give {flag} \"the words spoken in it\"",
-                                ) from None
+                                f"not here: {e}. {instead}") from None
 
 
 def is_voice_file(path: Path) -> bool:

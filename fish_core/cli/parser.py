@@ -242,6 +242,13 @@ def add_say_command(add_command, common: list) -> None:
     p.add_argument("--takes", type=int, default=1, metavar="N",
                    help=f"generate N takes at once (1..{MAX_TAKES}; take k seeded seed + k), "
                         "written as NAME-1.wav ... NAME-N.wav")
+    p.add_argument("--check", action="store_true",
+                   help="hear every take (Qwen3-ASR, --asr FOLDER) and score it against the "
+                        "text: word error rate (characters for Chinese, Japanese, Korean) and "
+                        "the words that differ")
+    p.add_argument("--pick", default="all", choices=["all", "best"],
+                   help="with --check: best writes only the take that says most nearly what "
+                        "was asked, to -o")
     p.add_argument("--stream", action="store_true",
                    help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
     p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],

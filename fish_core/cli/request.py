@@ -19,7 +19,8 @@ NAMES = {"seed": "--seed", "temperature": "--temperature", "top_p": "--top-p",
          "history_turns": "--history-turns", "max_bytes": "--max-bytes", "takes": "--takes",
          "speed": "--speed", "loudness": "--loudness", "lexicon": "--lexicon",
          "ceiling": "--ceiling", "loudness_per": "--loudness-per",
-         "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice"}
+         "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice",
+         "check": "--check"}
 # The settings each flag gives (``Settings.of``'s keywords), when the command has the flag.
 FLAGS = ("seed", "temperature", "top_p", "top_k", "max_new_tokens", "history_turns",
          "max_bytes", "first_frames")
@@ -44,10 +45,18 @@ def settings(args, where: str) -> Settings:
         options.pop("first_frames", None)
     if where in ("tts", "dialogue") and getattr(args, "takes", 1) > 1:
         options["takes"] = args.takes
+    if getattr(args, "check", False):
+        if where not in ("tts", "dialogue"):
+            raise ValueError(f"--check hears whole takes; {where_flag(where)} cannot be checked")
+        options["check"] = True
     try:
         return Settings.of(where=where, **options, **finishing(args))
     except ValueError as e:
         raise in_flag_names(e) from None
+
+
+def where_flag(where: str) -> str:
+    return {"stream": "--stream", "subtitles": "srt"}.get(where, where)
 
 
 def check(kind: str, args, text: str) -> Settings:

@@ -34,7 +34,7 @@ from ..loading.checkpoint import load_model
 from ..params import batch_seed
 from ..speech.front import Front, Plan, Take
 from ..speech.layout import job_options
-from ..speech.request import Request
+from ..speech.request import Request, asked
 from ..speech.stream import Stream
 from ..speech.voices import Voice
 from ..text.tokenizer import FishTokenizer
@@ -129,6 +129,12 @@ class Synthesizer(Front):
         if text is None or (isinstance(text, str) and not text.strip()):
             text = self.listener.transcript(audio, sample_rate)
         return self.runtime.encode_voice(audio, text, name, sample_rate)
+
+    def check_takes(self, request: Request, speeches: list) -> list:
+        """Every take heard by the speech recogniser (loaded now if it is not) and scored
+        against the text it was asked to say (``hearing.checking``)."""
+        return self.listener.check([s.waveform for s in speeches], self.sample_rate,
+                                   asked(request))
 
     # ------------------------------------------------------------------ the backend
     def jobs(self, request: Request, plan: Plan, sink=None, *, keep: bool = True,

@@ -256,6 +256,7 @@ class EngineAccepts:
     max_speakers = property(lambda self: self.synth.spec.max_speakers)
     model = property(lambda self: self.synth.spec.label)
     invents_voices = property(lambda self: self.synth.spec.invents_voices)
+    hears = False  # no speech recogniser beside a remote engine: no checked takes
 
     def voices(self, voice):
         return self.synth.voices.resolve(voice)

@@ -98,6 +98,11 @@ class Front:
         """A stream whose work hands its chunks to ``sink(put)`` (a layout or ``Direct``)."""
         raise NotImplementedError
 
+    def check_takes(self, request: Request, speeches: list[Speech]) -> list:
+        """Each finished take heard and scored against what it was asked to say
+        (``Settings.check``; a backend whose ``accepts.hears`` is False never gets here)."""
+        raise NotImplementedError
+
     # ---------------------------------------------------------------- the API
     def tts(self, text: str, voice: Voice | Sequence[Voice] | None = None, *,
             settings: Settings | None = None, on_progress: Progress | None = None,
@@ -148,6 +153,9 @@ class Front:
         sink = self.sink(request, plan, on_chunk) if on_chunk is not None else None
         speeches = [self.finish(request, plan, take)
                     for take in self.render(request, plan, on_progress, cancel, sink)]
+        if request.settings.check:
+            for speech, checked in zip(speeches, self.check_takes(request, speeches)):
+                speech.check = checked
         return speeches if request.takes is not None else speeches[0]
 
     def open_stream(self, request: Request) -> Stream:

@@ -46,6 +46,7 @@ class Accepts:
     max_speakers: int | None = None
     model: str = "this model"
     invents_voices: bool = False
+    hears: bool = True  # whether it can check takes (``Settings.check``: a speech recogniser)
 
     def voices(self, voice):
         """``voice`` as the backend takes it (a remote engine's voices may be given by name)."""
@@ -116,6 +117,7 @@ class Request:
         or None: the model's own). ``settings`` and/or flat keywords (``Settings.of``)."""
         spoken = spoken_text(text, "text")
         settings = Settings.of(settings, where, **options)  # before the backend is asked
+        check_hearing(settings, accepts)
         if accepts.max_speakers is not None:
             check_speaker_count(textplan.split_turns(text), accepts.max_speakers, accepts.model)
         return cls("tts", text, tuple(as_voices(accepts.voices(voice))),
@@ -132,6 +134,7 @@ class Request:
         if not textplan.check_text(script, "script").strip():
             raise EmptyScript("the script is empty: nothing to say", "script", script)
         settings = Settings.of(settings, where, **options)  # before the backend is asked
+        check_hearing(settings, accepts)
         if isinstance(pause, bool) or not PAUSE.holds(pause):
             raise RequestError("pause", PAUSE, pause,
                                f"pause must be between 0 and 10 seconds, got {pause}")
@@ -170,6 +173,22 @@ class Request:
         if self.kind == "dialogue":
             raise ValueError("a dialogue maps its speakers to its voices: build it with them")
         return replace(self, voices=tuple(as_voices(voices)))
+
+
+def check_hearing(settings: Settings, accepts: Accepts) -> None:
+    """Checked takes need a backend that hears them (a local model's speech recogniser)."""
+    if settings.check and not accepts.hears:
+        raise RequestError("check", None, True, f"check: {accepts.model} cannot hear its takes "
+                           "(checked takes need a local model and its speech recogniser)")
+
+
+def asked(request: "Request") -> str:
+    """What a request's takes were asked to say, as a transcript would write it: the text
+    (or each turn's) without pause or speaker tags, the words as given (not respelled)."""
+    from .casting import transcript
+
+    texts = [t.text for t in request.turns] if request.kind == "dialogue" else [request.text]
+    return " ".join(transcript(text) for text in texts if split_pauses(text, "text").pieces)
 
 
 def spoken_text(text: str, field: str, what: str | None = None) -> Spoken:

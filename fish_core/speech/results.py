@@ -89,6 +89,10 @@ class Speech:
     seed: int
     # What finishing did (``speech.finishing``): speed, loudness measured after it; None: none.
     finishing: dict | None = field(default=None, kw_only=True)
+    # A checked take (``Settings.check``): what the speech recogniser heard and its score
+    # against the text asked for (``hearing.checking.CheckedTake``: ``.heard.text``,
+    # ``.score.rate``, ``.score.differences``); None: not checked.
+    check: object | None = field(default=None, kw_only=True)
 
     @property
     def duration(self) -> float:

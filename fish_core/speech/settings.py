@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, MAX_SEED, SAMPLING_RULES,
-                      SEED_RULE, Rule, SamplingParams, check_seed, random_seed)
+                      SEED_RULE, RequestError, Rule, SamplingParams, check_seed, random_seed)
 from ..text.plan import DEFAULT_MAX_BYTES
 from .finishing import Finishing
 from .results import MAX_TAKES
@@ -40,6 +40,8 @@ class Settings:
     first_frames: int = FIRST_FRAMES  # a stream's chunking
     chunk_frames: int = CHUNK_FRAMES
     finishing: Finishing = Finishing()
+    # Every take heard by the speech recogniser and scored against its text (``Speech.check``)
+    check: bool = False
 
     def __post_init__(self):
         self.sampling.validate()
@@ -49,6 +51,9 @@ class Settings:
             TAKES.check(self.takes, "takes")
         for name, rule in RULES.items():
             rule.check(getattr(self, name), name)
+        if not isinstance(self.check, bool):
+            raise RequestError("check", None, self.check,
+                               f"check must be true or false, got {self.check!r}")
         if not isinstance(self.finishing, Finishing):
             raise TypeError(f"finishing must be a Finishing, got {type(self.finishing).__name__}")
 
@@ -88,7 +93,7 @@ class Settings:
         """What a result or a book's digest records of them (the lexicon as its digest)."""
         return {"sampling": self.sampling.__dict__, "seed": self.seed, "takes": self.takes,
                 "history_turns": self.history_turns, "max_bytes": self.max_bytes,
-                "finishing": self.finishing.as_dict()}
+                "finishing": self.finishing.as_dict(), "check": self.check}
 
 
 DEFAULT = Settings()
@@ -97,8 +102,8 @@ KEYWORDS = (*SAMPLING, *OWN, *FINISHING)  # every flat keyword ``Settings.of`` t
 # What a kind of call does not take (a stream is one take; a subtitle cue is one batch).
 NOT_TAKEN = {"tts": ("first_frames", "chunk_frames"),
              "dialogue": ("first_frames", "chunk_frames"),
-             "stream": ("takes",),
-             "subtitles": ("takes", "max_bytes", "first_frames", "chunk_frames")}
+             "stream": ("takes", "check"),
+             "subtitles": ("takes", "max_bytes", "first_frames", "chunk_frames", "check")}
 
 
 def rules() -> dict[str, Rule]:
