@@ -57,7 +57,13 @@ FINISHING = [
 LOUDNESS_PER = Combo("loudness_per", ["mix", "track", "line"],
                      "What loudness normalises: the mix, each speaker's track, or each line "
                      "(the speaker tracks still sum to the mix).", "mix", optional=True)
-SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER)}
+CHECK = Boolean("check", False,
+                "Hear every take with Qwen3-ASR (downloaded on first use into the fish_speech "
+                "models folder, freed with the model) and score it against the text: the "
+                "timeline gives each take's error rate (words; characters for Chinese, "
+                "Japanese, Korean) and the words that differ. Local models only.",
+                optional=True, advanced=True)
+SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER, CHECK)}
 PAUSE_HINT = " [pause:700ms] or [pause:1.5s] inserts exactly that much silence."
 AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
 TIMELINE_OUT = Output("STRING", "timeline",
@@ -162,7 +168,7 @@ TTS = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
                    "Unconnected: the model picks a voice.", optional=True),
-            TAKES, *FINISHING],
+            TAKES, *FINISHING, CHECK],
     outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=tts,
 )
@@ -178,7 +184,7 @@ VOICE_CLONE = Node(
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
             *SAMPLING,
-            TAKES, *FINISHING],
+            TAKES, *FINISHING, CHECK],
     outputs=[AUDIO_OUT, TIMELINE_OUT],
     execute=voice_clone,
 )
@@ -203,7 +209,7 @@ MULTI_SPEAKER = Node(
                     "with a pause). Off: several turns share a text batch and flow as one "
                     "conversation; such a batch goes to its first speaker's track.",
                     optional=True),
-            *FINISHING, LOUDNESS_PER],
+            *FINISHING, LOUDNESS_PER, CHECK],
     outputs=[AUDIO_OUT,
              *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
                       "where others talk (for lip sync); the tracks sum to the mix.")

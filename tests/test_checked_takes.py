@@ -106,3 +106,24 @@ def test_cli_pick_needs_check_and_check_needs_the_recogniser(ckpt_dir, tmp_path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--check hears every take" in err and "--asr" in err
     assert cli.main([*base, "--check", "--stream"]) == 2
+
+
+def test_the_tts_node_checks_its_takes(env, model, asr_dir):
+    import json
+
+    from node_env import run_v3
+
+    target = env.models / "qwen3-asr-0.6b"  # where the node's recogniser is downloaded to
+    if not target.exists():
+        target.symlink_to(asr_dir, target_is_directory=True)
+    text = "One two three."
+    audio, timeline = run_v3(env, "SailfishTTS", model=model, text=text, takes=2, check=True,
+                             **FAST)
+    takes = json.loads(timeline)["takes"]
+    assert len(takes) == 2
+    for take in takes:
+        checked = take["check"]
+        s = score(text, checked["heard"])
+        assert (checked["rate"], checked["errors"], checked["length"]) == (s.rate, s.errors,
+                                                                           s.length)
+        assert checked["differences"] == [[d.expected, d.heard] for d in s.differences]

@@ -124,7 +124,20 @@ class Speech:
                  "segments": [s.as_dict() for s in self.segments]}
         if self.finishing:
             found["finishing"] = self.finishing
+        if self.check is not None:
+            found["check"] = check_dict(self.check)
         return found
+
+
+def check_dict(checked) -> dict:
+    """A checked take (``hearing.checking.CheckedTake``) as JSON: what was heard, the error
+    rate, its unit (``word`` or ``char``), errors of length, and each difference as
+    ``[expected, heard]`` (either may be empty: a unit dropped or added)."""
+    s = checked.score
+    return {"heard": checked.heard.text, "language": checked.heard.language,
+            "complete": checked.heard.complete, "rate": s.rate, "unit": s.unit,
+            "errors": s.errors, "length": s.length,
+            "differences": [[d.expected, d.heard] for d in s.differences]}
 
 
 def timeline_json(takes: Sequence[Speech]) -> str:
@@ -132,7 +145,8 @@ def timeline_json(takes: Sequence[Speech]) -> str:
     ``{"sample_rate", "takes": [{"take", "seed", "samples", "duration", "segments": [{"speaker",
     "text", "start", "end", "start_sample", "end_sample", "frames", "stopped_on_eos"}]}]}``.
     Times are seconds, ``end_sample`` is exclusive; ``samples`` is a take's exact length (the
-    takes of an AUDIO batch are padded with silence to the longest)."""
+    takes of an AUDIO batch are padded with silence to the longest). A checked take has a
+    ``check`` (``check_dict``)."""
     return json.dumps({"sample_rate": takes[0].sample_rate,
                        "takes": [speech.timeline(k) for k, speech in enumerate(takes)]},
                       ensure_ascii=False, indent=1)
