@@ -127,3 +127,30 @@ def test_the_tts_node_checks_its_takes(env, model, asr_dir):
         assert (checked["rate"], checked["errors"], checked["length"]) == (s.rate, s.errors,
                                                                            s.length)
         assert checked["differences"] == [[d.expected, d.heard] for d in s.differences]
+
+
+def test_http_check_field(listening, tmp_path):
+    import json
+
+    try:  # the HTTP client the openai SDK depends on (httpx2 in newer releases)
+        import httpx2 as httpx
+    except ImportError:
+        httpx = pytest.importorskip("httpx")
+    from conftest import served
+
+    body = {"model": "s2-pro", "input": "One two three.", "max_new_tokens": 8, "seed": 2}
+    with served(listening, tmp_path) as server:
+        url = server.url + "/v1/audio/speech"
+        answer = httpx.post(url, json={**body, "check": True}, timeout=120)
+        plain = httpx.post(url, json=body, timeout=120)
+        wrong = httpx.post(url, json={**body, "check": "yes"}, timeout=120)
+        streamed = httpx.post(url, json={**body, "check": True, "stream_format": "audio"},
+                              timeout=120)
+    assert answer.status_code == 200, answer.text
+    checked = json.loads(answer.headers["X-Sailfish-Check"])
+    s = score("One two three.", checked["heard"])
+    assert (checked["rate"], checked["errors"], checked["length"]) == (s.rate, s.errors,
+                                                                       s.length)
+    assert "X-Sailfish-Check" not in plain.headers and plain.content == answer.content
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "check"
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "check"
