@@ -21,6 +21,7 @@ class Listener:
         self.asr, self.models_dir, self.download = asr, models_dir, download
         self.device, self.dtype = str(device), dtype
         self.recognizer = None  # loaded on first use
+        self.aligner = None  # the forced aligner, for word times (loaded when asked for)
 
     def configure(self, asr: str | Path | None = None, models_dir: str | Path | None = None,
                   download: bool | None = None) -> None:
@@ -42,8 +43,33 @@ class Listener:
             self.recognizer = SpeechRecognizer.from_pretrained(folder, self.device, self.dtype)
         return self.recognizer
 
+    def load_aligner(self):
+        """The Qwen3-ForcedAligner (word times), from the same models folder, loaded (or
+        downloaded) the first time."""
+        if self.aligner is None:
+            from ..hearing.aligner import ForcedAligner
+            from ..hearing.hub import resolve_aligner
+
+            folder = resolve_aligner(None, self.models_dir, self.download)
+            self.aligner = ForcedAligner.from_pretrained(folder, self.device, self.dtype)
+        return self.aligner
+
     def release(self) -> None:
-        self.recognizer = None
+        self.recognizer = self.aligner = None
+
+    def hear(self, audio, sample_rate: int, language: str | None = None, context: str = "",
+             words: bool = False):
+        """What a clip says (``hearing.transcription.Heard``), with word times when ``words``;
+        the clip, language and context checked before a model loads."""
+        from ..hearing.asr import check_settings, prepare_clip
+        from ..hearing.transcript import LANGUAGES
+        from ..hearing.transcription import transcribe_clip
+
+        language = check_settings(language, context, None, LANGUAGES)
+        wave = prepare_clip(audio, sample_rate)
+        aligner = self.load_aligner() if words else None
+        return transcribe_clip(self.load(), wave, 16000, language=language, context=context,
+                               aligner=aligner)
 
     def transcript(self, audio, sample_rate: int | None = None, language: str | None = None
                    ) -> str:
