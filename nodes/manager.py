@@ -78,7 +78,7 @@ class ModelHandle:
 
 def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
     from ..fish_core import Synthesizer
-    from .paths import word_timer
+    from .paths import MODELS, roots, word_timer
 
     synth = Synthesizer.from_pretrained(
         handle.folder, device=device, dtype=handle.precision, compile=handle.compile,
@@ -86,6 +86,9 @@ def load_synthesizer(handle: ModelHandle, device: torch.device) -> Synthesizer:
         context_length=handle.context_length or None, prefix_cache_mb=handle.prefix_cache_mb,
         threads=False)  # the loader's `threads` input set them, or left them (model.py)
     synth.timer = word_timer(device)  # loaded on the first request for words, freed with it
+    # The speech recogniser (a Voice Encode without transcript) lives in the first models
+    # folder, downloaded there when first needed; it is freed with this model.
+    synth.listener.configure(None, roots(MODELS)[0], download=True)
     return synth
 
 

@@ -64,7 +64,13 @@ WORDS_IN = Combo("words", [WORDS_OFF, "auto", *LANGUAGES],
                  "Qwen3-ForcedAligner, which listens to the audio: auto (by the text's script; "
                  "another script is timed per sentence) or the language. Off: no aligner runs.",
                  WORDS_OFF, optional=True)
-SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER, WORDS_IN)}
+CHECK = Boolean("check", False,
+                "Hear every take with Qwen3-ASR (downloaded on first use into the fish_speech "
+                "models folder, freed with the model) and score it against the text: the "
+                "timeline gives each take's error rate (words; characters for Chinese, "
+                "Japanese, Korean) and the words that differ. Local models only.",
+                optional=True, advanced=True)
+SETTINGS = {i.id for i in (*SAMPLING, TAKES, *FINISHING, LOUDNESS_PER, WORDS_IN, CHECK)}
 PAUSE_HINT = " [pause:700ms] or [pause:1.5s] inserts exactly that much silence."
 AUDIO_OUT = Output("AUDIO", "audio", "44.1 kHz mono speech; with takes > 1 a batch of takes.")
 TIMELINE_OUT = Output("STRING", "timeline",
@@ -184,7 +190,7 @@ TTS = Node(
             *SAMPLING,
             Socket("voice", VOICE, "Speak in this voice (Voice Encode or Voice Load). "
                    "Unconnected: the model picks a voice.", optional=True),
-            TAKES, *FINISHING, WORDS_IN],
+            TAKES, *FINISHING, WORDS_IN, CHECK],
     outputs=[AUDIO_OUT, TIMELINE_OUT, WORDS_OUT],
     execute=tts,
 )
@@ -200,7 +206,7 @@ VOICE_CLONE = Node(
                    "reference_audio.", multiline=True),
             String("text", "What to say in the cloned voice. " + TAGS_HINT, multiline=True),
             *SAMPLING,
-            TAKES, *FINISHING, WORDS_IN],
+            TAKES, *FINISHING, WORDS_IN, CHECK],
     outputs=[AUDIO_OUT, TIMELINE_OUT, WORDS_OUT],
     execute=voice_clone,
 )
@@ -225,7 +231,7 @@ MULTI_SPEAKER = Node(
                     "with a pause). Off: several turns share a text batch and flow as one "
                     "conversation; such a batch goes to its first speaker's track.",
                     optional=True),
-            *FINISHING, LOUDNESS_PER, WORDS_IN],
+            *FINISHING, LOUDNESS_PER, WORDS_IN, CHECK],
     outputs=[AUDIO_OUT,
              *[Output("AUDIO", f"speaker_{n}", f"Speaker {n} alone: the mix's length, silent "
                       "where others talk (for lip sync); the tracks sum to the mix.")

@@ -14,13 +14,18 @@ MAX_CONSENT = 1000
 
 
 def voice_encode(model, audio, transcript, name, consent=""):
-    require_text("transcript", transcript, "type the words spoken in the audio")
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
     paths.check_name(name, "name")
     consent = stated_consent(consent)
-    with loaded(model) as synth:
-        voice = synth.encode_voice(**from_audio(audio, "audio"), text=transcript,
-                                   name=name.strip())
+    given = transcript if isinstance(transcript, str) and transcript.strip() else None
+    if given is None and isinstance(model, RemoteHandle):
+        require_text("transcript", transcript, "a remote engine's voice needs the words spoken "
+                     "in the audio")
+    with loaded(model) as synth:  # without a transcript: heard by the model's recogniser
+        voice = synth.encode_voice(**from_audio(audio, "audio"), text=given, name=name.strip())
+        if given is None:
+            print(f"[Sailfish] voice {name.strip()!r}: transcript recognised by Qwen3-ASR "
+                  f"(check it; type the right one into transcript): {voice.clips[0].text}")
         if consent and store_needs_consent(model, synth):
             voice = synth.register_voice(voice, name.strip(), consent=consent)
         return (voice,)
@@ -119,7 +124,10 @@ VOICE_ENCODE = Node(
                    "the clip)."),
             Socket("audio", "AUDIO", "A clip of the voice: 5-30 s of clean speech, any sample "
                    "rate, mono or stereo."),
-            String("transcript", "Exactly the words spoken in the audio.", multiline=True),
+            String("transcript", "Exactly the words spoken in the audio. Empty: heard by "
+                   "Qwen3-ASR (downloaded on first use into the fish_speech models folder; "
+                   "printed in the console; a recognised transcript can be wrong: type the "
+                   "right one here to correct it).", multiline=True),
             String("name", "The voice's name: Multi-Speaker script lines 'Name: …' use it.",
                    "speaker"),
             String("consent", "Remote engines with a consent-checked voice store (SGLang-Omni, "

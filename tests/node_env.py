@@ -20,7 +20,8 @@ from conftest import link_checkpoint, read_sizes
 
 IDS = {"SailfishModelLoader", "SailfishTTS", "SailfishVoiceClone", "SailfishMultiSpeaker",
        "SailfishSubtitles", "SailfishVoiceEncode", "SailfishVoiceSave", "SailfishVoiceLoad",
-       "SailfishVoiceFromTake", "SailfishEngineVoice", "SailfishCaptions"}
+       "SailfishVoiceFromTake", "SailfishEngineVoice", "SailfishCaptions",
+       "SailfishTranscribe"}
 FAST = dict(seed=3, temperature=0.8, top_p=0.8, top_k=30, max_new_tokens=12)
 LOADER = dict(model="tiny-s2", precision="auto", quantization="none", device="auto",
               compile=False, context_length=0, unload_after_minutes=0)

@@ -45,3 +45,28 @@ def test_voice_save_on_a_full_disk_is_one_clear_node_error(env, voice, monkeypat
         run_v1(env, "SailfishVoiceSave", voice=voice, filename_prefix="full")
     monkeypatch.undo()
     assert sorted(p.name for p in voices_dir.rglob("*")) == before
+
+
+def test_voice_encode_with_no_transcript_hears_the_clip(env, model):
+    """An empty transcript: the clip is heard by Qwen3-ASR from the models folder (the tiny
+    one placed there as the download would), and the voice carries what a direct
+    ``transcribe`` of the same clip says."""
+    from conftest import fixtures_dir
+
+    from fish_core.hearing.transcription import transcribe
+
+    tiny = fixtures_dir() / "aligner" / "tiny-asr"
+    if not tiny.is_dir():
+        pytest.skip("fixture set without the tiny Qwen3-ASR checkpoint")
+    target = env.models / "qwen3-asr-0.6b"
+    if not target.exists():
+        target.symlink_to(tiny, target_is_directory=True)
+    rng = torch.Generator().manual_seed(11)  # shaped noise: the tiny recogniser hears words
+    n = int(2.5 * 22050)
+    envelope = (torch.sin(torch.arange(n) / 22050 * 2 * torch.pi * 1.1) > -0.2).float()
+    wave = 0.25 * torch.randn(n, generator=rng) * envelope
+    reference = {"waveform": wave.expand(1, 2, -1).clone(), "sample_rate": 22050}
+    voice = run_v3(env, "SailfishVoiceEncode", model=model, audio=reference, transcript=" ",
+                   name="Heard")[0]
+    direct = transcribe(reference["waveform"][0], reference["sample_rate"], asr=tiny)
+    assert direct.text.strip() and voice.clips[0].text == direct.text.strip()

@@ -20,6 +20,7 @@ from .progress import Bar
 from .request import build, check, finishing
 from .request import settings as flag_settings
 from .book import cmd_book
+from .transcribe import cmd_transcribe
 from .inputs import (check_port, load_codec, port_in_use, load_voices, long_text_note, read_codes,
                      read_input, read_text)
 
@@ -113,6 +114,19 @@ def cmd_say(args) -> str:
 def save_takes(args, speech) -> str:
     """``say``'s result written (``-o``, or one file per take), said in one line per file."""
     speeches = speech if isinstance(speech, list) else [speech]
+    if args.pick == "best":  # only the take that says most nearly what was asked
+        from ..hearing.checking import best_take
+
+        best = best_take([s.check for s in speeches])
+        for k, one in enumerate(speeches):
+            print(f"take {k + 1}{check_note(one)}", file=sys.stderr)
+        speech = speeches[best]
+        save(args.out, lambda p: write_audio(p, speech.waveform, speech.sample_rate), "audio")
+        if args.words:
+            save_words(args.words, speech)
+        said = f"; words in {args.words}" if args.words else ""
+        return (f"wrote {args.out}: take {best + 1} of {len(speeches)}, {speech.duration:.2f} s,"
+                f" seed {speech.seed}{finish_note(speech)}{check_note(speech)}{said}")
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
         save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
@@ -123,11 +137,26 @@ def save_takes(args, speech) -> str:
     if len(speeches) == 1:
         return (f"wrote {args.out}: {speech.duration:.2f} s in "
                 f"{plural(len(speech.segments), 'batch', 'batches')}, seed {speech.seed}"
-                f"{finish_note(speech)}{said}")
+                f"{finish_note(speech)}{check_note(speech)}{said}")
     words = inputs.words_paths(args.words, args.takes) if args.words else [""] * len(paths)
     return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
-                     f"{finish_note(s)}{f'; words in {w}' if w else ''}"
+                     f"{finish_note(s)}{check_note(s)}{f'; words in {w}' if w else ''}"
                      for k, (p, s, w) in enumerate(zip(paths, speeches, words)))
+
+
+def check_note(speech, shown: int = 5) -> str:
+    """A checked take's score and the first words that differ, for the report line."""
+    checked = speech.check
+    if checked is None:
+        return ""
+    s = checked.score
+    unit = "character" if s.unit == "char" else "word"
+    note = (f", heard {s.rate:.1%} off ({s.errors} of {plural(s.length, unit)}"
+            f"{'' if checked.heard.complete else ', transcript cut short'})")
+    diffs = [f"-{d.expected}" if not d.heard else f"+{d.heard}" if not d.expected
+             else f"{d.expected}→{d.heard}" for d in s.differences[:shown]]
+    more = f" …{len(s.differences) - shown} more" if len(s.differences) > shown else ""
+    return note + (": " + ", ".join(diffs) + more if diffs else "")
 
 
 def stream_say(args, synth, request) -> str:
@@ -187,6 +216,15 @@ def cmd_voice(args) -> str:
     if args.voice_command == "register":
         return cmd_voice_register(args)
     lexicon = finishing(args).get("lexicon")
+    text = args.text
+    if args.voice_command == "encode" and (text is None or not text.strip()):
+        from ..engine.device import resolve_device
+        from ..local.listener import Listener
+
+        # heard by the speech recogniser (before the codec loads) and shown
+        text = Listener(args.asr, args.models_dir, resolve_device(args.device),
+                        download=not args.no_download).transcript(args.audio)
+        print(inputs.heard_note(args.audio, text, "--text"), file=sys.stderr)
     codec = load_codec(args)  # as `say` loads it (codec_dtypes_for): the same codes
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     notes = []
@@ -198,7 +236,7 @@ def cmd_voice(args) -> str:
         clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
         voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
     else:
-        voice = encode_voice(codec, args.audio, args.text, name=name)
+        voice = encode_voice(codec, args.audio, text, name=name)
     voice.lexicon = lexicon
     save(args.out, voice.save, "voice")
     for note in notes:
@@ -338,4 +376,4 @@ def cmd_download(args) -> str:
 COMMANDS = {"say": cmd_say, "plan": cmd_plan, "book": cmd_book, "codes": cmd_codes,
             "voice": cmd_voice, "srt": cmd_srt,
             "encode": cmd_encode, "decode": cmd_decode, "serve": cmd_serve,
-            "download": cmd_download}
+            "download": cmd_download, "transcribe": cmd_transcribe}

@@ -41,7 +41,8 @@ def load_synth(args):
         args.model, device=args.device, dtype=args.precision, compile=args.compile,
         compile_cache=args.compile_cache,
         quantization=args.quantization, models_dir=args.models_dir, download=not args.no_download,
-        threads=args.threads, aligner=aligner)  # the count main() applied
+        threads=args.threads, aligner=aligner,  # the count main() applied
+        asr=getattr(args, "asr", None))
 
 
 def words_paths(path: str, takes: int) -> list[str]:
@@ -64,7 +65,8 @@ def check_words_flags(args) -> None:
         caption_format(args.words)
     except ValueError as e:
         raise ValueError(f"--words: {e}") from None
-    for path in words_paths(args.words, getattr(args, "takes", 1)):
+    takes = 1 if getattr(args, "pick", "all") == "best" else getattr(args, "takes", 1)
+    for path in words_paths(args.words, takes):
         check_output(path, "--words", (".json", ".srt", ".vtt"))
     if getattr(args, "stream", False):
         raise ValueError("--words times a whole result: leave out --stream")
@@ -97,14 +99,27 @@ def check_request(args) -> None:
     """Every option that can be checked before any work: outputs, inputs, device, what the
     finishing needs (the settings themselves: ``cli.request.check``, also before the model)."""
     check_outputs(args)
+    if getattr(args, "pick", "all") != "all" and not args.check:
+        raise ValueError("--pick best picks the take heard nearest the text: add --check")
+    if getattr(args, "check", False):
+        if args.remote:
+            raise ValueError("--check hears the takes with a local speech recogniser; a "
+                             "--remote engine's takes cannot be checked")
+        check_recognizer(args, "--check hears every take", "no --check")
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, "--device")
     if args.command in ("say", "srt", "book"):
-        voice_sources(args)  # every voice file or clip exists and is what it claims
+        # every voice file or clip exists and is what it claims
+        unheard = [path for path, text in voice_sources(args)
+                   if text is None and not is_voice_file(Path(path).expanduser())]
+        if unheard:
+            check_recognizer(args, f"--voice {unheard[0]} has no --voice-text", "--voice-text")
     if args.command == "encode" or getattr(args, "voice_command", None):
         from ..audio.files import check_audio_file
 
         check_audio_file(args.audio, "audio")
+        if getattr(args, "voice_command", None) == "encode" and not (args.text or "").strip():
+            check_recognizer(args, f"{args.audio} has no --text", "--text")
     # What a speed or a loudness needs is there before a model loads (their values are the
     # Request's to check, ``cli.request``).
     if getattr(args, "speed", 1.0) != 1.0:
@@ -117,6 +132,21 @@ def check_request(args) -> None:
         import_pyloudnorm()
     if args.command == "book":
         check_book_folder(args.out)
+
+
+def check_recognizer(args, missing: str, flag: str) -> None:
+    """The speech recogniser that will hear a clip given without its transcript is there (or
+    is downloaded now, before any other model loads); if not, an error that says how to give
+    the transcript instead."""
+    from ..hearing.asr_hub import resolve_asr
+
+    try:
+        resolve_asr(args.asr, args.models_dir, download=not args.no_download)
+    except hub.ModelNotFound as e:
+        instead = (f"Or give {flag} \"the words spoken in it\"" if flag.startswith("--")
+                   else f"Or leave out {flag.removeprefix('no ')}")
+        raise hub.ModelNotFound(f"{missing}, and the speech recogniser that would hear it is "
+                                f"not here: {e}. {instead}") from None
 
 
 def check_outputs(args) -> None:
@@ -168,6 +198,8 @@ def voice_sources(args) -> list[tuple[str, str | None]]:
              [args.voice_text] * (args.voice_text is not None))
     sources = [voice_source(path, args) for path in voices]
     clips = [i for i, (_, kind) in enumerate(sources) if kind == CLIP]
+    if len(texts) < len(clips) and not getattr(args, "remote", None):
+        texts = [*texts, *[None] * (len(clips) - len(texts))]  # heard by the speech recogniser
     check_clip_texts(sources, clips, texts)
     for i, text in zip(clips, texts):
         sources[i] = (sources[i][0], text)
@@ -233,10 +265,24 @@ def load_voices(args, synth) -> list:
 
     config = getattr(synth, "config", None)  # a local model: check the files against its sizes
     sizes = (config.num_codebooks, config.codebook_size) if config is not None else ()
-    return [Voice.load(path, *sizes) if text is None
-            else synth.engine_voice(path) if text is ENGINE_VOICE
-            else synth.encode_voice(path, text, name=Path(path).stem)
-            for path, text in voice_sources(args)]
+    voices = []
+    for path, text in voice_sources(args):
+        if text is None and is_voice_file(Path(path).expanduser()):
+            voices.append(Voice.load(path, *sizes))
+        elif text is ENGINE_VOICE:
+            voices.append(synth.engine_voice(path))
+        else:
+            voices.append(synth.encode_voice(path, text, name=Path(path).stem))
+            if text is None:
+                print(heard_note(path, voices[-1].clips[0].text, "--voice-text"),
+                      file=sys.stderr)
+    return voices
+
+
+def heard_note(path, text: str, flag: str) -> str:
+    """What the speech recogniser heard in a reference clip, said so it can be checked."""
+    return (f"transcript of {Path(path).name} (recognised by Qwen3-ASR; if it is wrong, give "
+            f"{flag} \"...\"): {text}")
 
 
 def read_codes(path: str) -> torch.Tensor:

@@ -15,6 +15,7 @@ from ..params import DEFAULTS, FIRST_FRAMES, SAMPLING_RULES
 from ..outputs import (AUDIO_SUFFIXES)
 from .request import LOUDNESS_HELP, add_finishing_args  # noqa: F401
 from ..speech.results import MAX_TAKES
+from .transcribe import add_transcribe_command
 
 
 DEFAULT_MODEL = "s2-pro"
@@ -212,7 +213,8 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                             "several speakers; with --remote, a name that is no file is one of "
                             "the engine's voices")
         p.add_argument("--voice-text", action="append", default=[], metavar="TEXT",
-                       help="the words spoken in a --voice clip (one per clip, in order)")
+                       help="the words spoken in a --voice clip (one per clip, in order); a "
+                            "clip without one is transcribed by Qwen3-ASR (check it)")
         p.add_argument("--ref-audio", action="append", default=[], metavar="CLIP",
                        help="a reference clip (repeatable); the same as --voice CLIP")
         p.add_argument("--ref-text", action="append", default=[], metavar="TEXT",
@@ -222,7 +224,17 @@ def add_voice_args(p: argparse.ArgumentParser, many: bool) -> None:
                        help="a voice file (.safetensors) or a reference clip with --voice-text "
                             "(with --remote, a name that is no file: the engine's voice)")
         p.add_argument("--voice-text", default=None, metavar="TEXT",
-                       help="the words spoken in the --voice clip")
+                       help="the words spoken in the --voice clip (default: transcribed by "
+                            "Qwen3-ASR; check it)")
+    add_asr_arg(p)
+
+
+def add_asr_arg(p: argparse.ArgumentParser) -> None:
+    """``--asr FOLDER``: the speech recogniser for a clip without its transcript (and checked
+    takes); default Qwen3-ASR-0.6B in --models-dir, downloaded when first needed."""
+    p.add_argument("--asr", default=None, metavar="FOLDER",
+                   help="a Qwen3-ASR folder, for a clip without its transcript (default: "
+                        "Qwen3-ASR-0.6B in --models-dir, downloaded when first needed)")
 
 
 def debug_flag() -> argparse.ArgumentParser:
@@ -248,6 +260,13 @@ def add_say_command(add_command, common: list) -> None:
     p.add_argument("--takes", type=int, default=1, metavar="N",
                    help=f"generate N takes at once (1..{MAX_TAKES}; take k seeded seed + k), "
                         "written as NAME-1.wav ... NAME-N.wav")
+    p.add_argument("--check", action="store_true",
+                   help="hear every take (Qwen3-ASR, --asr FOLDER) and score it against the "
+                        "text: word error rate (characters for Chinese, Japanese, Korean) and "
+                        "the words that differ")
+    p.add_argument("--pick", default="all", choices=["all", "best"],
+                   help="with --check: best writes only the take that says most nearly what "
+                        "was asked, to -o")
     p.add_argument("--stream", action="store_true",
                    help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
     p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],
@@ -313,7 +332,14 @@ def add_voice_command(add_command, common: list) -> None:
              "the text the take says (as given to say)")):
         e = vs.add_parser(name, parents=common, help=about)
         e.add_argument("audio", help=audio)
-        e.add_argument("--text", required=True, help=text)
+        if name == "encode":
+            e.add_argument("--text", default=None,
+                           help=text + " (default: transcribed by Qwen3-ASR, printed and kept "
+                                "in the voice; a recognised transcript can be wrong: to correct "
+                                "it, encode again with --text)")
+            add_asr_arg(e)
+        else:
+            e.add_argument("--text", required=True, help=text)
         e.add_argument("--name", default=None,
                        help="the voice's name, as scripts address it (default: the file's stem)")
         e.add_argument("-o", "--out", required=True, help="output .safetensors")
@@ -377,7 +403,7 @@ def add_download_command(add_command, common: list) -> None:
 COMMAND_PARSERS = (  # in the order --help lists them
     add_say_command, add_plan_command, add_book_command, add_codes_command, add_voice_command,
     add_srt_command, add_encode_command, add_decode_command, add_serve_command,
-    add_download_command,
+    add_download_command, add_transcribe_command,
 )
 
 

@@ -20,7 +20,7 @@ NAMES = {"seed": "--seed", "temperature": "--temperature", "top_p": "--top-p",
          "speed": "--speed", "loudness": "--loudness", "lexicon": "--lexicon",
          "ceiling": "--ceiling", "loudness_per": "--loudness-per",
          "pause": "--pause", "first_frames": "--first-frames", "voice": "--voice",
-         "words": "--words-language"}
+         "words": "--words-language", "check": "--check"}
 # The settings each flag gives (``Settings.of``'s keywords), when the command has the flag.
 FLAGS = ("seed", "temperature", "top_p", "top_k", "max_new_tokens", "history_turns",
          "max_bytes", "first_frames")
@@ -47,10 +47,18 @@ def settings(args, where: str) -> Settings:
         options["takes"] = args.takes
     if where != "stream" and getattr(args, "words", None):
         options["words"] = args.words_language
+    if getattr(args, "check", False):
+        if where not in ("tts", "dialogue"):
+            raise ValueError(f"--check hears whole takes; {where_flag(where)} cannot be checked")
+        options["check"] = True
     try:
         return Settings.of(where=where, **options, **finishing(args))
     except ValueError as e:
         raise in_flag_names(e) from None
+
+
+def where_flag(where: str) -> str:
+    return {"stream": "--stream", "subtitles": "srt"}.get(where, where)
 
 
 def check(kind: str, args, text: str) -> Settings:

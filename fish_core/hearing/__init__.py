@@ -12,6 +12,10 @@ The Python door::
     from fish_core.hearing import align
     words = align(waveform, "The quick brown fox.", "English", sample_rate=44100)
     # [Word(text='The', start=0.0, end=0.24), …]  (seconds from the clip's start)
+
+    from fish_core.hearing import transcribe
+    heard = transcribe(waveform, 44100, words=True)
+    # Heard(language='English', text='The quick brown fox.', words=(Word(…), …))
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["align", "load_aligner"]
+__all__ = ["align", "load_aligner", "transcribe", "load_recognizer"]
 
 
 def load_aligner(aligner: str | Path | None = None, models_dir: str | Path | None = None,
@@ -78,3 +82,20 @@ def align(audio, text: str, language: str, sample_rate: int | None = None, *, al
     if loaded is None:
         loaded = _loaded(folder, str(device), dtype)
     return loaded.align_words([wave], [words])[0].words
+
+
+def load_recognizer(asr: str | Path | None = None, models_dir: str | Path | None = None,
+                    device: str = "cpu", dtype: str | None = None, download: bool = True):
+    """A loaded Qwen3-ASR ``SpeechRecognizer`` (``transcription.load_recognizer``)."""
+    from .transcription import load_recognizer as load
+
+    return load(asr, models_dir, device, dtype, download)
+
+
+def transcribe(audio, sample_rate: int | None = None, **options):
+    """What ``audio`` says, with word times when ``words=True``: see
+    ``transcription.transcribe`` (language, context, words, asr, aligner, models_dir, device,
+    dtype, download, max_new_tokens)."""
+    from .transcription import transcribe as run
+
+    return run(audio, sample_rate, **options)

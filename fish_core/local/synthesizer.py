@@ -34,11 +34,12 @@ from ..loading.checkpoint import load_model
 from ..params import batch_seed
 from ..speech.front import Front, Plan, Take
 from ..speech.layout import job_options
-from ..speech.request import Request
+from ..speech.request import Request, asked
 from ..speech.stream import Stream
 from ..speech.voices import Voice
 from ..text.tokenizer import FishTokenizer
 from .driver import SpeechJob, decode_batches, run_jobs, run_round
+from .listener import Listener
 from .runtime import Runtime
 from .timing import AlignerTimer
 
@@ -67,6 +68,9 @@ class Synthesizer(Front):
             aligner = resolve_aligner(aligner, download=False)  # a wrong folder: said now
         device = next(model.parameters()).device
         self.timer = AlignerTimer(aligner, models_dir, device, download=download)
+        # The speech recogniser, loaded when first needed (a clip without its transcript,
+        # checked takes): ``listener.configure(asr=FOLDER, models_dir=…, download=…)``.
+        self.listener = Listener(device=device)
 
     def word_timer(self) -> AlignerTimer:
         """The aligner, its folder found (or fetched) now; its weights load on first use."""
@@ -83,13 +87,17 @@ class Synthesizer(Front):
         """Free the KV caches (they are re-made, sized to the request, on the next call)."""
         self.runtime.release()
 
+    def release_listener(self) -> None:
+        """Free the speech recogniser (loaded again when next needed)."""
+        self.listener.release()
+
     @classmethod
     def from_pretrained(cls, spec: str | Path, device="auto", dtype="auto", compile=False,
                         quantization: str | None = None, models_dir=None, download=True,
                         codec_dtype=None, context_length: int | None = None,
                         compile_cache: str | None = None,
                         prefix_cache_mb: float | None = None, threads=None,
-                        aligner=None) -> "Synthesizer":
+                        aligner=None, asr=None) -> "Synthesizer":
         """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
         ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
         ``context_length`` caps prompt + generated tokens (default: the model's 32768).
@@ -103,7 +111,10 @@ class Synthesizer(Front):
         the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
         N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
         ``threads`` input decides). ``aligner``: the word aligner's folder (``words=``; None:
-        the official one, downloaded into ``models_dir`` on the first request for words)."""
+        the official one, downloaded into ``models_dir`` on the first request for words).
+        ``asr``: a Qwen3-ASR folder for the transcripts of reference clips given without one
+        and for checked takes (default: Qwen3-ASR-0.6B in ``models_dir``, downloaded when
+        first needed unless ``download`` is False)."""
         from ..engine import threads as thread_policy
         from ..loading.hub import resolve
 
@@ -123,9 +134,11 @@ class Synthesizer(Front):
         codec = None
         if (folder / CHECKPOINT_NAME).is_file():
             codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
-        return cls(model, tokenizer, codec, compile=compile, context_length=context_length,
+        made = cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb,
                    aligner=aligner, models_dir=models_dir, download=download)
+        made.listener.configure(asr, models_dir, download)
+        return made
 
     @property
     def sample_rate(self) -> int:
@@ -135,12 +148,22 @@ class Synthesizer(Front):
         return self.runtime.require_codec()
 
     # ------------------------------------------------------------------ voices
-    def encode_voice(self, audio, text: str, name: str = "voice", sample_rate: int | None = None
-                     ) -> Voice:
+    def encode_voice(self, audio, text: str | None = None, name: str = "voice",
+                     sample_rate: int | None = None) -> Voice:
         """Encode a reference clip (file path, or tensor/array with ``sample_rate``; a
         ``{"waveform", "sample_rate"}`` dict is unpacked by ``audio.files.from_mapping``) and
-        its transcript into a reusable voice."""
+        its transcript into a reusable voice. Without ``text`` (None or blank) the clip is
+        transcribed by the speech recogniser (``listener``) and the voice keeps what it heard
+        (``voice.clips[0].text``: show it; a recognised transcript can be wrong)."""
+        if text is None or (isinstance(text, str) and not text.strip()):
+            text = self.listener.transcript(audio, sample_rate)
         return self.runtime.encode_voice(audio, text, name, sample_rate)
+
+    def check_takes(self, request: Request, speeches: list) -> list:
+        """Every take heard by the speech recogniser (loaded now if it is not) and scored
+        against the text it was asked to say (``hearing.checking``)."""
+        return self.listener.check([s.waveform for s in speeches], self.sample_rate,
+                                   asked(request))
 
     # ------------------------------------------------------------------ the backend
     def jobs(self, request: Request, plan: Plan, sink=None, *, keep: bool = True,

@@ -109,10 +109,14 @@ class RemoteSynthesizer(Front):
         """Nothing is held here (the engine owns its caches)."""
 
     # ------------------------------------------------------------------ voices
-    def encode_voice(self, audio, text: str, name: str = "voice",
+    def encode_voice(self, audio, text: str | None = None, name: str = "voice",
                      sample_rate: int | None = None) -> RemoteVoice:
         """A voice from a reference clip and its transcript (``voices.RemoteVoices.encode``);
-        the engine encodes it when a request uses it."""
+        the engine encodes it when a request uses it. The transcript must be given here (no
+        speech recogniser runs beside a remote engine: ``sailfish transcribe`` makes one)."""
+        if text is None or (isinstance(text, str) and not text.strip()):
+            raise ValueError("reference transcript: a remote engine's voice needs the words "
+                             "spoken in the clip (`sailfish transcribe CLIP` hears them)")
         return self.voices.encode(audio, text, name, sample_rate)
 
     def engine_voice(self, name: str) -> RemoteVoice:
@@ -252,6 +256,7 @@ class EngineAccepts:
     max_speakers = property(lambda self: self.synth.spec.max_speakers)
     model = property(lambda self: self.synth.spec.label)
     invents_voices = property(lambda self: self.synth.spec.invents_voices)
+    hears = False  # no speech recogniser beside a remote engine: no checked takes
 
     def voices(self, voice):
         return self.synth.voices.resolve(voice)

@@ -72,6 +72,9 @@ class SpeechRequest:
             speech = Request.tts(self.text, **self.settings)
         except RequestError as e:
             raise wire_error(e, {"text": self.text_param, **self.names}) from None
+        if speech.settings.check and self.stream is not None:
+            raise bad("check", "a streamed answer cannot be checked (it is heard whole): "
+                               "leave out check or stream")
         if speech.finishing.stretches:
             try:  # a speed this server cannot make: 422 naming the field, before any work
                 import_pedalboard("speed")
@@ -124,7 +127,8 @@ def reference(item, where: str, limits: Limits) -> Reference:
                      f"{where}.{key}")
 
 
-SETTINGS = {"seed", "temperature", "top_p", "top_k", "max_new_tokens", "speed", "loudness"}
+SETTINGS = {"seed", "temperature", "top_p", "top_k", "max_new_tokens", "speed", "loudness",
+            "check"}
 
 
 def settings(body: dict, limits: Limits) -> dict:
@@ -142,4 +146,5 @@ def settings(body: dict, limits: Limits) -> dict:
                 top_p=number(body, "top_p", DEFAULTS.top_p),
                 top_k=integer(body, "top_k", DEFAULTS.top_k),
                 max_new_tokens=max_new_tokens,
-                speed=number(body, "speed", 1.0), loudness=number(body, "loudness"))
+                speed=number(body, "speed", 1.0), loudness=number(body, "loudness"),
+                check=False if body.get("check") is None else body["check"])

@@ -88,9 +88,10 @@ class Front:
     def release_caches(self) -> None:
         """Free what the next call can re-make (KV caches; nothing for a remote engine)."""
 
-    def encode_voice(self, audio, text: str, name: str = "voice",
+    def encode_voice(self, audio, text: str | None = None, name: str = "voice",
                      sample_rate: int | None = None) -> Voice:
-        """A reusable voice from a reference clip and its transcript."""
+        """A reusable voice from a reference clip and its transcript (None: heard by the
+        local synthesizer's speech recogniser; a remote engine needs it given)."""
         raise NotImplementedError
 
     def word_timer(self) -> Timer:
@@ -107,6 +108,11 @@ class Front:
 
     def open(self, request: Request, plan: Plan, sink: Callable) -> Stream:
         """A stream whose work hands its chunks to ``sink(put)`` (a layout or ``Direct``)."""
+        raise NotImplementedError
+
+    def check_takes(self, request: Request, speeches: list[Speech]) -> list:
+        """Each finished take heard and scored against what it was asked to say
+        (``Settings.check``; a backend whose ``accepts.hears`` is False never gets here)."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- the API
@@ -161,6 +167,9 @@ class Front:
         sink = self.sink(request, plan, on_chunk) if on_chunk is not None else None
         speeches = [self.finish(request, plan, take, k) for k, take in
                     enumerate(self.render(request, plan, on_progress, cancel, sink))]
+        if request.settings.check:
+            for speech, checked in zip(speeches, self.check_takes(request, speeches)):
+                speech.check = checked
         return speeches if request.takes is not None else speeches[0]
 
     def open_stream(self, request: Request) -> Stream:

@@ -46,6 +46,7 @@ class Accepts:
     max_speakers: int | None = None
     model: str = "this model"
     invents_voices: bool = False
+    hears: bool = True  # whether it can check takes (``Settings.check``: a speech recogniser)
 
     def voices(self, voice):
         """``voice`` as the backend takes it (a remote engine's voices may be given by name)."""
@@ -120,6 +121,7 @@ class Request:
         or None: the model's own). ``settings`` and/or flat keywords (``Settings.of``)."""
         spoken = spoken_text(text, "text")
         settings = Settings.of(settings, where, **options)  # before the backend is asked
+        check_hearing(settings, accepts)
         if accepts.max_speakers is not None:
             check_speaker_count(textplan.split_turns(text), accepts.max_speakers, accepts.model)
         return cls("tts", text, tuple(as_voices(accepts.voices(voice))),
@@ -136,6 +138,7 @@ class Request:
         if not textplan.check_text(script, "script").strip():
             raise EmptyScript("the script is empty: nothing to say", "script", script)
         settings = Settings.of(settings, where, **options)  # before the backend is asked
+        check_hearing(settings, accepts)
         if isinstance(pause, bool) or not PAUSE.holds(pause):
             raise RequestError("pause", PAUSE, pause,
                                f"pause must be between 0 and 10 seconds, got {pause}")
@@ -177,6 +180,22 @@ def named_voices(voices) -> tuple[list[str], list[Voice]]:
         return list(voices), as_voices(list(voices.values()))
     voice_list = as_voices(list(voices))
     return [v.name for v in voice_list], voice_list
+
+
+def check_hearing(settings: Settings, accepts: Accepts) -> None:
+    """Checked takes need a backend that hears them (a local model's speech recogniser)."""
+    if settings.check and not accepts.hears:
+        raise RequestError("check", None, True, f"check: {accepts.model} cannot hear its takes "
+                           "(checked takes need a local model and its speech recogniser)")
+
+
+def asked(request: "Request") -> str:
+    """What a request's takes were asked to say, as a transcript would write it: the text
+    (or each turn's) without pause or speaker tags, the words as given (not respelled)."""
+    from .casting import transcript
+
+    texts = [t.text for t in request.turns] if request.kind == "dialogue" else [request.text]
+    return " ".join(transcript(text) for text in texts if split_pauses(text, "text").pieces)
 
 
 def spoken_text(text: str, field: str, what: str | None = None) -> Spoken:

@@ -91,6 +91,10 @@ class Speech:
     finishing: dict | None = field(default=None, kw_only=True)
     # Timed words (``speech.words.TimedWord``) when the request asked for them; None: not asked.
     words: list | None = field(default=None, kw_only=True)
+    # A checked take (``Settings.check``): what the speech recogniser heard and its score
+    # against the text asked for (``hearing.checking.CheckedTake``: ``.heard.text``,
+    # ``.score.rate``, ``.score.differences``); None: not checked.
+    check: object | None = field(default=None, kw_only=True)
 
     @property
     def duration(self) -> float:
@@ -134,7 +138,20 @@ class Speech:
             found["finishing"] = self.finishing
         if self.words is not None:
             found["words"] = [w.as_dict() for w in self.words]
+        if self.check is not None:
+            found["check"] = check_dict(self.check)
         return found
+
+
+def check_dict(checked) -> dict:
+    """A checked take (``hearing.checking.CheckedTake``) as JSON: what was heard, the error
+    rate, its unit (``word`` or ``char``), errors of length, and each difference as
+    ``[expected, heard]`` (either may be empty: a unit dropped or added)."""
+    s = checked.score
+    return {"heard": checked.heard.text, "language": checked.heard.language,
+            "complete": checked.heard.complete, "rate": s.rate, "unit": s.unit,
+            "errors": s.errors, "length": s.length,
+            "differences": [[d.expected, d.heard] for d in s.differences]}
 
 
 def timeline_json(takes: Sequence[Speech]) -> str:
@@ -142,7 +159,8 @@ def timeline_json(takes: Sequence[Speech]) -> str:
     ``{"sample_rate", "takes": [{"take", "seed", "samples", "duration", "segments": [{"speaker",
     "text", "start", "end", "start_sample", "end_sample", "frames", "stopped_on_eos"}]}]}``.
     Times are seconds, ``end_sample`` is exclusive; ``samples`` is a take's exact length (the
-    takes of an AUDIO batch are padded with silence to the longest)."""
+    takes of an AUDIO batch are padded with silence to the longest). A checked take has a
+    ``check`` (``check_dict``)."""
     return json.dumps({"sample_rate": takes[0].sample_rate,
                        "takes": [speech.timeline(k) for k, speech in enumerate(takes)]},
                       ensure_ascii=False, indent=1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from ..params import (CHUNK_FRAMES, DEFAULTS, FIRST_FRAMES, MAX_SEED, SAMPLING_RULES,
-                      SEED_RULE, Rule, SamplingParams, check_seed, random_seed)
+                      SEED_RULE, RequestError, Rule, SamplingParams, check_seed, random_seed)
 from ..text.plan import DEFAULT_MAX_BYTES
 from .finishing import Finishing
 from .results import MAX_TAKES
@@ -44,6 +44,8 @@ class Settings:
     # Timed words on each result (``speech.words``): None, "auto" or one of the aligner's
     # languages (True is "auto").
     words: str | None = None
+    # Every take heard by the speech recogniser and scored against its text (``Speech.check``)
+    check: bool = False
 
     def __post_init__(self):
         self.sampling.validate()
@@ -54,6 +56,9 @@ class Settings:
         for name, rule in RULES.items():
             rule.check(getattr(self, name), name)
         object.__setattr__(self, "words", check_words(self.words))
+        if not isinstance(self.check, bool):
+            raise RequestError("check", None, self.check,
+                               f"check must be true or false, got {self.check!r}")
         if not isinstance(self.finishing, Finishing):
             raise TypeError(f"finishing must be a Finishing, got {type(self.finishing).__name__}")
 
@@ -93,7 +98,7 @@ class Settings:
         """What a result or a book's digest records of them (the lexicon as its digest)."""
         found = {"sampling": self.sampling.__dict__, "seed": self.seed, "takes": self.takes,
                  "history_turns": self.history_turns, "max_bytes": self.max_bytes,
-                 "finishing": self.finishing.as_dict()}
+                 "finishing": self.finishing.as_dict(), "check": self.check}
         if self.words:
             found["words"] = self.words
         return found
@@ -105,8 +110,8 @@ KEYWORDS = (*SAMPLING, *OWN, *FINISHING)  # every flat keyword ``Settings.of`` t
 # What a kind of call does not take (a stream is one take; a subtitle cue is one batch).
 NOT_TAKEN = {"tts": ("first_frames", "chunk_frames"),
              "dialogue": ("first_frames", "chunk_frames"),
-             "stream": ("takes", "words"),
-             "subtitles": ("takes", "max_bytes", "first_frames", "chunk_frames")}
+             "stream": ("takes", "words", "check"),
+             "subtitles": ("takes", "max_bytes", "first_frames", "chunk_frames", "check")}
 
 
 def rules() -> dict[str, Rule]:

@@ -76,7 +76,7 @@ async def fish_list(service: Service, request: web.Request) -> web.Response:
 
 
 async def fish_add(service: Service, request: web.Request) -> web.Response:
-    name = await added_voice(service, request, "id")
+    name, _ = await added_voice(service, request, "id")
     return web.json_response({"success": True, "reference_id": name,
                               "message": f"reference {name!r} added"})
 

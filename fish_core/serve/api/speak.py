@@ -37,7 +37,7 @@ async def speak(service: Service, request: web.Request, speech: SpeechRequest
             if speech.timed is not None:
                 return await timed(items, request, task, speech, info)
             if speech.stream is None:
-                return await whole(items, request, task, speech, info)
+                return await whole(items, request, task, speech, info, service)
             return await streamed(items, request, speech, info)
         except ClientGone:  # nobody to answer; 499 is what the access log shows
             return web.Response(status=499)
@@ -76,24 +76,43 @@ def audio_headers(info: dict) -> dict:
             "X-Sailfish-Sample-Rate": str(info["sample_rate"])}
 
 
-async def whole(items, request, task, speech: SpeechRequest, info: dict) -> web.Response:
+async def whole(items, request, task, speech: SpeechRequest, info: dict,
+                service: Service | None = None) -> web.Response:
     """The whole answer: its take finished by the front's one step (``Front.finish``: speed,
     pauses, loudness, as a local result) and encoded, in the handler's executor, never on the
     model's worker."""
     kind, value = await next_item(items, request)
     if kind == "error":
         raise value
-    data = await asyncio.get_running_loop().run_in_executor(None, answer, task, speech, info)
+    data, headers = await asyncio.get_running_loop().run_in_executor(
+        None, answer, task, speech, info, service)
     return web.Response(body=data, content_type=formats.CONTENT_TYPES[speech.format],
-                        headers=audio_headers(info))
+                        headers={**audio_headers(info), **headers})
 
 
-def answer(task, speech: SpeechRequest, info: dict) -> bytes:
-    """``task``'s finished take, within the answer budget, encoded."""
+def answer(task, speech: SpeechRequest, info: dict, service: Service | None = None
+           ) -> tuple[bytes, dict]:
+    """``task``'s finished take, within the answer budget, encoded; with ``check``, heard by
+    the model's speech recogniser and scored (header ``X-Sailfish-Check``: JSON, ASCII)."""
     finished = task.answer()
     if finished.waveform.shape[0] > info["max_samples"]:
         raise too_long(info)
-    return formats.encode(finished.waveform, finished.sample_rate, speech.format)
+    headers = {}
+    if speech.speech is not None and speech.speech.settings.check and service is not None:
+        headers["X-Sailfish-Check"] = json.dumps(heard(service, speech, finished))
+    return formats.encode(finished.waveform, finished.sample_rate, speech.format), headers
+
+
+def heard(service: Service, speech: SpeechRequest, finished) -> dict:
+    """A whole answer heard and scored (``speech.results.check_dict``), the model taken as a
+    speech request takes it."""
+    from ...speech.results import check_dict
+
+    with service.scheduler.model() as synth:
+        if not getattr(synth.accepts, "hears", False):
+            raise ApiError(422, "this server's engine cannot hear its answers", "check")
+        [checked] = synth.check_takes(speech.speech, [finished])
+    return check_dict(checked)
 
 
 async def timed(items, request, task, speech: SpeechRequest, info: dict) -> web.StreamResponse:
