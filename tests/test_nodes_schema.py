@@ -59,7 +59,8 @@ def test_types_and_sockets(env):
                                                                                True)
     assert outputs == ["AUDIO", "STRING", "SAILFISH_WORDS"]  # new outputs go last
     assert inputs["takes"] == ("INT", True)
-    assert list(inputs)[-1] == "words" and inputs["words"] == ("COMBO", True)
+    assert list(inputs)[-2:] == ["words", "check"]  # new inputs go last: words, then check
+    assert inputs["words"] == ("COMBO", True) and inputs["check"] == ("BOOLEAN", True)
     inputs, _ = sockets("SailfishVoiceClone")
     assert inputs["reference_audio"] == ("AUDIO", False) and inputs["reference_text"][0] == "STRING"
     inputs, _ = sockets("SailfishMultiSpeaker")
