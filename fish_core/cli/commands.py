@@ -271,7 +271,6 @@ def cmd_srt(args) -> str:
         notes.append(write_or_keep(lambda p: write_text(p, result.srt()),
                                    Path(args.srt_out), "SRT"))
     if args.words:
-        from ..outputs import write_text
         from ..speech.words import caption_format
 
         captions = result.captions(caption_format(args.words))
