@@ -90,6 +90,7 @@ OUTPUTS = {"codes": CODES_SUFFIXES, "voice": VOICE_SUFFIXES, "encode": CODES_SUF
 
 
 AUDIO_OUTPUTS = ("say", "srt", "decode")
+WORDS_FILES = ("say", "srt", "book")  # --words FILE (transcribe's --words is a switch)
 
 
 STREAM_SUFFIXES = (".wav", ".pcm")
@@ -165,7 +166,7 @@ def check_outputs(args) -> None:
         check_output(args.out, "--out", OUTPUTS[args.command])
     if getattr(args, "srt_out", None):
         check_output(args.srt_out, "--srt-out", (".srt",))
-    if getattr(args, "words", None):
+    if args.command in WORDS_FILES and getattr(args, "words", None):
         check_words_flags(args)
 
 
