@@ -155,3 +155,23 @@ def test_http_check_field(listening, tmp_path):
     assert "X-Sailfish-Check" not in plain.headers and plain.content == answer.content
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "check"
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "check"
+
+
+def test_words_and_check_together_on_the_tts_node(env, model, asr_dir, aligner_fixtures):
+    """Both new inputs at once: every take is checked and its words timed on its own audio."""
+    import json
+
+    from node_env import run_v3
+
+    for name, folder in (("qwen3-asr-0.6b", asr_dir),
+                         ("qwen3-forced-aligner-0.6b", aligner_fixtures / "tiny-aligner")):
+        target = env.models / name
+        if not target.exists():
+            target.symlink_to(folder, target_is_directory=True)
+    audio, timeline, words = run_v3(env, "SailfishTTS", model=model, text="One two three.",
+                                    takes=2, words="English", check=True, **FAST)
+    takes = json.loads(timeline)["takes"]
+    assert len(takes) == 2 == len(words["takes"])
+    for take, timed in zip(takes, words["takes"]):
+        assert 0 <= take["check"]["rate"] and take["check"]["heard"] is not None
+        assert [w["text"] for w in timed["words"]] == ["One", "two", "three"]
