@@ -302,7 +302,8 @@ def test_a_re_rendered_book_holds_exactly_its_chapters(tmp_path):
     class Speaker:  # a short tone per chapter, no model: this is about the files
         def tts(self, text, voice, **_):
             wave = 0.1 * torch.sin(torch.arange(2205 + len(text)) / 5.0)
-            return SimpleNamespace(waveform=wave, sample_rate=44100, duration=wave.shape[0] / 44100)
+            return SimpleNamespace(waveform=wave, sample_rate=44100,
+                                   duration=wave.shape[0] / 44100, words=None)
 
     out = tmp_path / "out"
     first = text_chapters("Morning\n\nThe sun.\n\n\n\nNoon\n\nThe heat.\n\n\n\nNight\n\nThe moon.")
