@@ -243,11 +243,23 @@ def test_audio_values_refused(api, audio, sample_rate, words):
 
 
 @pytest.mark.parametrize("transcript, words", [
-    ("", ["transcript"]), ("   ", ["transcript"]), (None, ["transcript"]),
     ("bad \udc80 char", ["transcript", "UTF-8"]),
 ])
 def test_transcript_refused(api, transcript, words):
     refused(lambda: api.encode_voice(sine(), transcript, sample_rate=44100), *words)
+
+
+@pytest.mark.parametrize("transcript", ["", "   ", None])
+def test_no_transcript_without_a_recogniser_says_how(api, transcript, tmp_path):
+    """No transcript: the clip would be heard; with no recogniser here (offline), one clear
+    error that names the transcript and the way to give the recogniser, nothing loaded."""
+    api.listener.configure(None, tmp_path, download=False)
+    try:
+        refused(lambda: api.encode_voice(sine(), transcript, sample_rate=44100),
+                "reference transcript", "--asr FOLDER", error=FileNotFoundError)
+    finally:
+        api.listener.configure(None, None, download=True)
+    assert api.listener.recognizer is None
 
 
 # ---------------------------------------------------------------- voice files

@@ -175,3 +175,39 @@ def test_words_and_check_together_on_the_tts_node(env, model, asr_dir, aligner_f
     for take, timed in zip(takes, words["takes"]):
         assert 0 <= take["check"]["rate"] and take["check"]["heard"] is not None
         assert [w["text"] for w in timed["words"]] == ["One", "two", "three"]
+
+
+def test_a_book_retakes_a_chapter_heard_past_the_threshold(listening, tmp_path):
+    import re
+
+    from fish_core.cli.audiobook import render_book
+
+    book = tmp_path / "b.md"
+    book.write_text("# One\n\nHello there, friend.\n\n# Two\n\nGood night, moon.\n")
+    lines = []
+    result = render_book(listening, book, tmp_path / "out", check=True, retake_above=0.0,
+                         retakes=2, log=lines.append, **{**FAST, "seed": 3})
+    assert len(result.chapters) == 2
+    for index in (1, 2):
+        mine = [line for line in lines if line.startswith(f"chapter {index}:")]
+        assert len(mine) <= 2
+        assert all(re.search(r"retake \d of 2 with seed \d+: [\d.]+% off", line)
+                   for line in mine)
+    # the first take of chapter 1, spoken alone, says whether it was retaken
+    first = listening.tts("Hello there, friend.", check=True, **{**FAST, "seed": 3})
+    retook = any(line.startswith("chapter 1:") for line in lines)
+    assert retook == (first.check.rate > 0.0)
+
+
+def test_book_retakes_are_checked_before_any_work(tiny_synth, tmp_path):
+    from fish_core.cli.audiobook import render_book
+
+    book = tmp_path / "b.md"
+    book.write_text("# One\n\nHello.\n")
+    with pytest.raises(ValueError, match="needs check=True"):
+        render_book(tiny_synth, book, tmp_path / "o", retake_above=0.1)
+    with pytest.raises(ValueError, match="retakes must be"):
+        render_book(tiny_synth, book, tmp_path / "o", check=True, retake_above=0.1, retakes=9)
+    with pytest.raises(ValueError, match="retake_above must be"):
+        render_book(tiny_synth, book, tmp_path / "o", check=True, retake_above=-1)
+    assert not (tmp_path / "o").exists()

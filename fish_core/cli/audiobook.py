@@ -20,6 +20,11 @@ What the folder gets:
   removed, another format) are moved aside into ``stale-<date>/`` (``cli.stale_chapters``),
   so the folder holds exactly the book's chapters.
 
+With ``check`` (a setting) every chapter is heard and scored against its text
+(``Speech.check``); with ``retake_above`` a chapter scored past that error rate is spoken again
+with the next seeds, at most ``retakes`` times (each retake logged), and the take heard nearest
+its text is kept.
+
 Without a seed the first run picks one and keeps it in ``book.json``, so a resumed run
 speaks in the same voice. Progress (``on_progress(done, total)``) counts characters of the
 whole book.
@@ -38,6 +43,7 @@ from typing import Callable
 import torch
 
 from ..audio.atomic import TEMP_BYTES, write_text
+from ..params import MAX_SEED
 from ..speech.settings import Settings
 from ..speech.voices import Voice
 from ..speech.words import TimedWord
@@ -79,7 +85,9 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                 voice: Voice | None = None, settings: Settings | None = None,
                 audio_format: str = "wav", model: str = "",
                 on_progress: Callable[[int, int], None] | None = None,
-                cancel: Callable[[], bool] | None = None, **options) -> BookResult:
+                cancel: Callable[[], bool] | None = None, retake_above: float | None = None,
+                retakes: int = 2, log: Callable[[str], None] | None = None,
+                **options) -> BookResult:
     """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
     ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``settings``
     and/or flat keywords (``speech.settings.Settings.of``) as ``tts`` takes them; ``model``
@@ -87,6 +95,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     ``words`` (``speech.words``) each chapter's timed words go beside it,
     ``NAME.words.json`` (``read_chapter_words``)."""
     settings = Settings.of(settings, "tts", **options)  # checked before any work
+    check_retakes(settings, retake_above, retakes)
     if audio_format not in FORMATS:
         raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
                          f"{audio_format!r}")
@@ -105,8 +114,14 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                 if on_progress is not None and steps:
                     on_progress(base + size * min(done, steps) // steps, total)
 
-            chapters.write(i, chapter, synth.tts(chapter.text, voice, settings=settings,
-                                                 on_progress=report, cancel=cancel))
+            def speak(seeded: Settings, report=report, chapter=chapter):
+                return synth.tts(chapter.text, voice, settings=seeded, on_progress=report,
+                                 cancel=cancel)
+
+            speech = speak(settings)
+            if retake_above is not None:
+                speech = retaken(speech, speak, settings, i, retake_above, retakes, log)
+            chapters.write(i, chapter, speech)
         progress += len(chapter.text)
         if on_progress is not None:
             on_progress(progress, total)
@@ -129,6 +144,43 @@ def recorded(settings: Settings, voice: Voice | None, model: str, fmt: str) -> d
     if settings.words:  # a chapter made without its words is made again
         made["words"] = settings.words
     return made
+
+
+MAX_RETAKES = 5
+
+
+def check_retakes(settings: Settings, retake_above, retakes) -> None:
+    """``retake_above`` (an error rate ≥ 0) needs checked chapters; ``retakes`` 1 … 5."""
+    if retake_above is None:
+        return
+    if (isinstance(retake_above, bool) or not isinstance(retake_above, (int, float))
+            or not retake_above >= 0):
+        raise ValueError(f"retake_above must be an error rate ≥ 0 (0.1: one word in ten), "
+                         f"got {retake_above!r}")
+    if not settings.check:
+        raise ValueError("retake_above needs check=True (the chapters heard and scored)")
+    if isinstance(retakes, bool) or not isinstance(retakes, int) or not (
+            1 <= retakes <= MAX_RETAKES):
+        raise ValueError(f"retakes must be a whole number from 1 to {MAX_RETAKES}, got "
+                         f"{retakes!r}")
+
+
+def retaken(speech, speak, settings: Settings, index: int, above: float, retakes: int,
+            log: Callable[[str], None] | None):
+    """A chapter spoken again with the next seeds while its score is past ``above``, at most
+    ``retakes`` times; the take heard nearest its text is kept (the first of equals)."""
+    best = speech
+    for attempt in range(1, retakes + 1):
+        if best.check.rate <= above:
+            break
+        seed = (settings.seed + attempt) % (MAX_SEED + 1)
+        again = speak(replace(settings, seed=seed))
+        if log is not None:
+            log(f"chapter {index}: heard {best.check.rate:.1%} off (past {above:.1%}); "
+                f"retake {attempt} of {retakes} with seed {seed}: {again.check.rate:.1%} off")
+        if again.check.rate < best.check.rate:
+            best = again
+    return best
 
 
 def sampling_of(settings: Settings) -> dict:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .parser import plural
 from . import inputs
 from .progress import Bar
@@ -13,11 +15,12 @@ from .inputs import load_voices
 def cmd_book(args) -> str:
     """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
     an interrupted run resumes where it stopped."""
-    from .audiobook import render_book
+    from .audiobook import check_retakes, render_book
     from ..text.book import read_book
 
     book = read_book(args.book)  # a bad book fails before the model loads
     checked = settings(args, "tts")  # and so do the flags
+    check_retakes(checked, args.retake_above, args.retakes)
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
     voice = voices[0] if voices else None
@@ -25,7 +28,9 @@ def cmd_book(args) -> str:
     try:
         result = render_book(synth, book, args.out, voice=voice, settings=checked,
                              audio_format=args.format, model=str(args.remote or args.model),
-                             on_progress=bar)
+                             on_progress=bar, retake_above=args.retake_above,
+                             retakes=args.retakes,
+                             log=lambda line: print(line, file=sys.stderr))
     finally:
         bar.close()
     made = len(result.chapters) - result.skipped

@@ -304,6 +304,14 @@ def add_book_command(add_command, common: list) -> None:
     p.add_argument("-o", "--out", required=True, help="output folder")
     add_voice_args(p, many=False)
     p.add_argument("--format", default="wav", choices=["wav", "flac"], help="chapter files")
+    p.add_argument("--check", action="store_true",
+                   help="hear every chapter (Qwen3-ASR, --asr FOLDER) and score it against "
+                        "its text")
+    p.add_argument("--retake-above", type=float, default=None, metavar="RATE",
+                   help="with --check: speak a chapter heard more than RATE off (0.1: one "
+                        "word in ten) again with the next seeds, keeping the best")
+    p.add_argument("--retakes", type=int, default=2, metavar="N",
+                   help="--retake-above: at most N retakes a chapter (1..5)")
     add_model_args(p)
     add_remote_args(p)
     add_sampling_args(p)

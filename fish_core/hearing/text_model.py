@@ -83,7 +83,9 @@ class Attention(nn.Module):
         self.cache: KVCache | None = None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
-                input_pos: Tensor | None = None) -> Tensor:
+                input_pos: Tensor | None = None, filled: int | None = None) -> Tensor:
+        """``filled``: the cache's slots in use after this write (keys past it are never
+        attended, so they are left out rather than masked)."""
         b, length, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, length, self.n_head, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, length, self.n_kv, self.head_dim)).transpose(1, 2)
@@ -91,12 +93,15 @@ class Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if self.cache is not None:
             k, v = self.cache.update(input_pos, k, v)
-        repeat = self.n_head // self.n_kv
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+            if filled is not None:
+                k, v = k[:, :, :filled], v[:, :, :filled]
+                mask = mask[..., :filled] if mask is not None else None
+        # grouped-query attention without copying the keys and values per head
+        gqa = self.n_head != self.n_kv
         if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=length > 1, enable_gqa=gqa)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, length, -1))
 
 
@@ -109,8 +114,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None,
-                input_pos: Tensor | None = None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos)
+                input_pos: Tensor | None = None, filled: int | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos, filled)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -147,9 +152,12 @@ class TextModel(nn.Module):
     def forward(self, embeds: Tensor, positions: Tensor, mask: Tensor | None = None,
                 input_pos: Tensor | None = None, layers_out: list | None = None) -> Tensor:
         cos, sin = self.rope(positions, embeds.dtype)
+        # With a cache, attention reads only the slots written so far (one host sync a pass)
+        cached = input_pos is not None and self.layers[0].self_attn.cache is not None
+        filled = int(input_pos.max()) + 1 if cached else None
         x = embeds
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, input_pos)
+            x = layer(x, cos, sin, mask, input_pos, filled)
             if layers_out is not None:
                 layers_out.append(x)
         return self.norm(x)

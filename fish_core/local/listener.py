@@ -80,8 +80,16 @@ class Listener:
         warning."""
         from ..hearing.transcription import transcribe_clip
 
+        from ..loading.hub import ModelNotFound
+
         wave, rate = clip_samples(audio, sample_rate)
-        heard = transcribe_clip(self.load(), wave, rate, language=language)
+        try:
+            recognizer = self.load()
+        except ModelNotFound as e:
+            raise ModelNotFound(f"reference transcript: none given, and the speech recogniser "
+                                f"that would hear it is not here: {e}. Or give the words "
+                                "spoken in the clip") from None
+        heard = transcribe_clip(recognizer, wave, rate, language=language)
         text = heard.text.strip()
         if not text:
             raise ValueError("reference transcript: no words were heard in the reference "

@@ -185,7 +185,7 @@ def named_voices(voices) -> tuple[list[str], list[Voice]]:
 def check_hearing(settings: Settings, accepts: Accepts) -> None:
     """Checked takes need a backend that hears them (a local model's speech recogniser)."""
     if settings.check and not accepts.hears:
-        raise RequestError("check", None, True, f"check: {accepts.model} cannot hear its takes "
+        raise RequestError("check", None, True, "check: a remote engine cannot hear its takes "
                            "(checked takes need a local model and its speech recogniser)")
 
 
