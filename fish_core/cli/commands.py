@@ -219,8 +219,6 @@ def cmd_srt(args) -> str:
 
 def cmd_plan(args) -> str:
     """``plan``: the text batches exactly as the model will read them, with the pauses."""
-    import json
-
     from ..speech.front import plan
     from ..speech.request import Request
     from ..speech.voices import Voice
@@ -232,11 +230,17 @@ def cmd_plan(args) -> str:
                                    pause=args.pause, turn_by_turn=args.turn_by_turn)
     else:
         request = Request.tts(read_text(args), voices, settings)
-    batches = plan(request).batches
+    return show_plan(plan(request).batches, args.pause, args.json)
+
+
+def show_plan(batches: list, pause: float, as_json: bool) -> str:
+    """Text batches with the silences around them, as lines or JSON."""
+    import json
+
     from ..speech.timeline import gaps
 
-    silences = [n / 1000 for n in gaps(batches, 1000, args.pause)]
-    if args.json:
+    silences = [n / 1000 for n in gaps(batches, 1000, pause)]
+    if as_json:
         return json.dumps({"batches": [
             {"text": b.text, "speaker": b.speaker, "silence_before": silences[i],
              **({"silence_after": silences[-1]} if i == len(batches) - 1 else {})}

@@ -94,23 +94,9 @@ STREAM_SUFFIXES = (".wav", ".pcm")
 
 
 def check_request(args) -> None:
-    """Every option that can be checked before any work: outputs, inputs, device and seed."""
-    if getattr(args, "stream", False):  # say --stream: a .wav/.pcm file, or - for stdout
-        if args.out != "-" and Path(args.out).suffix.lower() not in STREAM_SUFFIXES:
-            raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
-        if args.out != "-":
-            check_output(args.out, "--out", STREAM_SUFFIXES)
-        if args.takes != 1:
-            raise ValueError("--stream speaks one take; leave out --takes")
-    elif args.command in AUDIO_OUTPUTS:
-        for path in take_paths(args.out, getattr(args, "takes", 1)):
-            check_audio_output(path, "--out")
-    elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
-        check_output(args.out, "--out", OUTPUTS[args.command])
-    if getattr(args, "srt_out", None):
-        check_output(args.srt_out, "--srt-out", (".srt",))
-    if getattr(args, "words", None):
-        check_words_flags(args)
+    """Every option that can be checked before any work: outputs, inputs, device, what the
+    finishing needs (the settings themselves: ``cli.request.check``, also before the model)."""
+    check_outputs(args)
     if getattr(args, "device", None) is not None:
         resolve_device(args.device, "--device")
     if args.command in ("say", "srt", "book"):
@@ -131,6 +117,26 @@ def check_request(args) -> None:
         import_pyloudnorm()
     if args.command == "book":
         check_book_folder(args.out)
+
+
+def check_outputs(args) -> None:
+    """Where the command writes: a file of a kind it can write, in a folder that exists."""
+    if getattr(args, "stream", False):  # say --stream: a .wav/.pcm file, or - for stdout
+        if args.out != "-" and Path(args.out).suffix.lower() not in STREAM_SUFFIXES:
+            raise ValueError(f"--stream writes .wav or .pcm (or - for stdout), got {args.out!r}")
+        if args.out != "-":
+            check_output(args.out, "--out", STREAM_SUFFIXES)
+        if args.takes != 1:
+            raise ValueError("--stream speaks one take; leave out --takes")
+    elif args.command in AUDIO_OUTPUTS:
+        for path in take_paths(args.out, getattr(args, "takes", 1)):
+            check_audio_output(path, "--out")
+    elif args.command in OUTPUTS and getattr(args, "voice_command", None) != "register":
+        check_output(args.out, "--out", OUTPUTS[args.command])
+    if getattr(args, "srt_out", None):
+        check_output(args.srt_out, "--srt-out", (".srt",))
+    if getattr(args, "words", None):
+        check_words_flags(args)
 
 
 def is_voice_file(path: Path) -> bool:

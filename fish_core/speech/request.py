@@ -139,12 +139,7 @@ class Request:
         if isinstance(pause, bool) or not PAUSE.holds(pause):
             raise RequestError("pause", PAUSE, pause,
                                f"pause must be between 0 and 10 seconds, got {pause}")
-        voices = accepts.voices(voices)
-        if isinstance(voices, Mapping):
-            names, voice_list = list(voices), as_voices(list(voices.values()))
-        else:
-            voice_list = as_voices(list(voices))
-            names = [v.name for v in voice_list]
+        names, voice_list = named_voices(accepts.voices(voices))
         if require_voices is None:
             require_voices = bool(voice_list) and not accepts.invents_voices
         turns = check_script(script, names, require_voices, accepts.max_speakers,
@@ -174,6 +169,14 @@ class Request:
         if self.kind == "dialogue":
             raise ValueError("a dialogue maps its speakers to its voices: build it with them")
         return replace(self, voices=tuple(as_voices(voices)))
+
+
+def named_voices(voices) -> tuple[list[str], list[Voice]]:
+    """A dialogue's voices by name (a mapping) or in speaker order (their own names)."""
+    if isinstance(voices, Mapping):
+        return list(voices), as_voices(list(voices.values()))
+    voice_list = as_voices(list(voices))
+    return [v.name for v in voice_list], voice_list
 
 
 def spoken_text(text: str, field: str, what: str | None = None) -> Spoken:
