@@ -1,11 +1,10 @@
 """Turn Linear weights and embedding tables into quantized ones, one tensor at a time.
 
 A ``Converter`` is built for one (mode, device, dtype) and applied to each weight as it is
-streamed in (by a loader: ``fish_core.loading.checkpoint.load_model``), or by ``quantize_model`` to
-a
-model already in memory. Nothing here knows the model: weights are named by their module path.
-Linear weights follow the mode; the embedding tables
-it is given become per-row FP8 in every mode. Weights that end up as e4m3 codes are first placed
+streamed in (by a loader: ``fish_core.loading.checkpoint.load_model``), or by
+``quantize_model`` to a model already in memory. Nothing here knows the model: weights are named
+by their module path. Linear weights follow the mode; the embedding tables it is given become
+per-row FP8 in every mode. Weights that end up as e4m3 codes are first placed
 in their ``nn.Linear`` / ``nn.Embedding`` as is; ``finish`` then swaps those modules for
 ``FP8Linear`` / ``FP8Embedding`` with the scales it kept.
 """

@@ -16,8 +16,8 @@ SCRIPT = textwrap.dedent("""
 
     import torch
 
-    import fish_core.cli, fish_core.codec.model, fish_core.local.synthesizer,
-    fish_core.speech.voices  # noqa: F401
+    import fish_core.cli, fish_core.codec.model  # noqa: F401
+    import fish_core.local.synthesizer, fish_core.speech.voices  # noqa: F401
     from fish_core.audio.files import AudioError, load_audio, prepare_audio, save_audio
     from fish_core.local.synthesizer import Synthesizer
 

@@ -90,15 +90,9 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(folder)
-    kept_seed = manifest.get("seed") if isinstance(manifest.get("seed"), int) else None
-    settings = settings.seeded() if settings.seed is not None or kept_seed is None else (
-        replace(settings, seed=kept_seed))
-    recorded = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
-                "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
-                "model": model, "format": audio_format}
-    if settings.words:  # a chapter made without its words is made again
-        recorded["words"] = settings.words
-    chapters = Chapters(folder, book, recorded, manifest, audio_format)
+    settings = book_seed(settings, manifest)
+    chapters = Chapters(folder, book, recorded(settings, voice, model, audio_format), manifest,
+                        audio_format)
     total, progress = sum(len(c.text) for c in book.chapters), 0
     for i, chapter in enumerate(book.chapters, 1):
         if not chapters.keep(i, chapter):
@@ -112,6 +106,25 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
         if on_progress is not None:
             on_progress(progress, total)
     return chapters.close()
+
+
+def book_seed(settings: Settings, manifest: dict) -> Settings:
+    """The settings with the book's seed: the one given, the earlier run's, or a fresh one."""
+    kept = manifest.get("seed") if isinstance(manifest.get("seed"), int) else None
+    if settings.seed is not None or kept is None:
+        return settings.seeded()
+    return replace(settings, seed=kept)
+
+
+def recorded(settings: Settings, voice: Voice | None, model: str, fmt: str) -> dict:
+    """What a chapter's digest is made of besides its text: a change re-speaks it (a chapter
+    made without its words, too, when words are asked for)."""
+    found = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
+             "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
+             "model": model, "format": fmt}
+    if settings.words:
+        found["words"] = settings.words
+    return found
 
 
 def sampling_of(settings: Settings) -> dict:

@@ -102,7 +102,11 @@ def cmd_say(args) -> str:
     voices = load_voices(args, synth)
     if args.stream:
         return stream_say(args, synth, build(kind, args, synth, said, voices, settings))
-    speech = speak(args, synth, build(kind, args, synth, said, voices, settings))
+    return save_takes(args, speak(args, synth, build(kind, args, synth, said, voices, settings)))
+
+
+def save_takes(args, speech) -> str:
+    """``say``'s result written (``-o``, or one file per take), said in one line per file."""
     speeches = speech if isinstance(speech, list) else [speech]
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
