@@ -410,15 +410,18 @@ async def check_words(url: str, chromium: str) -> tuple[list, list]:
         print(f"    Play pressed again: {await page.eval(REPLAY)}")
         await page.until("document.querySelector('.sailfish-live button')"
                          ".textContent.includes('Stop')", 10)
-        if SCREENSHOT:  # when a word is on the player
-            try:
-                await page.until("document.querySelector('.sailfish-live .word').textContent",
-                                 5)
-            except TimeoutError:
-                pass
-            shot = await page.send("Page.captureScreenshot", format="png")
-            Path(SCREENSHOT).write_bytes(base64.b64decode(shot["data"]))
-            print(f"    screenshot while playing: {SCREENSHOT}")
+        if SCREENSHOT:  # a word on the player before and after the capture
+            word = "document.querySelector('.sailfish-live .word').textContent"
+            for _ in range(100):
+                before_shot = await page.eval(word)
+                if not before_shot:
+                    await asyncio.sleep(0.02)
+                    continue
+                shot = await page.send("Page.captureScreenshot", format="png")
+                if await page.eval(word) == before_shot:
+                    Path(SCREENSHOT).write_bytes(base64.b64decode(shot["data"]))
+                    print(f"    screenshot with {before_shot!r} on the player: {SCREENSHOT}")
+                    break
         await page.until("!document.querySelector('.sailfish-live button')"
                          ".textContent.includes('Stop')", 60)
         t0, shown = await page.eval("[window.__t0, window.__shown]")
