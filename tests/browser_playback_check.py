@@ -1,15 +1,20 @@
 """Headless-browser check of the live-playback extension (web/js/sailfish_playback.js) in a real
 ComfyUI: the page loads with the pack, a Sailfish TTS workflow is queued, the node's player
 goes waiting → live → done, the workflow's widget values are unchanged by the player, the
-setting turns the stream off, and the console shows no error from the extension.
+setting turns the stream off, and the console shows no error from the extension. Then the
+"speech with captions" example (the TTS node's words on): a 'words' event comes before 'done'
+and the player shows the words as they are spoken, in the text's order, each while the
+playhead is within its times (live once the words came, and on a replay with Play).
 
 A helper script, not a pytest test (it needs chromium and a ComfyUI checkout):
 
     COMFYUI_DIR=PATH/TO/ComfyUI COMFYUI_PYTHON=PATH/TO/ComfyUI/venv/bin/python \\
-        python3 tests/browser_playback_check.py [--front-end-root DIR] [--chromium PATH]
+        PYTHONPATH=. python3 tests/browser_playback_check.py [--front-end-root DIR] \\
+        [--chromium PATH] [--words-only]
 
 ``--front-end-root`` runs ComfyUI with another frontend (e.g. a ``pip install --target``
-of ``comfyui-frontend-package``: ``…/comfyui_frontend_package/static``). It prints every
+of ``comfyui-frontend-package``: ``…/comfyui_frontend_package/static``);
+``SAILFISH_SCREENSHOT=FILE.png`` saves the page while the player shows a word. It prints every
 console error and warning, marks the extension's own, and exits 1 if there is any of ours or a
 check fails; exits 0 with a note when chromium is absent.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import re
@@ -35,8 +41,12 @@ import aiohttp
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 WORKFLOW = TESTS.parent / "example_workflows" / "Sailfish TTS - text to speech.json"
+CAPTIONS = TESTS.parent / "example_workflows" / "Sailfish TTS - speech with captions.json"
 OURS = ("sailfish", "/sailfish/live")
 PAGE_SECONDS = 120
+LEAD = 0.12  # the player's lead before its first chunk (sailfish_playback.js)
+TOLERANCE = 0.15  # seconds between the page's clock and the audio's
+SCREENSHOT = os.environ.get("SAILFISH_SCREENSHOT")  # a PNG path: the player speaking a word
 
 
 def free_port() -> int:
@@ -109,14 +119,20 @@ class Page:
 SETUP = """(async () => {
   const app = window.comfyAPI.app.app, api = window.comfyAPI.api.api;
   window.__live = [];
-  api.addEventListener("sailfish.live", (e) => window.__live.push(e.detail.state));
+  window.__words = null;  // the words event's words
+  api.addEventListener("sailfish.live", (e) => {
+    window.__live.push(e.detail.state);
+    if (e.detail.state === "words") window.__words = e.detail.words;
+  });
   await app.loadGraphData(%s);
   for (const node of app.graph.nodes ?? app.graph._nodes) {
     for (const w of node.widgets ?? []) {
       if (w.name === "model") w.value = "tiny-s2";
       if (w.name === "max_new_tokens") w.value = 48;
       if (w.name === "control_after_generate") w.value = "fixed"; // we set the seed
-      if (w.name === "text") w.value = "Live in the browser. Every chunk is played as it comes.";
+      if (w.name === "text" && node.type === "SailfishTTS") {  // not the Note's text
+        w.value = "Live in the browser. Every chunk is played as it comes.";
+      }
     }
   }
   window.__reseed = () => { // a new seed: ComfyUI would serve an unchanged prompt from cache
@@ -139,7 +155,8 @@ PLAYER = """(() => {
   if (!el) return null;
   const [play, listen] = el.querySelectorAll("button");
   return {state: el.querySelector(".state").textContent, play: play.textContent,
-          listen: listen.style.display !== "none"};
+          listen: listen.style.display !== "none",
+          words: el.querySelector(".word").style.display !== "none"};
 })()"""
 LISTEN_AT = """(() => {
   const r = document.querySelector(".sailfish-live .listen").getBoundingClientRect();
@@ -167,6 +184,37 @@ DIAGNOSE = """(async () => {
     live: window.__live, status: last?.status, queue: await (await fetch("/queue")).json()});
 })()"""
 QUEUE = "window.comfyAPI.app.app.queuePrompt(0).then(() => true)"
+# Three batches between pauses: the words at three times apart, whatever the tiny models say.
+SPEAK_WORDS = """(() => {
+  const app = window.comfyAPI.app.app;
+  const tts = (app.graph.nodes ?? app.graph._nodes).find((n) => n.type === "SailfishTTS");
+  tts.widgets.find((w) => w.name === "text").value =
+    "Live in the browser. [pause:600ms] Every word is shown. [pause:600ms] As it is spoken.";
+  return tts.widgets.find((w) => w.name === "words").value;  // auto, as in the example
+})()"""
+# What the player's word element shows, each change with its page time (ms).
+WATCH_WORDS = """(() => {
+  window.__shown = [];
+  let last = null;
+  window.__watch = setInterval(() => {
+    const el = document.querySelector(".sailfish-live .word");
+    const text = el && el.style.display !== "none" ? el.textContent : null;
+    const button = document.querySelector(".sailfish-live button")?.textContent;
+    if (text !== last || button !== window.__button) {
+      window.__shown.push([performance.now(), text, button]);
+    }
+    last = text;
+    window.__button = button;
+  }, 10);
+  return true;
+})()"""
+REPLAY = """(() => {  // the player's Play button, pressed once the run is done and played
+  const play = document.querySelector(".sailfish-live button");
+  window.__shown = [];
+  window.__t0 = performance.now();
+  play.click();
+  return play.textContent;
+})()"""
 
 
 @asynccontextmanager
@@ -256,6 +304,8 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
         await asyncio.sleep(0.5)
         player = await page.eval(PLAYER)
         print(f"    player after the run: {player}")
+        if player["words"]:
+            failed.append("a word box on the player with the node's words off")
         if gesture and (player["state"] != "done" or player["listen"]):
             failed.append(f"with a gesture, the player should play: {player}")
         if not gesture:  # autoplay blocked: a Listen button, and a click on it plays
@@ -294,6 +344,102 @@ async def check(url: str, chromium: str, gesture: bool, baseline: bool = False
         return failed, page.console
 
 
+def shown_words(shown: list, t0: float) -> list[tuple[float, str]]:
+    """The word element's non-empty texts as (seconds after t0, word)."""
+    return [((t - t0) / 1000, w) for t, w, *_ in shown if w]
+
+
+def words_problems(words: list, seen: list[tuple[float, str]], lead: float,
+                   tolerance: float = None, least: int = 3) -> list[str]:
+    """What is wrong with the words ``seen`` (seconds after Play, text) against the words
+    event: each is a word of the text, they come in the text's order, each is shown while
+    its time (plus the player's ``lead``) is within ``tolerance`` (``TOLERANCE``) of the
+    playhead, and at least ``least`` of them (as many as their distinct times) are shown."""
+    tolerance = TOLERANCE if tolerance is None else tolerance
+    failed, index = [], 0
+    for at, text in seen:
+        later = [i for i in range(index, len(words)) if words[i]["text"] == text]
+        if not later:
+            failed.append(f"{text!r} at {at:.2f} s is not the next word of {words}")
+            continue
+        index = later[0]
+        w = words[index]
+        start, end = w["start"] + lead, max(w["end"], w["start"] + 0.08) + lead
+        if not start - tolerance <= at <= end + tolerance:
+            failed.append(f"{text!r} shown at {at:.2f} s, spoken {start:.2f}-{end:.2f} s")
+    distinct = {round(w["start"], 2) for w in words}
+    if len({t for _, t in seen}) < min(least, len(distinct)):
+        failed.append(f"only {[t for _, t in seen]} shown of {len(words)} words")
+    return failed
+
+
+async def check_words(url: str, chromium: str) -> tuple[list, list]:
+    """The captions example (its TTS node's words on): the player shows the words as they are
+    spoken, live and on a replay, from the words event's times."""
+    failed = []
+    flags = ("--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--window-size=1400,900")
+    async with headless_page(chromium, *flags) as (page, _):
+        for domain in ("Runtime", "Log", "Page"):
+            await page.send(f"{domain}.enable")
+        await page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900,
+                        deviceScaleFactor=1, mobile=False)
+        await page.send("Page.navigate", url=url)
+        await page.until("!!(window.comfyAPI?.app?.app?.graph && "
+                         "window.comfyAPI.app.app.extensions?.length)")
+        await asyncio.sleep(2)
+        if not await page.eval(SETUP % CAPTIONS.read_text()):
+            failed.append("the extension did not register")
+        await page.eval(SPEAK_WORDS)
+        before = await page.eval(WIDGET_VALUES)
+        await page.click(*await page.eval(EMPTY_CANVAS))  # a gesture: audio may start
+        await page.eval(WATCH_WORDS)
+        await page.eval(QUEUE)
+        await page.until("window.__live.includes('done') || window.__live.includes('error')")
+        live = await page.eval("window.__live")
+        words = await page.eval("window.__words") or []
+        print(f"    events: {[s for i, s in enumerate(live) if s != 'chunk' or i < 2]}…")
+        timed = [(w["text"], round(w["start"], 2), round(w["end"], 2)) for w in words]
+        print(f"    words event: {timed}")
+        if live[-1] != "done" or "words" not in live or live.index("words") > live.index("done"):
+            failed.append(f"no words event before done: {live}")
+        await page.until("!document.querySelector('.sailfish-live button')"
+                         ".textContent.includes('Stop')", 60)  # the live play ends
+        first = await page.eval("window.__shown")
+        playing = next((t for t, _, button in first if "Stop" in button), first[0][0])
+        live_seen = shown_words(first, playing)
+        print("    shown while live (s after the audio started; the words come after the "
+              f"last chunk): {[(round(a, 2), w) for a, w in live_seen]}")
+        # Live, the chunks may wait for generation: the text's order, times not checked.
+        failed += [f"live: {p}" for p in words_problems(words, live_seen, LEAD, 1e9, 0)]
+        await asyncio.sleep(0.5)
+        print(f"    Play pressed again: {await page.eval(REPLAY)}")
+        await page.until("document.querySelector('.sailfish-live button')"
+                         ".textContent.includes('Stop')", 10)
+        if SCREENSHOT:  # a word on the player before and after the capture
+            word = "document.querySelector('.sailfish-live .word').textContent"
+            for _ in range(100):
+                before_shot = await page.eval(word)
+                if not before_shot:
+                    await asyncio.sleep(0.02)
+                    continue
+                shot = await page.send("Page.captureScreenshot", format="png")
+                if await page.eval(word) == before_shot:
+                    Path(SCREENSHOT).write_bytes(base64.b64decode(shot["data"]))
+                    print(f"    screenshot with {before_shot!r} on the player: {SCREENSHOT}")
+                    break
+        await page.until("!document.querySelector('.sailfish-live button')"
+                         ".textContent.includes('Stop')", 60)
+        t0, shown = await page.eval("[window.__t0, window.__shown]")
+        seen = shown_words(shown, t0)
+        print(f"    shown on replay (s after Play): {[(round(a, 2), w) for a, w in seen]}")
+        failed += words_problems(words, seen, LEAD)
+        if await page.eval(WIDGET_VALUES) != before:
+            failed.append("the player changed the workflow's widget values")
+        await page.eval("clearInterval(window.__watch), true")
+        return failed, page.console
+
+
 def normal(text: str) -> str:
     return re.sub(r"127\.0\.0\.1:\d+", "HOST", text)
 
@@ -303,6 +449,8 @@ def main() -> int:
     parser.add_argument("--front-end-root", help="a comfyui_frontend_package/static folder")
     parser.add_argument("--chromium", default=shutil.which("chromium")
                         or shutil.which("chromium-browser") or shutil.which("google-chrome"))
+    parser.add_argument("--words-only", action="store_true",
+                        help="only the check of the words shown as they are spoken")
     args = parser.parse_args()
     if not args.chromium:
         print("SKIP: no chromium on PATH (Debian: apt-get install chromium)")
@@ -324,10 +472,17 @@ def main() -> int:
               "console errors/warnings")
         for kind, text, where in base:
             print(f"    {kind}: {text[:200]} {where[:100]}")
-        for gesture in (True, False):
-            print(f"-- frontend {args.front_end_root or 'bundled'}, "
-                  f"{'with' if gesture else 'without'} a user gesture before Queue")
-            failed, console = asyncio.run(check(server.url, args.chromium, gesture))
+        front = args.front_end_root or "bundled"
+        runs = [] if args.words_only else [
+            (f"frontend {front}, with a user gesture before Queue",
+             lambda: check(server.url, args.chromium, True)),
+            (f"frontend {front}, without a user gesture before Queue",
+             lambda: check(server.url, args.chromium, False))]
+        runs.append((f"frontend {front}, the words as they are spoken ({CAPTIONS.stem})",
+                     lambda: check_words(server.url, args.chromium)))
+        for title, run in runs:
+            print(f"-- {title}")
+            failed, console = asyncio.run(run())
             for kind, text, where in console:
                 if normal(text) in known:
                     continue  # also there without the extension

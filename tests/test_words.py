@@ -104,6 +104,18 @@ def test_a_bad_language_is_said_before_any_work(synth, monkeypatch):
         synth.tts("Hello.", words="Arabic", **FAST)
 
 
+def test_a_named_languages_missing_word_splitter_is_said_before_any_work(synth, monkeypatch):
+    class Missing(FakeTimer):
+        def split(self, text, language):
+            raise RuntimeError(f"{language} words are split by the optional package 'x'")
+
+    monkeypatch.setattr(synth, "timer", Missing())
+    monkeypatch.setattr(synth, "render", lambda *a, **k: pytest.fail("generated"))
+    with pytest.raises(RequestError, match="optional package") as e:
+        synth.tts("Hello.", words="English", **FAST)
+    assert e.value.field == "words"
+
+
 @pytest.mark.parametrize("text, language", [
     ("Hello there, world.", "English"), ("Привет, мир.", "Russian"),
     ("我今天很好。", "Chinese"), ("今日はいい天気です。", "Japanese"),

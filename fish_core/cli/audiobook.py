@@ -137,13 +137,14 @@ def book_seed(settings: Settings, manifest: dict) -> Settings:
 
 
 def recorded(settings: Settings, voice: Voice | None, model: str, fmt: str) -> dict:
-    """What a chapter's digest is made of besides its text: a change re-speaks it."""
-    made = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
-            "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
-            "model": model, "format": fmt}
-    if settings.words:  # a chapter made without its words is made again
-        made["words"] = settings.words
-    return made
+    """What a chapter's digest is made of besides its text: a change re-speaks it (a chapter
+    made without its words, too, when words are asked for)."""
+    found = {"version": VERSION, "voice": voice_digest(voice), "seed": settings.seed,
+             "finishing": settings.finishing.as_dict(), "sampling": sampling_of(settings),
+             "model": model, "format": fmt}
+    if settings.words:
+        found["words"] = settings.words
+    return found
 
 
 MAX_RETAKES = 5

@@ -68,8 +68,17 @@ class AlignerTimer:
     def split(self, text: str, language: str) -> list[str]:
         from ..hearing.words import split_words
 
-        korean = self.loaded.korean_dict if self.loaded is not None else None
-        return split_words(text, language, korean)
+        return split_words(text, language, self.korean_dict())
+
+    def korean_dict(self):
+        """The Korean word list: the loaded aligner's, else its folder's (if it has one)."""
+        from ..hearing.words import KOREAN_DICT
+
+        if self.loaded is not None:
+            return self.loaded.korean_dict
+        if isinstance(self.source, Path) and (self.source / KOREAN_DICT).is_file():
+            return self.source / KOREAN_DICT
+        return None
 
     def time(self, waves: Sequence[torch.Tensor], sample_rate: int,
              word_lists: Sequence[list[str]]) -> list[list[tuple[float, float]]]:

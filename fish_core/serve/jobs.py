@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..local.driver import SpeechJob
+from ..speech.front import check_timer
 from ..speech.request import Request
 from ..speech.voices import Voice
 from ..text.lexicon import Lexicon
@@ -60,7 +61,7 @@ class Jobs:
         sent; a whole answer's finishing left for the handler (``task.answer``)."""
         request = self.request(synth.runtime, task.request)
         if request.words:
-            word_timer(synth)  # no aligner: said before any work
+            check_timer(word_timer(synth), request.words)  # said before any work
         plan = synth.plan(request)
         if task.request.stream is None:
             [task.job] = synth.jobs(request, plan, deadline=task.deadline)

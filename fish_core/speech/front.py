@@ -31,6 +31,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from ..params import RequestError
 from .layout import CueLayout, Deferred, TakeLayout, layout_needed
 from .request import ANY, Accepts, Request
 from .results import Batch, BatchResult, Speech, SubtitleSpeech
@@ -38,7 +39,7 @@ from .settings import Settings
 from .stream import Stream
 from .timeline import join_pieces, place_cues
 from .voices import Voice
-from .words import Timer, place_words
+from .words import AUTO, Timer, place_words
 
 Progress = Callable[[int, int], None]
 Cancel = Callable[[], bool]
@@ -163,7 +164,7 @@ class Front:
         ``SubtitleSpeech``)."""
         plan = self.plan(request)
         if request.words:
-            self.word_timer()  # no aligner: said before any work
+            check_timer(self.word_timer(), request.words)  # said before any work
         sink = self.sink(request, plan, on_chunk) if on_chunk is not None else None
         speeches = [self.finish(request, plan, take, k) for k, take in
                     enumerate(self.render(request, plan, on_progress, cancel, sink))]
@@ -217,6 +218,17 @@ class Front:
                 [r.batch.speaker for r in take.results], take.waves,
                 [(s.start_sample, s.end_sample) for s in speech.segments], rate, index)
         return request.finishing.finish(speech)
+
+
+def check_timer(timer: Timer, words: str) -> None:
+    """A named language's word splitting works with ``timer`` (its optional package, Korean's
+    word list): a ``RequestError`` naming ``words`` otherwise, before any work."""
+    if words == AUTO:
+        return
+    try:
+        timer.split("a", words)
+    except RuntimeError as e:
+        raise RequestError("words", None, words, f"words: {e}") from None
 
 
 def plan(request: Request, batches: bool = True) -> Plan:

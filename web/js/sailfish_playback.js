@@ -194,6 +194,7 @@ class Stream {
     this.blocked = false;
     if (!this.sources.size && this.scheduled === 0) {
       this.time = Math.max(queueEnd(this), ctx.currentTime + LEAD); // after other nodes' audio
+      this.marks = []; // a replay: the last play's marks would put the playhead past the end
     }
     for (; this.scheduled < this.pieces.length; this.scheduled++) {
       const piece = this.pieces[this.scheduled];
