@@ -9,7 +9,7 @@ then assembled by the system's ``ptxas -v`` (the PTX ``.version`` lowered to wha
 reads), which prints the registers a thread uses and the bytes it spills. A memory-bound GEMV
 needs many warps resident to keep bytes in flight: more than 128 registers a thread halves
 them, and a spill adds local-memory traffic to every K step. Every configuration the autotuner
-may pick is listed (``fp8_gemv.CLASS_CONFIGS``: both device classes) with ``ok`` when it
+may pick is listed (``int_gemv.class_configs``: both device classes) with ``ok`` when it
 neither spills nor uses more than ``--limit`` registers.
 """
 
@@ -35,7 +35,7 @@ def kernels() -> dict:
     """name → (jit function, signature, constexprs but the config's, lowest architecture)."""
     from quant import fp8_gemv, int_gemv
 
-    x = {"x_ptr": "*bf16", "y_ptr": "*bf16", "N": "i32", "K": "constexpr",
+    x = {"x_ptr": "*bf16", "y_ptr": "*bf16", "N": "i32", "ROWS": "i32", "K": "constexpr",
          "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
     fp8 = {**x, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "BITS": "constexpr"}
     fp8_bits = {**fp8, "q_ptr": "*u8"}
@@ -83,11 +83,11 @@ def ptxas_report(ptx: str, arch: int, ptxas: str) -> dict:
             "spill_loads": int(spills[2]) if spills else 0}
 
 
-def configs() -> list[tuple[str, tuple]]:
-    from quant import fp8_gemv
+def configs(kernel: str) -> list[tuple[str, tuple]]:
+    from quant import int_gemv
 
     seen, out = set(), []
-    for cls, rows in fp8_gemv.CLASS_CONFIGS.items():
+    for cls, rows in int_gemv.class_configs("int4" if kernel == "int4" else "int8").items():
         for row in rows:
             if row not in seen:
                 seen.add(row)
@@ -112,7 +112,7 @@ def main(argv=None) -> dict:
             if arch < lowest:
                 continue
             for k in map(int, args.k.split(",")):
-                for cls, (bn, bk, warps, stages) in configs():
+                for cls, (bn, bk, warps, stages) in configs(name):
                     block_k = bk // 2 if name == "int4" else bk  # int4 counts bytes
                     row = {"kernel": name, "arch": f"sm_{arch}", "K": k, "class": cls,
                            "config": [bn, bk, warps, stages]}

@@ -126,15 +126,18 @@ def check(x: Tensor, q: Tensor, scale: Tensor) -> None:
 
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) per device class, tried on the first call per (N, K)
-# on a device of that class. Rows of 2048 codes are 16-byte loads for each of 128 threads;
-# BLOCK_N <= 16 keeps the narrowest S2-Pro layer (N = 2560) at >= 160 programs: a full wave on
-# 132 multiprocessors, two on a consumer card's <= 80.
+# on a device of that class. BLOCK_N <= 16 keeps the narrowest S2-Pro layer (N = 2560) at >= 160
+# programs: a full wave on 132 multiprocessors, two on a consumer card's <= 80. Each thread holds
+# at most 32 codes of a K step (BLOCK_N × BLOCK_K / threads), reduced into a [BLOCK_N]
+# accumulator every step: <= 128 registers and no spills on sm_80-sm_90
+# (``bench/gemv_registers.py``), so several blocks share a multiprocessor and keep loads in
+# flight; deeper pipelines (stages) rather than wider tiles carry the bytes.
 BIG_GPU_SMS = 100  # H100 (114-132 SMs), H200 (132), B200 (148): "datacenter"
 CLASS_CONFIGS = {
-    "datacenter": [(8, 1024, 4, 3), (16, 512, 4, 4), (4, 2048, 4, 3), (8, 2048, 8, 3),
-                   (16, 1024, 8, 3), (4, 1024, 8, 4), (2, 2048, 4, 4)],
+    "datacenter": [(8, 512, 4, 4), (4, 1024, 4, 4), (8, 1024, 8, 4), (4, 2048, 8, 4),
+                   (16, 512, 8, 4), (4, 1024, 8, 4), (2, 2048, 4, 4)],
     "consumer": [(8, 512, 4, 3), (4, 1024, 4, 3), (16, 256, 4, 4), (2, 2048, 4, 3),
-                 (8, 1024, 4, 2), (4, 512, 2, 4)],
+                 (8, 512, 4, 2), (4, 512, 2, 4)],
 }
 
 
@@ -145,6 +148,12 @@ def device_class(device: torch.device) -> str:
         return "consumer"
     return ("datacenter" if torch.cuda.get_device_properties(device).multi_processor_count
             >= BIG_GPU_SMS else "consumer")
+
+
+def rows_bucket(m: int) -> int:
+    """The M bucket the autotuner keys its choice on (1, 2-4, 5-8 rows): a serving batch of 8
+    rows reads each block of codes 8 times from L2 and may want other blocks than one row."""
+    return 1 if m <= 1 else 4 if m <= 4 else 8
 
 
 def grid_for(n: int, m: int, block_n: int) -> tuple[int, int]:
@@ -167,8 +176,9 @@ if triton is not None:
         return kept or configs
 
     @triton.jit
-    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, K: tl.constexpr, BITS: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, ROWS, K: tl.constexpr,
+                     BITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # ROWS: the M bucket (``rows_bucket``), only a key of the autotuner's choice
         row = tl.program_id(1)  # which row of x
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output features
         cols = tl.arange(0, BLOCK_K)  # [BLOCK_K]
@@ -194,7 +204,7 @@ if triton is not None:
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     _tuned_kernel = triton.autotune(configs=CONFIGS[:1] if INTERPRETED else CONFIGS,
-                                    key=["N", "K", "BITS"],
+                                    key=["N", "K", "BITS", "ROWS"],
                                     prune_configs_by={"early_config_prune": _prune})(_gemv_kernel)
 
 
@@ -210,11 +220,12 @@ def _launch(x: Tensor, q: Tensor, scale: Tensor, config: tuple | None = None) ->
     bits = decode_mode(x.device) == "bits"
     codes = q.view(torch.uint8) if bits else q
     if config is None:
-        _tuned_kernel[lambda meta: grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y, n, k,
-                                                                    bits)
+        _tuned_kernel[lambda meta: grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y, n,
+                                                                    rows_bucket(m), k, bits)
     else:
         block_n, block_k, warps, stages = config
-        _gemv_kernel[grid_for(n, m, block_n)](x, codes, scale, y, n, k, bits, BLOCK_N=block_n,
+        _gemv_kernel[grid_for(n, m, block_n)](x, codes, scale, y, n, rows_bucket(m), k, bits,
+                                              BLOCK_N=block_n,
                                               BLOCK_K=block_k, num_warps=warps,
                                               num_stages=stages)
     return y

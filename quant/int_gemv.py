@@ -21,8 +21,8 @@ int4 layout (``pack``): byte ``j`` of row ``n`` holds column ``j`` in its low ni
 ``j + K / 2`` in its high nibble, so both halves of ``x`` are read as contiguous vectors. The
 CPU kernel's layout (``int_linear.pack_int4``) is another, blocked one.
 
-Block shapes per device class as the FP8 GEMV (``fp8_gemv.CLASS_CONFIGS``; int4 reads half the
-bytes per block). The ops have fake implementations (FakeTensor, ``torch.compile``).
+Block shapes per device class: int8 as the FP8 GEMV (``fp8_gemv.CLASS_CONFIGS``), int4 its own
+(``INT4_CLASS_CONFIGS``: half the bytes per block, two codes unpacked per byte). The ops have fake implementations (FakeTensor, ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -122,22 +122,45 @@ def check_int4(x: Tensor, packed: Tensor, params: Tensor) -> None:
         raise GemvError("int4_gemv: " + "; ".join(problems))
 
 
+# int4's (BLOCK_N, BLOCK_K columns, warps, stages) per device class: a byte holds two codes, each
+# unpacked into fp32 with its group's scale and zero, so a thread holds at most 16 bytes of a K
+# step (<= 128 registers, no spills on sm_80-sm_90: ``bench/gemv_registers.py``).
+INT4_CLASS_CONFIGS = {
+    "datacenter": [(4, 1024, 8, 4), (2, 2048, 8, 4), (8, 512, 8, 4), (4, 512, 4, 4),
+                   (2, 1024, 4, 4), (2, 2048, 4, 4)],
+    "consumer": [(4, 512, 2, 4), (4, 1024, 8, 3), (2, 1024, 4, 3), (4, 512, 4, 3),
+                 (2, 2048, 4, 3)],
+}
+
+
+def class_configs(kernel: str) -> dict[str, list[tuple[int, int, int, int]]]:
+    """The configurations the autotuner may pick for ``kernel`` (``"int8"``: the FP8 GEMV's,
+    ``"int4"``), per device class."""
+    return INT4_CLASS_CONFIGS if kernel == "int4" else fp8_gemv.CLASS_CONFIGS
+
+
 if triton is not None:
-    def _configs(halve_k: bool):
+    def _configs(kernel: str):
+        halve_k = kernel == "int4"
         return [triton.Config({"BLOCK_N": n, "BLOCK_K": k // 2 if halve_k else k}, num_warps=w,
                               num_stages=st)
-                for rows in fp8_gemv.CLASS_CONFIGS.values() for n, k, w, st in rows]
+                for rows in class_configs(kernel).values() for n, k, w, st in rows]
 
-    def _prune(configs, named_args, **kwargs):
-        x = named_args.get("x_ptr")
-        cls = fp8_gemv.device_class(x.device) if isinstance(x, Tensor) else "consumer"
-        keys = {(n, w, st) for n, _, w, st in fp8_gemv.CLASS_CONFIGS[cls]}
-        kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in keys]
-        return kept or configs
+    def _pruner(kernel: str):
+        def prune(configs, named_args, **kwargs):
+            x = named_args.get("x_ptr")
+            cls = fp8_gemv.device_class(x.device) if isinstance(x, Tensor) else "consumer"
+            halve = 2 if kernel == "int4" else 1
+            keys = {(n, k // halve, w, st) for n, k, w, st in class_configs(kernel)[cls]}
+            kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"],
+                                           c.num_warps, c.num_stages) in keys]
+            return kept or configs
+        return prune
 
     @triton.jit
-    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, N, K: tl.constexpr,
+    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, N, ROWS, K: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # ROWS: the M bucket (``fp8_gemv.rows_bucket``), only a key of the autotuner's choice
         row = tl.program_id(1)
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         cols = tl.arange(0, BLOCK_K)
@@ -155,8 +178,8 @@ if triton is not None:
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     @triton.jit
-    def _int4_kernel(x_ptr, p_ptr, sz_ptr, y_ptr, N, K: tl.constexpr, GROUP_SIZE: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _int4_kernel(x_ptr, p_ptr, sz_ptr, y_ptr, N, ROWS, K: tl.constexpr,
+                     GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         # BLOCK_K bytes of each row (a multiple of GROUP_SIZE): columns j (low nibble) and
         # j + K / 2 (high nibble). Per group: scale · Σ (q - 8) x + zero · Σ x.
         GROUPS: tl.constexpr = BLOCK_K // GROUP_SIZE  # groups per block, in each half
@@ -196,11 +219,11 @@ if triton is not None:
         tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
 
     _int8_tuned = triton.autotune(
-        configs=_configs(False)[:1] if INTERPRETED else _configs(False), key=["N", "K"],
-        prune_configs_by={"early_config_prune": _prune})(_int8_kernel)
+        configs=_configs("int8")[:1] if INTERPRETED else _configs("int8"), key=["N", "K", "ROWS"],
+        prune_configs_by={"early_config_prune": _pruner("int8")})(_int8_kernel)
     _int4_tuned = triton.autotune(
-        configs=_configs(True)[:1] if INTERPRETED else _configs(True), key=["N", "K"],
-        prune_configs_by={"early_config_prune": _prune})(_int4_kernel)
+        configs=_configs("int4")[:1] if INTERPRETED else _configs("int4"), key=["N", "K", "ROWS"],
+        prune_configs_by={"early_config_prune": _pruner("int4")})(_int4_kernel)
 
 
 def _ready(x: Tensor) -> None:
@@ -217,11 +240,12 @@ def int8_launch(x: Tensor, codes: Tensor, scale: Tensor, config: tuple | None = 
     (m, k), n = x.shape, codes.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if config is None:
-        _int8_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y,
-                                                                          n, k)
+        _int8_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](
+            x, codes, scale, y, n, fp8_gemv.rows_bucket(m), k)
     else:
         bn, bk, w, st = config
-        _int8_kernel[fp8_gemv.grid_for(n, m, bn)](x, codes, scale, y, n, k, BLOCK_N=bn,
+        _int8_kernel[fp8_gemv.grid_for(n, m, bn)](x, codes, scale, y, n,
+                                                  fp8_gemv.rows_bucket(m), k, BLOCK_N=bn,
                                                   BLOCK_K=bk, num_warps=w, num_stages=st)
     return y
 
@@ -234,10 +258,11 @@ def int4_launch(x: Tensor, packed: Tensor, params: Tensor, config: tuple | None 
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if config is None:
         _int4_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](
-            x, packed, params, y, n, k, GROUP)
+            x, packed, params, y, n, fp8_gemv.rows_bucket(m), k, GROUP)
     else:
         bn, bk, w, st = config
-        _int4_kernel[fp8_gemv.grid_for(n, m, bn)](x, packed, params, y, n, k, GROUP,
+        _int4_kernel[fp8_gemv.grid_for(n, m, bn)](x, packed, params, y, n,
+                                                  fp8_gemv.rows_bucket(m), k, GROUP,
                                                   BLOCK_N=bn, BLOCK_K=bk // 2, num_warps=w,
                                                   num_stages=st)
     return y

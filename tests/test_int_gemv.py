@@ -131,6 +131,7 @@ n, k = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
 w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
 configs = [None] + [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows]
+configs4 = [None] + [c for rows in int_gemv.INT4_CLASS_CONFIGS.values() for c in rows]
 worst = {}
 
 def relative(y, x, w_hat):
@@ -144,8 +145,9 @@ for rows in (1, 3):
     x = torch.randn(rows, k, generator=g)
     for config in configs:
         y8 = int_gemv.int8_launch(x, int8.weight, int8.scale, config)
-        y4 = int_gemv.int4_launch(x, int4.weight, int4.scales_and_zeros, config)
         worst[f"int8 {rows} {config}"] = relative(y8, x, int8.dequantized(torch.float64))
+    for config in configs4:
+        y4 = int_gemv.int4_launch(x, int4.weight, int4.scales_and_zeros, config)
         worst[f"int4 {rows} {config}"] = relative(y4, x, int4.dequantized(torch.float64))
 # the layers: decode rows (GEMV) and prefill rows (dequantized weight), bf16 activations
 x = torch.randn(2, int_gemv.MAX_ROWS + 1, k, generator=g).bfloat16()
@@ -173,8 +175,8 @@ def test_gemvs_equal_the_fp64_matmul_on_dequantized_weights(ckpt_dir):
                          env=env, check=False, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.splitlines()[-1])
-    assert len(out["worst"]) == 2 * 2 * (1 + sum(map(len,
-                                                     int_gemv.fp8_gemv.CLASS_CONFIGS.values())))
+    assert len(out["worst"]) == 2 * (2 + sum(map(len, int_gemv.fp8_gemv.CLASS_CONFIGS.values()))
+                                     + sum(map(len, int_gemv.INT4_CLASS_CONFIGS.values())))
     for case, worst in out["worst"].items():
         assert worst <= 1e-5, case  # fp32 products and sums
     for case, (shape, dtype, err) in out["bf16"].items():
