@@ -22,7 +22,8 @@ int4 layout (``pack``): byte ``j`` of row ``n`` holds column ``j`` in its low ni
 CPU kernel's layout (``int_linear.pack_int4``) is another, blocked one.
 
 Block shapes per device class: int8 as the FP8 GEMV (``fp8_gemv.CLASS_CONFIGS``), int4 its own
-(``INT4_CLASS_CONFIGS``: half the bytes per block, two codes unpacked per byte). The ops have fake implementations (FakeTensor, ``torch.compile``).
+(``INT4_CLASS_CONFIGS``: half the bytes per block, two codes unpacked per byte). The ops have
+fake implementations (FakeTensor, ``torch.compile``).
 """
 
 from __future__ import annotations
