@@ -62,13 +62,13 @@ def test_voice_from_take_refuses_a_sample_rate_of_zero_naming_the_audio(env, mod
 def test_voice_from_take_node_casts_a_take_of_a_batch(env, model):
     # Pieces between pauses are batches of their own: enough speech from the tiny model.
     text = " [pause:20ms] ".join(f"Line {n} of the take." for n in range(12))
-    (audio, _timeline) = run_v3(env, "SailfishTTS", model=model, text=text,
+    (audio, _timeline, _words) = run_v3(env, "SailfishTTS", model=model, text=text,
                                 **{**FAST, "max_new_tokens": 30}, takes=2)
     voice, report = run_v1(env, "SailfishVoiceFromTake", model=model, audio=audio, text=text,
                            name="Cast", take=2)
     said = " ".join(f"Line {n} of the take." for n in range(12))
     assert voice.name == "Cast" and voice.clips[0].text == said and "Cast:" in report
-    (again, _) = run_v3(env, "SailfishTTS", model=model, text="Reuse it.", **FAST, voice=voice)
+    (again, _, _) = run_v3(env, "SailfishTTS", model=model, text="Reuse it.", **FAST, voice=voice)
     assert again["waveform"].shape[0] == 1
     with pytest.raises(ValueError, match="take: the audio holds 2 take"):
         run_v1(env, "SailfishVoiceFromTake", model=model, audio=audio, text=text, name="Cast",
@@ -78,8 +78,8 @@ def test_voice_from_take_node_casts_a_take_of_a_batch(env, model):
 def test_generating_nodes_take_loudness_speed_and_a_lexicon(env, model):
     pytest.importorskip("pedalboard")
     base = dict(model=model, text="One two three. [pause:400ms] Four.", **FAST)
-    (plain, _) = run_v3(env, "SailfishTTS", **base)
-    (fast, timeline) = run_v3(env, "SailfishTTS", **base, speed=1.5, loudness=-30.0,
+    (plain, _, _) = run_v3(env, "SailfishTTS", **base)
+    (fast, timeline, _) = run_v3(env, "SailfishTTS", **base, speed=1.5, loudness=-30.0,
                               lexicon="four\tfore\n")
     assert '"finishing"' in timeline and '"speed": 1.5' in timeline
     assert fast["waveform"].shape[-1] < plain["waveform"].shape[-1]
