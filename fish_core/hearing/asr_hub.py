@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..loading.hub import DEFAULT_MODELS_DIR, ModelNotFound, Variant, fetch
-from .hub import is_hearing_dir
+from ..loading.hub import Variant
+from .hub import resolve
 
 # What a folder needs to load (chat_template.json: the prompt is written by transcript.Prompt).
 ASR_FILES = ("config.json", "model.safetensors", "vocab.json", "merges.txt",
@@ -27,17 +27,5 @@ def resolve_asr(folder: str | os.PathLike | None = None,
     """The recogniser's checkpoint folder: ``folder`` when given (it must hold the files),
     else ``models_dir/qwen3-asr-0.6b``, downloaded there first when missing and ``download``
     allows (``HF_HUB_OFFLINE=1`` refuses with a clear error, no network tried)."""
-    if folder is not None:
-        path = Path(folder).expanduser()
-        if not is_hearing_dir(path, ASR_FILES):
-            missing = [f for f in ASR_FILES if not (path / f).is_file()]
-            raise ModelNotFound(f"ASR folder {path.name or path}: not a Qwen3-ASR checkpoint "
-                                f"(lacks {', '.join(missing) or 'the folder'})")
-        return path
-    target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / ASR.name
-    if is_hearing_dir(target, ASR_FILES):
-        return target
-    if not download:
-        raise ModelNotFound(f"the speech recogniser is not in {target.parent} and downloading "
-                            f"is off: {ASR_YOURS}")
-    return fetch(ASR, target, required=ASR_FILES, yours=ASR_YOURS, flag="--asr")
+    return resolve(ASR, ASR_YOURS, "--asr", ("ASR folder", "Qwen3-ASR", "the speech recogniser"),
+                   folder, models_dir, download)

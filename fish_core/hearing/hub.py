@@ -31,17 +31,30 @@ def resolve_aligner(folder: str | os.PathLike | None = None,
     """The aligner checkpoint folder: ``folder`` when given (it must hold the aligner's files),
     else ``models_dir/qwen3-forced-aligner-0.6b``, downloaded there first when missing and
     ``download`` allows (``HF_HUB_OFFLINE=1`` refuses with a clear error, no network tried)."""
+    return resolve(ALIGNER, ALIGNER_YOURS, "--aligner", ("aligner folder", "Qwen3-ForcedAligner",
+                                                         "the aligner"),
+                   folder, models_dir, download)
+
+
+def resolve(variant: Variant, yours: str, flag: str, names: tuple[str, str, str],
+            folder: str | os.PathLike | None, models_dir: str | os.PathLike | None,
+            download: bool) -> Path:
+    """A listening model's folder: ``folder`` when given (it must hold ``variant.files``), else
+    ``models_dir/<variant.name>``, downloaded there first when missing and ``download`` allows.
+    ``names``: how errors call the folder, the checkpoint and the model."""
+    files = tuple(variant.files)
+    folder_name, checkpoint, model = names
     if folder is not None:
         path = Path(folder).expanduser()
-        if not is_hearing_dir(path):
-            missing = [f for f in ALIGNER_FILES if not (path / f).is_file()]
-            raise ModelNotFound(f"aligner folder {path.name or path}: not a Qwen3-ForcedAligner "
+        if not is_hearing_dir(path, files):
+            missing = [f for f in files if not (path / f).is_file()]
+            raise ModelNotFound(f"{folder_name} {path.name or path}: not a {checkpoint} "
                                 f"checkpoint (lacks {', '.join(missing) or 'the folder'})")
         return path
-    target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / ALIGNER.name
-    if is_hearing_dir(target):
+    target = Path(models_dir or DEFAULT_MODELS_DIR).expanduser() / variant.name
+    if is_hearing_dir(target, files):
         return target
     if not download:
-        raise ModelNotFound(f"the aligner is not in {target.parent} and downloading is off: "
-                            f"{ALIGNER_YOURS}")
-    return fetch(ALIGNER, target, required=ALIGNER_FILES, yours=ALIGNER_YOURS, flag="--aligner")
+        raise ModelNotFound(f"{model} is not in {target.parent} and downloading is off: "
+                            f"{yours}")
+    return fetch(variant, target, required=files, yours=yours, flag=flag)
