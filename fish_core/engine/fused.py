@@ -64,7 +64,9 @@ def qk_rope_reference(qk: Tensor, q_weight: Tensor | None, k_weight: Tensor | No
         qk = torch.cat([F.rms_norm(qk[:, :, :heads], (D,), q_weight, eps),
                         F.rms_norm(qk[:, :, heads:], (D,), k_weight, eps)], dim=2)
     pairs = qk.unflatten(-1, (-1, 2)).unsqueeze(-1)  # [B, S, H, Dh/2, 2, 1]
-    rotated = (pairs * rotation.unsqueeze(2)).sum(-2)  # fp32 (the table is fp32)
+    # fp32 always: the table's values are bf16-rounded, so a model cast whole to bf16 (its
+    # buffers too) rotates exactly as one loaded in bf16; .float() is free on an fp32 table
+    rotated = (pairs * rotation.float().unsqueeze(2)).sum(-2)
     return rotated.flatten(-2).to(qk.dtype)
 
 
