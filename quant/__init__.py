@@ -22,7 +22,7 @@ a 4-bit model from the FP8 download; int8 and fp8-dynamic gain nothing on memory
 
 from __future__ import annotations
 
-from . import cpu_gemv, int_gemv, int_linear, layout, packed, torchao_modes
+from . import cpu_gemv, int_gemv, int_linear, layout, ops, packed, torchao_modes
 from .convert import (DEFAULT_SKIP, EMBEDDINGS_BY_MODE, MODES, Converter, embedding_targets,
     embedding_weights, join_rows, linear_weights, normalize_mode, packs, quantize_model, skipped)
 from .fp8 import FP8Embedding, FP8Linear, QuantizationError, dequantize_rows, quantize_rows
@@ -34,5 +34,5 @@ __all__ = ["MODES", "DEFAULT_SKIP", "EMBEDDINGS_BY_MODE", "Converter", "FP8Embed
            "FP8Linear", "Int4GemvLinear", "Int4Linear", "Int8Linear", "PackedLinear",
            "QuantizationError", "cpu_gemv", "dequantize_rows", "embedding_targets",
            "embedding_weights", "int_gemv", "int_linear", "join_rows", "layout", "linear_weights",
-           "normalize_mode", "packed", "packs", "planned_bytes", "quantize_model",
+           "normalize_mode", "ops", "packed", "packs", "planned_bytes", "quantize_model",
            "quantize_rows", "skipped", "tensor_bytes", "torchao_modes", "weight_bytes"]

@@ -48,8 +48,9 @@ import shutil
 import sys
 import warnings
 
-import torch
 from torch import Tensor
+
+from .ops import custom_op
 
 ENV = "SAILFISH_CPU_KERNELS"
 log = logging.getLogger("sailfish.quant")
@@ -300,15 +301,16 @@ def fits(x_rows: int, in_features: int) -> bool:
     return 0 < x_rows <= MAX_ROWS and in_features % BLOCK == 0
 
 
-@torch.library.custom_op("sailfish::int8_gemv", mutates_args=())
-def int8_gemv(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
-    """``x [M, K]`` (fp32 or bf16, contiguous) times the int8 ``weight [N, K]``, row ``scale
-    [N]`` (fp32 or bf16) → ``[M, N]`` in x's dtype (module doc). Call only where
-    ``available()`` and ``fits``; outside a compiled graph ``module().int8_gemv`` is the same
-    function without the op's dispatch."""
+def _run(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
     return _build().int8_gemv(x, weight, scale)
 
 
-@int8_gemv.register_fake
-def _(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
+def _fake(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
     return x.new_empty(x.shape[0], weight.shape[0])
+
+
+# ``x [M, K]`` (fp32 or bf16, contiguous) times the int8 ``weight [N, K]``, row ``scale [N]``
+# (fp32 or bf16) → ``[M, N]`` in x's dtype (module doc). Call only where ``available()`` and
+# ``fits``; outside a compiled graph ``module().int8_gemv`` is the same function without the
+# op's dispatch.
+int8_gemv = custom_op("int8_gemv", _run, _fake)

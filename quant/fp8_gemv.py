@@ -40,6 +40,8 @@ import os
 import torch
 from torch import Tensor
 
+from .ops import custom_op
+
 try:
     import triton
     import triton.language as tl
@@ -245,19 +247,7 @@ def _fake(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:
     return x.new_empty(x.shape[0], q.shape[0])
 
 
-def _register():
-    """``torch.ops.sailfish.fp8_gemv``, registered once per process (the pack may be imported
-    under two package names: ComfyUI's and the tests')."""
-    try:
-        return torch.ops.sailfish.fp8_gemv
-    except (AttributeError, RuntimeError):
-        pass
-    op = torch.library.custom_op("sailfish::fp8_gemv", _run, mutates_args=())
-    op.register_fake(_fake)
-    return torch.ops.sailfish.fp8_gemv
-
-
-fp8_gemv = _register()
+fp8_gemv = custom_op("fp8_gemv", _run, _fake)
 
 
 def gemv_linear(x: Tensor, q: Tensor, scale: Tensor) -> Tensor:

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from . import fp8_gemv
+from .ops import custom_op
 
 try:
     import triton
@@ -287,17 +288,5 @@ def _int4_fake(x: Tensor, packed: Tensor, params: Tensor) -> Tensor:
     return x.new_empty(x.shape[0], packed.shape[0])
 
 
-def _register(name: str, run, fake):
-    """``torch.ops.sailfish.<name>``, registered once per process (the pack may be imported
-    under two package names)."""
-    try:
-        return getattr(torch.ops.sailfish, name)
-    except (AttributeError, RuntimeError):
-        pass
-    op = torch.library.custom_op(f"sailfish::{name}", run, mutates_args=())
-    op.register_fake(fake)
-    return getattr(torch.ops.sailfish, name)
-
-
-int8_gemv = _register("int8_triton_gemv", _int8_run, _int8_fake)  # (int8_gemv: cpu_gemv's)
-int4_gemv = _register("int4_triton_gemv", _int4_run, _int4_fake)
+int8_gemv = custom_op("int8_triton_gemv", _int8_run, _int8_fake)  # (int8_gemv: cpu_gemv's)
+int4_gemv = custom_op("int4_triton_gemv", _int4_run, _int4_fake)
