@@ -1,4 +1,4 @@
-"""The first minutes on a lent GPU: one command, a budget (default 5 min, model builds included),
+"""The first minutes on a lent GPU: one command, a budget (default 9 min, model builds included),
 a JSON table written after every stage.
 
     python bench/gpu_first.py                          # writes $OUT/gpu_first.json (else ./)
@@ -10,32 +10,39 @@ own subprocess with its own timeout, so a crash, a hang or a torchao setting can
 others with it; a stage that does not fit in what is left of the budget is skipped, and says so:
 
     preflight      versions, capability, which optional packages import, copy bandwidth
-    kernels        ops a decode frame, a join and a prefill (bench/count_ops.py: S2-Pro's
-                   depth, tiny widths, eager), one frame's kernels and launch calls under the
-                   profiler, the first codec chunk's ops
-    bf16-graph     eager kernels replayed as one CUDA graph per frame; time to first audio
-    bf16-eager     a short eager run (Python launches every kernel)
+    parity         the goldens of the official implementation on this device: the fixture's
+                   tiny model in fp32 (TF32 off), eager and through the CUDA graph, greedy
+                   columns of every golden batch and the seeded run; the codec's encode codes
+                   and decode error (``all_equal``)
+    bf16-graph     eager kernels replayed as one CUDA graph per frame; time to first audio as a
+                   stream makes it (``params.FIRST_FRAMES`` frames, codec decode in fp16 on CUDA)
     fp8-gemv       FP8 weight-only on its fast path (fp8 path "auto": the Triton GEMV)
-    fp8-dequant    FP8 weight-only, dequantized per call (the old default)
-    int8, int4     torchao weight-only, only if torchao imports
-    codec          codec encode / decode speed (× real time)
-    serving        continuous batching (engine rows joining a running decode): frames/s with
-                   1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
-                   join with and without KV reuse
+    int8-gemv, int4-gemv   our Triton weight-only GEMVs (SAILFISH_INT_KERNEL=triton)
     ttfa           time to first audio (bf16, CUDA graph): prefill + first frame at several
                    prompt lengths (no recompile, one first-frame graph), then prefill + the
                    first chunk's frames + its codec decode (default precisions) for first
                    chunks of 1-8 frames, split into its parts; ops and host syncs of a join
-    codec-fast     codec per precision (fp32, fp16, bf16; fp16 + compiled Snake on CUDA):
-                   encode / decode × real time, decode SNR against fp32, encode codes equal
+    codec          codec encode / decode speed (× real time)
+    serving        continuous batching (engine rows joining a running decode): frames/s with
+                   1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
+                   join with and without KV reuse
+    kernels        ops a decode frame, a join and a prefill (bench/count_ops.py: S2-Pro's
+                   depth, tiny widths, eager), one frame's kernels and launch calls under the
+                   profiler, the first codec chunk's ops
+    int8, int4     torchao weight-only, only if torchao imports (what our GEMVs must beat to
+                   become the CUDA default)
     bf16-compiled  torch.compile + CUDA graph
-    fp8-gemv-bits  the FP8 GEMV decoding e4m3 with bit operations (what compute capability 8.0-8.6
-                   runs), forced (SAILFISH_FP8_DECODE=bits)
-    int8-gemv, int4-gemv   our Triton weight-only GEMVs (SAILFISH_INT_KERNEL=triton)
-    bf16-compiled-tuned    compiled with the scoped Inductor options (SAILFISH_COMPILE_TUNING=on)
     bf16-compiled-warm     a second process on the compile cache the first left (one cache for
                    all stages): seconds from its start to its first frame
-    fp8-compiled, int8-compiled, int4-compiled (ours), int4-torchao-compiled
+    fp8-compiled, int8-compiled, int4-compiled (ours), int8-torchao-compiled,
+    int4-torchao-compiled
+    bf16-compiled-tuned    compiled with the scoped Inductor options (SAILFISH_COMPILE_TUNING=on)
+    fp8-gemv-bits  the FP8 GEMV decoding e4m3 with bit operations (what compute capability 8.0-8.6
+                   runs), forced (SAILFISH_FP8_DECODE=bits)
+    bf16-eager     a short eager run (Python launches every kernel)
+    fp8-dequant    FP8 weight-only, dequantized per call (the old default)
+    codec-fast     codec per precision (fp32, fp16, bf16; fp16 + compiled Snake on CUDA):
+                   encode / decode × real time, decode SNR against fp32, encode codes equal
 
     realsize-load  (only when named in --stages: it needs ~150-280 s, more than the default
                    budget leaves) a stand-in checkpoint in the real file layout written to a
@@ -44,8 +51,10 @@ others with it; a stage that does not fit in what is left of the budget is skipp
                    by the load over the weights' bytes, VRAM (bench/bench_realsize.py
                    --load-only)
 
-The default budget (540 s) fits a 9-minute device call; stages run in the order of ``STAGES``
-and those that no longer fit are skipped (``--stages`` picks others for a second call).
+The default budget (540 s) fits a 9-minute device call; stages run in the order of ``STAGES``:
+parity, bf16 graph, our FP8/int8/int4 GEMVs in graph mode, TTFA, codec, serving, then the
+diagnosis, torchao and compiled stages; those that no longer fit are skipped (``--stages`` picks
+others for a second call).
 
 Every decode row also carries a diagnosis: one frame under ``torch.profiler`` (kernels and
 launch calls per frame, the top 15 kernels by time with their share, the time of GEMV/GEMM
@@ -86,7 +95,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 OPTIONAL = ("triton", "torchao", "soundfile", "soxr", "numpy", "safetensors", "tokenizers")
 H200_COPY_GB_S = 4300.0  # measured here (KINDS.md); used when preflight could not measure
-TTFA_FRAMES = 8  # the first audio chunk: prefill + this many frames + their codec decode
 
 
 @dataclass(frozen=True)
@@ -107,31 +115,34 @@ class Stage:
 TRITON_INT = (("SAILFISH_INT_KERNEL", "triton"),)  # int8/int4 through our Triton GEMV
 TORCHAO_INT = (("SAILFISH_INT_KERNEL", "torchao"),)  # int8/int4 through torchao's tensors
 FP8_BITS = (("SAILFISH_FP8_DECODE", "bits"),)  # the GEMV decoding e4m3 with bit operations
-STAGES = [  # in order of what a short budget should measure first (the rest is skipped)
+STAGES = [  # in the order the issue asks a short budget to measure (the rest is skipped)
     Stage("preflight", 60, 10),
-    Stage("kernels", 90, 20),
+    Stage("parity", 90, 20),
     Stage("bf16-graph", 100, 30, "none"),
     Stage("fp8-gemv", 100, 30, "fp8", "auto"),
-    Stage("fp8-gemv-bits", 100, 30, "fp8", "auto", env=FP8_BITS),
     Stage("int8-gemv", 80, 30, "int8", env=TRITON_INT),
     Stage("int4-gemv", 80, 30, "int4", env=TRITON_INT),
+    Stage("ttfa", 120, 30, "none"),
+    Stage("codec", 60, 15),
+    Stage("serving", 150, 45, "none", frames=32),
+    Stage("kernels", 90, 20),
     Stage("int8", 80, 30, "int8", needs="torchao", env=TORCHAO_INT),
     Stage("int4", 80, 30, "int4", needs="torchao", env=TORCHAO_INT),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
-    Stage("bf16-compiled-tuned", 240, 120, "none", mode="compiled",
-          env=(("SAILFISH_COMPILE_TUNING", "on"),)),
     # a second process on the compile cache bf16-compiled left: seconds to its first frame
     Stage("bf16-compiled-warm", 120, 30, "none", mode="compiled", repeats=1),
     Stage("fp8-compiled", 240, 120, "fp8", "auto", mode="compiled"),
-    Stage("int4-compiled", 240, 120, "int4", mode="compiled", env=TRITON_INT),
     Stage("int8-compiled", 240, 120, "int8", mode="compiled", env=TRITON_INT),
+    Stage("int4-compiled", 240, 120, "int4", mode="compiled", env=TRITON_INT),
+    Stage("int8-torchao-compiled", 240, 120, "int8", mode="compiled", needs="torchao",
+          env=TORCHAO_INT),
     Stage("int4-torchao-compiled", 240, 120, "int4", mode="compiled", needs="torchao",
           env=TORCHAO_INT),
+    Stage("bf16-compiled-tuned", 240, 120, "none", mode="compiled",
+          env=(("SAILFISH_COMPILE_TUNING", "on"),)),
+    Stage("fp8-gemv-bits", 100, 30, "fp8", "auto", env=FP8_BITS),
     Stage("bf16-eager", 60, 20, "none", mode="eager", frames=16, repeats=1),
     Stage("fp8-dequant", 80, 30, "fp8", "dequant"),
-    Stage("codec", 60, 15),
-    Stage("serving", 150, 45, "none", frames=32),
-    Stage("ttfa", 120, 30, "none"),
     Stage("codec-fast", 180, 30),
     Stage("realsize-load", 280, 150, default=False),
 ]
@@ -189,6 +200,18 @@ def preflight(args) -> dict:
     return out
 
 
+def model_config(args):
+    """The model's sizes: ``--config``'s, but the fixture's for ``tiny`` (its codebooks are those
+    of the fixture's codec, which ``make_codec`` loads, whatever fixture set)."""
+    import bench_decode
+    from fish_core.engine.config import ModelConfig
+
+    if args.config == "tiny":
+        fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests/fixtures"))
+        return ModelConfig.from_file(fixtures / "tiny-s2")
+    return bench_decode.make_config(args.config)
+
+
 def random_model(config, device, dtype):
     """The model built on the meta device, allocated on ``device`` in ``dtype`` and filled with
     N(0, 0.02) matrices and unit norms: no fp32 copy at any time."""
@@ -232,7 +255,7 @@ def decode(args, stage: Stage) -> dict:
 
     device, dtype = torch.device(args.device), torch.bfloat16
     t0 = time.perf_counter()
-    model = random_model(bench_decode.make_config(args.config), device, dtype)
+    model = random_model(model_config(args), device, dtype)
     if stage.quantization != "none":
         import quant
 
@@ -276,7 +299,7 @@ def decode(args, stage: Stage) -> dict:
         out["vram_peak_GB"] = round(torch.cuda.max_memory_allocated(device) / 1e9, 2)
     if stage.name == "bf16-graph":
         try:  # the codec's imports or build must not cost the decode row
-            out["time_to_first_audio_s"] = time_to_first_audio(args, engine, prompt, device)
+            out.update(time_to_first_audio(args, engine, prompt, device))
         except Exception as e:  # noqa: BLE001 - recorded in the row
             out["time_to_first_audio_error"] = f"{type(e).__name__}: {e}"[:300]
     out.update(what_ran(engine, model))
@@ -465,13 +488,99 @@ def make_codec(args, device):
     return Codec.from_file(fixtures / "tiny-s2", device=device)
 
 
-def time_to_first_audio(args, engine, prompt, device) -> float:
-    """Seconds from the request to the first chunk's audio: prefill, ``TTFA_FRAMES`` frames, and
-    their codec decode (median of 3 after a warm-up)."""
+def golden_cases(golden: Path) -> list[tuple[str, str, int]]:
+    """(prompt key, raw_new_columns key, max_new_tokens) of every greedy golden batch."""
+    meta = json.loads((golden / "prompts.json").read_text())
+    return [(f"{name}.batch{i}.prompt", f"{name}.batch{i}.raw_new_columns",
+             value["generate_long_kwargs"]["max_new_tokens"])
+            for name, value in meta.items() if isinstance(value, dict) and "batches" in value
+            for i in range(len(value["batches"]))]
+
+
+def llm_parity(engine, golden: Path) -> dict:
+    """Columns equal to the reference's: every greedy golden batch, then the seeded run."""
+    from safetensors.torch import load_file
+
+    from fish_core.engine.rows import generate
+    from fish_core.params import SamplingParams
+
+    prompts = load_file(str(golden / "prompts.safetensors"))
+    gen = load_file(str(golden / "generation.safetensors"))
+    out = {}
+    for prompt_key, raw_key, max_new in golden_cases(golden):
+        params = SamplingParams(temperature=0.7, top_p=0.7, top_k=1, max_new_tokens=max_new)
+        columns = generate(engine, prompts[prompt_key], params)[0].columns.cpu()
+        out[prompt_key.removesuffix(".prompt")] = bool(columns.equal(gen[raw_key]))
+    meta = json.loads((golden / "generation.json").read_text())["sampled_b_seed42"]
+    params = SamplingParams(meta["temperature"], meta["top_p"], meta["top_k"],
+                            meta["max_new_tokens"])
+    columns = generate(engine, prompts["b_clone.batch0.prompt"], params,
+                       seed=meta["seed"])[0].columns.cpu()
+    out["sampled_b_seed42"] = bool(columns.equal(gen["sampled_b_seed42.raw_new_columns"]))
+    return out
+
+
+def codec_parity(device, fixtures: Path) -> dict:
+    """The fixture's codec in fp32: encode codes equal to the reference's, decode's largest
+    error."""
+    import torch
+    from safetensors.torch import load_file
+
+    from fish_core.codec.model import Codec
+
+    gold = load_file(str(fixtures / "golden/codec.safetensors"))
+    codec = Codec.from_file(fixtures / "tiny-s2", device=device)
+    codec.set_precision(encode=torch.float32, decode=torch.float32)
+    codes = codec.encode(gold["wave"].to(device))[0].cpu()
+    wave = codec.decode(gold["codes"].to(device))[0, 0].cpu()
+    return {"encode_codes_equal": bool(codes.equal(gold["codes"])),
+            "decode_max_abs_err": float((wave - gold["decode"]).abs().max())}
+
+
+def parity(args) -> dict:
+    """The goldens of the official implementation on this device, first (a fast number is worth
+    nothing if it is wrong): the fixture's tiny model in fp32 with TF32 off, eager and, on CUDA,
+    through the CUDA graph — greedy columns of every golden batch and the seeded run (the same
+    draws as the reference) — and the codec's encode codes and decode error (tolerance 1e-4,
+    as the tests)."""
+    import torch
+
+    from fish_core.engine.runner import Engine
+    from fish_core.loading.checkpoint import load_model
+
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests/fixtures"))
+    golden = fixtures / "golden"
+    if not golden.is_dir():
+        return {"skipped": "the fixture set has no goldens"}
+    model = load_model(fixtures / "tiny-s2", device=device, dtype=torch.float32)
+    out = {"eager": llm_parity(Engine(model), golden)}
+    if device.type == "cuda":
+        out["graph"] = llm_parity(Engine(model, cuda_graph=True), golden)
+    out["codec"] = codec_parity(device, fixtures)
+    out["unequal"] = [f"{mode}:{case}" for mode in ("eager", "graph")
+                      for case, equal in out.get(mode, {}).items() if not equal]
+    out["unequal"] += [] if out["codec"]["encode_codes_equal"] else ["codec:encode"]
+    out["unequal"] += [] if out["codec"]["decode_max_abs_err"] <= 1e-4 else ["codec:decode"]
+    out["all_equal"] = not out["unequal"]
+    return out
+
+
+def time_to_first_audio(args, engine, prompt, device) -> dict:
+    """Seconds from the request to a stream's first audio as the product makes it: prefill,
+    ``params.FIRST_FRAMES`` frames, and their codec decode in the device's default precisions
+    (fp16 decode on CUDA; median of 3 after a warm-up)."""
     import bench_decode
+    from fish_core.engine.device import codec_dtypes_for
+    from fish_core.params import FIRST_FRAMES
 
     codec = make_codec(args, device)
-    return round(bench_decode.time_to_first_audio(engine, codec, prompt, TTFA_FRAMES, device, 3), 4)
+    encode_dtype, decode_dtype = codec_dtypes_for(device)
+    codec.set_precision(encode=encode_dtype, decode=decode_dtype)
+    seconds = bench_decode.time_to_first_audio(engine, codec, prompt, FIRST_FRAMES, device, 3)
+    return {"time_to_first_audio_s": round(seconds, 4), "ttfa_frames": FIRST_FRAMES,
+            "ttfa_codec_dtype": str(decode_dtype).removeprefix("torch.")}
 
 
 def codec_speed(args, seconds: float = 10.0) -> dict:
@@ -527,7 +636,7 @@ SERVING_ROWS = 8
 def serving(args, stage: Stage) -> dict:
     """Continuous batching on the engine (``RowBatch``, the rows the HTTP scheduler uses):
     ``stage.frames`` frames per request; one request alone, then ``SERVING_ROWS`` requests
-    joining together; time to the first ``TTFA_FRAMES`` frames (prefill included, codec not);
+    joining together; time to the first ``FIRST_FRAMES`` frames (prefill included, codec not);
     and a prompt's join (prefill + first frame) with its voice prefix (all but its last 16
     tokens) computed vs reused from the prefix cache."""
     import torch
@@ -535,7 +644,7 @@ def serving(args, stage: Stage) -> dict:
     import bench_decode
     from fish_core.engine.rows import RowBatch
     from fish_core.engine.runner import Engine
-    from fish_core.params import SamplingParams
+    from fish_core.params import FIRST_FRAMES, SamplingParams
 
     device = torch.device(args.device)
     model = random_model(bench_decode.make_config(args.config), device, torch.bfloat16)
@@ -556,7 +665,7 @@ def serving(args, stage: Stage) -> dict:
         while not all(batch.ended(r) for r in batch.active):
             batch.step()
             frames += 1
-            if frames == TTFA_FRAMES:
+            if frames == FIRST_FRAMES:
                 first = time.perf_counter() - t0  # the step returned its columns on the host
         sync(device)
         wall = time.perf_counter() - t0
@@ -632,13 +741,7 @@ def ttfa_stage(args) -> dict:
     from fish_core.params import FIRST_FRAMES, SamplingParams
 
     device = torch.device(args.device)
-    config = bench_decode.make_config(args.config)
-    if args.config == "tiny":  # the codebooks of the fixture's codec (make_codec), whatever set
-        from fish_core.engine.config import ModelConfig
-
-        fixtures = Path(os.environ.get("SAILFISH_FIXTURES", ROOT / "tests/fixtures"))
-        config = ModelConfig.from_file(fixtures / "tiny-s2")
-    model = random_model(config, device, torch.bfloat16)
+    model = random_model(model_config(args), device, torch.bfloat16)
     engine = Engine(model, cuda_graph=device.type == "cuda")
 
     def median_s(fn) -> float:
@@ -743,6 +846,8 @@ def run_stage(args) -> dict:
         warnings.simplefilter("always")
         if stage.name == "preflight":
             out = preflight(args)
+        elif stage.name == "parity":
+            out = parity(args)
         elif stage.name == "kernels":
             out = kernel_counts(args)
         elif stage.name == "codec":
@@ -868,8 +973,9 @@ def print_table(report: dict) -> None:
     for name, entry in report["stages"].items():
         r = entry.get("result", {})
         if entry["status"] != "ok" or "frames_per_s" not in r:
-            note = entry.get("reason") or entry.get("error") or (
-                json.dumps({k: v for k, v in r.items() if k != "warnings"})[:200])
+            shown = ({"all_equal": r["all_equal"], "unequal": r["unequal"]} if "all_equal" in r
+                     else {k: v for k, v in r.items() if k != "warnings"})
+            note = entry.get("reason") or entry.get("error") or json.dumps(shown)[:200]
             print(f"| {name} | {entry['status']} | {note} |")
             continue
         print(f"| {name} | ok | {r['frames_per_s']} | {r['effective_GB_per_s']} | "

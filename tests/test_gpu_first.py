@@ -168,3 +168,47 @@ def test_default_run_measures_the_quantized_and_warm_compiled_stages():
     assert names.index("bf16-compiled") < names.index("bf16-compiled-warm")
     assert gpu_first.BY_NAME["int8"].env == gpu_first.TORCHAO_INT
     assert gpu_first.BY_NAME["int8-gemv"].env == gpu_first.TRITON_INT
+
+
+def test_parity_stage_replays_the_goldens_and_bf16_graph_times_a_streams_first_audio(
+        tmp_path, fixtures):
+    """The stage a GPU run starts with: the goldens on the device (here the CPU dry run, eager
+    only): every greedy golden batch and the seeded run equal, the codec's codes equal. Then
+    bf16-graph's TTFA is a stream's: ``FIRST_FRAMES`` frames, the codec in the device's
+    default decode precision (fp16 on CUDA, fp32 here)."""
+    from fish_core.params import FIRST_FRAMES
+
+    report, stdout = run(tmp_path, "--stages", "parity,bf16-graph", "--budget", "600")
+    graph = report["stages"]["bf16-graph"]["result"]
+    assert graph["time_to_first_audio_s"] > 0 and graph["ttfa_frames"] == FIRST_FRAMES
+    assert graph["ttfa_codec_dtype"] == "float32"
+    entry = report["stages"]["parity"]
+    assert entry["status"] == "ok", entry
+    result = entry["result"]
+    if not (fixtures / "golden").is_dir():
+        assert result["skipped"] == "the fixture set has no goldens"
+        return
+    prompts = json.loads((fixtures / "golden/prompts.json").read_text())
+    batches = sum(len(v["batches"]) for v in prompts.values()
+                  if isinstance(v, dict) and "batches" in v)
+    assert len(result["eager"]) == batches + 1 and "sampled_b_seed42" in result["eager"]
+    assert "graph" not in result  # CUDA graphs: on CUDA only
+    assert result["all_equal"] and result["unequal"] == [], result
+    assert result["codec"]["encode_codes_equal"] and result["codec"]["decode_max_abs_err"] < 1e-4
+    assert '| parity | ok | {"all_equal": true, "unequal": []}' in stdout
+
+
+def test_the_default_run_measures_in_the_issues_order():
+    """parity, bf16 graph, our FP8/int8/int4 GEMVs in graph mode, TTFA, codec, serving, then
+    the compiled stages (torchao's int8 compiled among them)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_first
+
+    names = [s.name for s in gpu_first.STAGES if s.default]
+    first = ["preflight", "parity", "bf16-graph", "fp8-gemv", "int8-gemv", "int4-gemv", "ttfa",
+             "codec", "serving"]
+    assert names[:len(first)] == first
+    compiled = [s.name for s in gpu_first.STAGES if s.mode == "compiled"]
+    assert "int8-torchao-compiled" in compiled
+    assert min(names.index(n) for n in compiled) > names.index("serving")
+    assert gpu_first.BY_NAME["int8-torchao-compiled"].env == gpu_first.TORCHAO_INT
