@@ -55,9 +55,7 @@ def write_file(path, write: Callable[[BinaryIO], object]) -> Path:
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     temp = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        prefix = TEMP_PREFIX + (target.name if len(target.name.encode()) <= 200 else "sailfish")
-        fd, temp = tempfile.mkstemp(prefix=prefix + ".", suffix=TEMP_SUFFIX, dir=target.parent)
+        fd, temp = temp_beside(target)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -69,12 +67,25 @@ def write_file(path, write: Callable[[BinaryIO], object]) -> Path:
         raise WriteError(path, reason_of(e), e.errno) from None
     finally:
         if temp is not None:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
+            remove_quietly(temp)
     sync_folder(target.parent)
     return path
+
+
+def temp_beside(target: Path) -> tuple[int, str]:
+    """A new hidden temporary file in ``target``'s folder (made if missing): (fd, its path)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = TEMP_PREFIX + (target.name if len(target.name.encode()) <= 200 else "sailfish")
+    return tempfile.mkstemp(prefix=prefix + ".", suffix=TEMP_SUFFIX, dir=target.parent)
+
+
+def remove_quietly(temp: str) -> None:
+    """Remove a temporary file; one that cannot be removed is left (the write's own error is
+    the one to report)."""
+    try:
+        os.unlink(temp)
+    except OSError:
+        pass
 
 
 def write_bytes(path, data: bytes) -> Path:

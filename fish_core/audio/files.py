@@ -107,12 +107,17 @@ def decoder_notes_hidden():
         finally:
             os.dup2(saved, fd)
             os.close(saved)
-            held.seek(0)
-            rest = [line for line in held.read().decode("utf-8", "replace").splitlines(True)
-                    if not line.startswith("Note: ")]
-            if rest:
-                sys.stderr.write("".join(rest))
-                sys.stderr.flush()
+            _pass_on_all_but_notes(held)
+
+
+def _pass_on_all_but_notes(held) -> None:
+    """What was written to the held stderr, less the ``Note:`` lines, on to stderr."""
+    held.seek(0)
+    rest = [line for line in held.read().decode("utf-8", "replace").splitlines(True)
+            if not line.startswith("Note: ")]
+    if rest:
+        sys.stderr.write("".join(rest))
+        sys.stderr.flush()
 
 
 def check_audio_file(path, field: str = "audio"):
@@ -120,17 +125,7 @@ def check_audio_file(path, field: str = "audio"):
     what is wrong with it: missing, a folder, unreadable, empty, not audio at all, or audio of a
     known kind that cannot be decoded (corrupt or truncated)."""
     path = Path(path)
-    if not path.exists():
-        raise AudioError(f"{field}: file not found: {path}")
-    if path.is_dir():
-        raise AudioError(f"{field}: {path} is a folder, not an audio file")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(12)
-    except OSError as e:
-        raise AudioError(f"{field}: cannot read {path}: {e.strerror or e}") from None
-    if not head:
-        raise AudioError(f"{field}: {path} is empty (0 bytes)")
+    head = _file_head(path, field)
     sf = import_soundfile()
     try:
         with decoder_notes_hidden():
@@ -143,6 +138,23 @@ def check_audio_file(path, field: str = "audio"):
         # libsndfile says "File does not exist" of a corrupt MP3: say what is known instead
         raise AudioError(f"{field}: {path} starts like {kind} but cannot be decoded: it is "
                          "corrupt, truncated or in an encoding libsndfile does not read") from None
+
+
+def _file_head(path: Path, field: str) -> bytes:
+    """The first bytes of the file at ``path`` (enough to ``sniff``), or an AudioError naming
+    ``field`` when it is missing, a folder, unreadable or empty."""
+    if not path.exists():
+        raise AudioError(f"{field}: file not found: {path}")
+    if path.is_dir():
+        raise AudioError(f"{field}: {path} is a folder, not an audio file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError as e:
+        raise AudioError(f"{field}: cannot read {path}: {e.strerror or e}") from None
+    if not head:
+        raise AudioError(f"{field}: {path} is empty (0 bytes)")
+    return head
 
 
 def load_audio(path, *, target_sr: int = SAMPLE_RATE, min_seconds: float = MIN_SECONDS,
@@ -199,7 +211,19 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
         audio, sample_rate = from_mapping(audio, name)
     sr = _check_rate(sample_rate, name)
     x = _channels_first(_as_float32(audio, name), name)  # [C, T]
+    _check_samples(x, sr, name, min_seconds, max_seconds)
 
+    mono = x.mean(axis=0, dtype=np.float32)
+    if float(np.abs(mono).max()) < SILENCE_PEAK:
+        raise AudioError(f"{name}: audio is silent (peak below {SILENCE_PEAK:g}, i.e. -80 dBFS)")
+    if sr != target_sr:
+        mono = import_soxr().resample(mono, sr, target_sr, quality="HQ")
+    return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))
+
+
+def _check_samples(x: np.ndarray, sr: float, name: str, min_seconds: float,
+                   max_seconds: float) -> None:
+    """``x`` ([C, T] at ``sr``) holds some audio, all finite, of an allowed length."""
     if x.shape[1] == 0:
         raise AudioError(f"{name}: audio is empty (0 samples)")
     bad = int(np.count_nonzero(~np.isfinite(x)))
@@ -211,13 +235,6 @@ def prepare_audio(audio, sample_rate=None, *, target_sr: int = SAMPLE_RATE,
                          f"at least {min_seconds:g} s is needed")
     if seconds > max_seconds:
         raise AudioError(f"{name}: audio is {seconds:.1f} s long; the limit is {max_seconds:g} s")
-
-    mono = x.mean(axis=0, dtype=np.float32)
-    if float(np.abs(mono).max()) < SILENCE_PEAK:
-        raise AudioError(f"{name}: audio is silent (peak below {SILENCE_PEAK:g}, i.e. -80 dBFS)")
-    if sr != target_sr:
-        mono = import_soxr().resample(mono, sr, target_sr, quality="HQ")
-    return torch.from_numpy(np.ascontiguousarray(mono, dtype=np.float32))
 
 
 def from_mapping(audio: Mapping, name: str = "audio"):
@@ -238,6 +255,26 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     atomically (``atomic.write_file``: a failed write leaves the old file). Returns the path.
     """
     path = Path(path)
+    fmt, subtype = _write_format(path, subtype)
+    sr = _check_rate(sample_rate, str(path))
+    if sr != int(sr):
+        raise AudioError(f"cannot write {path}: sample_rate must be an integer, got {sample_rate}")
+    x = _wave_to_write(path, wave)
+
+    from .atomic import write_bytes
+
+    sf = import_soundfile()
+    data = io.BytesIO()
+    try:
+        sf.write(data, np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
+    except (sf.LibsndfileError, RuntimeError) as e:
+        raise AudioError(f"cannot write {path}: {e}") from None
+    return write_bytes(path, data.getvalue())
+
+
+def _write_format(path: Path, subtype: str | None) -> tuple[str, str]:
+    """The soundfile format and subtype to write ``path`` with (its extension's default
+    subtype unless one is asked for)."""
     ext = path.suffix.lower()
     if ext not in _WRITE_FORMATS:
         raise AudioError(f"cannot write {path}: unsupported extension {ext!r}; "
@@ -247,10 +284,11 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
     if subtype not in allowed:
         raise AudioError(f"cannot write {path}: subtype {subtype!r} is not one of {allowed} "
                          f"for {ext}")
-    sr = _check_rate(sample_rate, str(path))
-    if sr != int(sr):
-        raise AudioError(f"cannot write {path}: sample_rate must be an integer, got {sample_rate}")
+    return fmt, subtype
 
+
+def _wave_to_write(path: Path, wave) -> np.ndarray:
+    """``wave`` ([T], [C, T] or [1, C, T]) as float32 [C, T], not empty, all finite."""
     x = _as_float32(wave, str(path))
     if x.ndim == 3 and x.shape[0] == 1:
         x = x[0]
@@ -262,16 +300,7 @@ def save_audio(path, wave, sample_rate: int = SAMPLE_RATE, *, subtype: str | Non
         raise AudioError(f"cannot write {path}: wave is empty")
     if not np.isfinite(x).all():
         raise AudioError(f"cannot write {path}: wave contains NaN/Inf samples")
-
-    from .atomic import write_bytes
-
-    sf = import_soundfile()
-    data = io.BytesIO()
-    try:
-        sf.write(data, np.clip(x, -1.0, 1.0).T, int(sr), subtype=subtype, format=fmt)
-    except (sf.LibsndfileError, RuntimeError) as e:
-        raise AudioError(f"cannot write {path}: {e}") from None
-    return write_bytes(path, data.getvalue())
+    return x
 
 
 def _check_rate(sample_rate, name: str) -> float:

@@ -147,19 +147,13 @@ class Kept:
     def __init__(self, wave, sample_rate: int):
         sparse = wave if isinstance(wave, Sparse) else Sparse(_length(wave), [(0, wave)])
         self.length, self.rate = sparse.length, sample_rate
-        after = math.ceil((BLOCK_SECONDS + TAIL_SECONDS) * sample_rate) + 1
-        before = math.ceil(BLOCK_SECONDS * sample_rate) + 1
-        found = sorted((max(0, offset + a - before), min(self.length, offset + b + after))
-                       for offset, part in sparse.parts for a, b in _sounding(part, sample_rate))
-        ranges: list[list[int]] = []
-        for a, b in found:
-            if ranges and a <= ranges[-1][1]:
-                ranges[-1][1] = max(ranges[-1][1], b)
-            else:
-                ranges.append([a, b])
-        self.ranges = [(a, b - a) for a, b in ranges]
+        self.ranges = _kept_ranges(sparse, sample_rate)
         self.data = np.zeros(sum(n for _, n in self.ranges), dtype=np.float64)
-        self.sounding = bool(ranges)
+        self.sounding = bool(self.ranges)
+        self._copy_parts(sparse)
+
+    def _copy_parts(self, sparse: Sparse) -> None:
+        """The parts' samples that lie in the ranges into ``data``, end to end."""
         at, first = 0, 0
         for start, size in self.ranges:  # the parts' samples copied into each range
             while first < len(sparse.parts) and (sparse.parts[first][0]
@@ -241,6 +235,22 @@ class Kept:
         return out
 
 
+def _kept_ranges(sparse: Sparse, sample_rate: int) -> list[tuple[int, int]]:
+    """``(start, size)`` of the ranges loudness needs: each sounding run with a block before it
+    and a block and the filter's tail after it, ranges that meet merged."""
+    after = math.ceil((BLOCK_SECONDS + TAIL_SECONDS) * sample_rate) + 1
+    before = math.ceil(BLOCK_SECONDS * sample_rate) + 1
+    found = sorted((max(0, offset + a - before), min(sparse.length, offset + b + after))
+                   for offset, part in sparse.parts for a, b in _sounding(part, sample_rate))
+    ranges: list[list[int]] = []
+    for a, b in found:
+        if ranges and a <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], b)
+        else:
+            ranges.append([a, b])
+    return [(a, b - a) for a, b in ranges]
+
+
 def _length(wave) -> int:
     return int(wave.shape[-1])
 
@@ -267,11 +277,7 @@ def _sounding(wave, sample_rate: int) -> list[tuple[int, int]]:
         piece = wave[a:a + scan]
         if not piece.any():
             continue
-        full = piece.shape[0] // window * window
-        flags = np.any(piece[:full].reshape(-1, window) != 0, axis=1).tolist()
-        if full < piece.shape[0]:
-            flags.append(bool(piece[full:].any()))
-        for i, loud in enumerate(flags):
+        for i, loud in enumerate(_window_flags(piece, window)):
             if not loud:
                 continue
             lo, hi = a + i * window, min(n, a + (i + 1) * window)
@@ -280,6 +286,15 @@ def _sounding(wave, sample_rate: int) -> list[tuple[int, int]]:
             else:
                 out.append((lo, hi))
     return out
+
+
+def _window_flags(piece: np.ndarray, window: int) -> list[bool]:
+    """Whether each ``window`` samples of ``piece`` (the last may be fewer) hold a non-zero."""
+    full = piece.shape[0] // window * window
+    flags = np.any(piece[:full].reshape(-1, window) != 0, axis=1).tolist()
+    if full < piece.shape[0]:
+        flags.append(bool(piece[full:].any()))
+    return flags
 
 
 def measure(wave, sample_rate: int) -> float | None:

@@ -75,15 +75,9 @@ class WavReader:
         """Read RIFF chunks until ``data``; returns the bytes after its header (or b""). Parsed
         bytes are dropped from ``header``, so each byte is looked at once."""
         h = self.header
-        if not self.riff:
-            if len(h) < 12:
-                return b""
-            if h[:4] != b"RIFF" or h[8:12] != b"WAVE":
-                raise AudioFormatError(f"{self.where}: the response is not WAV audio")
-            self.riff = True
-            at = 12
-        else:
-            at = 0
+        at = self._chunks_start(h)
+        if at is None:
+            return b""
         try:
             while len(h) >= at + 8:
                 chunk, size = bytes(h[at:at + 4]), struct.unpack("<I", h[at + 4:at + 8])[0]
@@ -92,21 +86,40 @@ class WavReader:
                         raise AudioFormatError(f"{self.where}: WAV data before its fmt chunk")
                     self.in_data = True
                     return bytes(h[at + 8:])
-                if size > MAX_HEADER_BYTES:
-                    raise AudioFormatError(f"{self.where}: a WAV header chunk of {size} bytes; "
-                                           "not audio this client takes")
-                if len(h) < at + 8 + size:
+                if not self._take_chunk(h, at, chunk, size):
                     break  # wait for the whole chunk
-                self.chunks += 1
-                if self.chunks > MAX_CHUNKS:
-                    raise AudioFormatError(f"{self.where}: the WAV header has more than "
-                                           f"{MAX_CHUNKS} chunks; not audio this client takes")
-                if chunk == b"fmt ":
-                    self._format(bytes(h[at + 8:at + 8 + size]))
                 at += 8 + size + size % 2
         finally:
             del h[:min(at, len(h))]
         return b""
+
+    def _chunks_start(self, h: bytearray) -> int | None:
+        """Where the next chunk starts in ``h``: past the RIFF/WAVE header the first time (None
+        until all of it has come), else at 0."""
+        if self.riff:
+            return 0
+        if len(h) < 12:
+            return None
+        if h[:4] != b"RIFF" or h[8:12] != b"WAVE":
+            raise AudioFormatError(f"{self.where}: the response is not WAV audio")
+        self.riff = True
+        return 12
+
+    def _take_chunk(self, h: bytearray, at: int, chunk: bytes, size: int) -> bool:
+        """Read the header chunk (not ``data``) at ``at`` in ``h``: a ``fmt `` chunk sets the
+        format. False while the chunk has not all come."""
+        if size > MAX_HEADER_BYTES:
+            raise AudioFormatError(f"{self.where}: a WAV header chunk of {size} bytes; "
+                                   "not audio this client takes")
+        if len(h) < at + 8 + size:
+            return False
+        self.chunks += 1
+        if self.chunks > MAX_CHUNKS:
+            raise AudioFormatError(f"{self.where}: the WAV header has more than "
+                                   f"{MAX_CHUNKS} chunks; not audio this client takes")
+        if chunk == b"fmt ":
+            self._format(bytes(h[at + 8:at + 8 + size]))
+        return True
 
     def _format(self, fmt: bytes) -> None:
         if len(fmt) < 16:

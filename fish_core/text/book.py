@@ -111,6 +111,19 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 def markdown_chapters(text: str, title: str = "Book") -> Book:
     lines = check_text(text, "book").replace("\r\n", "\n").splitlines()
+    level = chapter_level(lines)
+    chapters, title = markdown_sections(lines, level, title)
+    out = []
+    for i, (name, body) in enumerate(chapters):
+        words = re.sub(r"\n{3,}", "\n\n", "\n".join(body)).strip()
+        if words:
+            out.append(Chapter(name or (title if i == 0 else f"Chapter {i}"), words))
+    return Book(title, out)
+
+
+def chapter_level(lines: list[str]) -> int:
+    """The heading level that starts a chapter: the highest one used more than once, else the
+    highest used (0: no heading). Headings inside code fences do not count."""
     fenced, levels = False, []
     for line in lines:
         if FENCE.match(line):
@@ -118,15 +131,20 @@ def markdown_chapters(text: str, title: str = "Book") -> Book:
         elif not fenced and (m := HEADING.match(line)):
             levels.append(len(m.group(1)))
     repeated = [lv for lv in sorted(set(levels)) if levels.count(lv) > 1]
-    level = repeated[0] if repeated else (min(levels) if levels else 0)
-    chapters: list[list] = [["", []]]  # text before the first chapter heading
+    return repeated[0] if repeated else (min(levels) if levels else 0)
+
+
+def markdown_sections(lines: list[str], level: int, title: str) -> tuple[list[list], str]:
+    """[name, lines] of each chapter (the first: the text before the first chapter heading),
+    and the book's title (a heading above ``level``, else ``title``). Code is not read aloud."""
+    chapters: list[list] = [["", []]]
     fenced = False
     for line in lines:
         if FENCE.match(line):
             fenced = not fenced
             continue
         if fenced:
-            continue  # code is not read aloud
+            continue
         m = HEADING.match(line)
         if m and len(m.group(1)) == level:
             chapters.append([plain_markdown(m.group(2)), []])
@@ -136,12 +154,7 @@ def markdown_chapters(text: str, title: str = "Book") -> Book:
             chapters[-1][1] += ["", plain_markdown(m.group(2)), ""]
         else:
             chapters[-1][1].append(plain_markdown(line))
-    out = []
-    for i, (name, body) in enumerate(chapters):
-        words = re.sub(r"\n{3,}", "\n\n", "\n".join(body)).strip()
-        if words:
-            out.append(Chapter(name or (title if i == 0 else f"Chapter {i}"), words))
-    return Book(title, out)
+    return chapters, title
 
 
 def plain_markdown(line: str) -> str:
@@ -262,6 +275,19 @@ def read_epub(path: Path) -> Book:
     ebooklib, epub = import_ebooklib()
     if not path.is_file():
         raise FileNotFoundError(f"book: no such file: {path}")
+    book = load_epub(epub, path)
+    if len(book.spine) > MAX_SPINE:
+        raise BookError(f"book: {path.name} has {len(book.spine)} documents in its reading "
+                        f"order; at most {MAX_SPINE}")
+    chapters = epub_chapters(spine_documents(ebooklib, book), path)
+    found = book.get_metadata("DC", "title")
+    title = found[0][0] if found and isinstance(found[0][0], str) else path.stem
+    return Book(title, [Chapter(name, "\n\n".join(t for t in texts if t))
+                        for name, texts in chapters])
+
+
+def load_epub(epub, path: Path):
+    """The parsed book (within a ``ReadBudget``); any reader's error is a ``BookError``."""
     try:
         reader = bounded_reader(epub, path)
         book = reader.load()
@@ -271,9 +297,12 @@ def read_epub(path: Path) -> Book:
     except Exception as e:  # ebooklib raises its own and zipfile/lxml errors
         raise BookError(f"book: {path.name} is not a readable EPUB ({type(e).__name__}: "
                         f"{str(e)[:120]})") from None
-    if len(book.spine) > MAX_SPINE:
-        raise BookError(f"book: {path.name} has {len(book.spine)} documents in its reading "
-                        f"order; at most {MAX_SPINE}")
+    return book
+
+
+def spine_documents(ebooklib, book) -> list[tuple]:
+    """(item, title or None) of each document in reading order; the title is its first entry
+    in the navigation map."""
     titles = {}
     for href, name in toc_entries(book.toc):
         titles.setdefault(href.split("#")[0], name)
@@ -285,6 +314,12 @@ def read_epub(path: Path) -> Book:
         item = items.get(idref) if isinstance(idref, str) else None
         if item is not None and item.get_type() == ebooklib.ITEM_DOCUMENT:
             documents.append((item, titles.get(item.get_name())))
+    return documents
+
+
+def epub_chapters(documents: list[tuple], path: Path) -> list[list]:
+    """[name, texts] of each chapter: a titled document (or the first) starts one, the
+    untitled ones after it continue it."""
     starts = sum(1 for n, (_, name) in enumerate(documents) if name is not None or n == 0)
     if starts > MAX_CHAPTERS:
         raise BookError(f"book: {path.name} has {starts} chapters; at most {MAX_CHAPTERS}")
@@ -295,10 +330,7 @@ def read_epub(path: Path) -> Book:
             chapters.append([name or f"Chapter {len(chapters) + 1}", [text]])
         else:
             chapters[-1][1].append(text)
-    found = book.get_metadata("DC", "title")
-    title = found[0][0] if found and isinstance(found[0][0], str) else path.stem
-    return Book(title, [Chapter(name, "\n\n".join(t for t in texts if t))
-                        for name, texts in chapters])
+    return chapters
 
 
 def toc_entries(toc) -> list[tuple[str, str]]:

@@ -72,7 +72,16 @@ def cuts(text: str, spans: list[tuple[int, int]]) -> list[int]:
     ``pay`` | ``$19.99.``), and so does a closing mark standing alone after it (``panic! »``);
     opening marks right before the first word go with it; the rest of the text before the
     first word and after the last is not shown."""
-    p = spans[0][0]
+    out = [_first_cut(text, spans[0][0])]
+    for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), len(text))]):
+        out.append(_cut_after(text, end, nxt))
+    return out
+
+
+def _first_cut(text: str, start: int) -> int:
+    """Where the first word's caption starts: with the marks glued to it (``$19``) and the
+    opening marks standing alone right before it (``« Hi``)."""
+    p = start
     while p > 0 and not text[p - 1].isspace() and not _kept(text[p - 1]):
         p -= 1
     q = p
@@ -83,23 +92,46 @@ def cuts(text: str, spans: list[tuple[int, int]]) -> list[int]:
         r -= 1
     if r < q and (r == 0 or text[r - 1].isspace()):
         p = r
-    out = [p]
-    for (_, end), (nxt, _) in zip(spans, spans[1:] + [(len(text), len(text))]):
-        p = end
-        while p < nxt and not text[p].isspace():
-            p += 1
-        while True:  # a lone closing mark (» ) ” …) after a space belongs to the word before
-            q = p
-            while q < nxt and text[q].isspace():
-                q += 1
-            r = q
-            while r < nxt and _closing(text[r]):
-                r += 1
-            if r == q or (r < nxt and not text[r].isspace()):
-                break
-            p = r
-        out.append(p)
-    return out
+    return p
+
+
+def _cut_after(text: str, end: int, nxt: int) -> int:
+    """Where the caption of a word ending at ``end`` stops, before ``nxt`` (the next word)."""
+    p = end
+    while p < nxt and not text[p].isspace():
+        p += 1
+    while True:  # a lone closing mark (» ) ” …) after a space belongs to the word before
+        q = p
+        while q < nxt and text[q].isspace():
+            q += 1
+        r = q
+        while r < nxt and _closing(text[r]):
+            r += 1
+        if r == q or (r < nxt and not text[r].isspace()):
+            return p
+        p = r
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """Words and where they lie in the text they came from (``at``: ``cuts``; None: no
+    text, or the words could not be found in it)."""
+
+    words: list
+    text: str | None
+    spans: list[tuple[int, int]] | None
+    at: list[int] | None
+
+    def shown(self, first: int, stop: int) -> str:
+        """What a caption shows for ``words[first:stop]``."""
+        if self.at is None:
+            return " ".join(w.text for w in self.words[first:stop])
+        return self.text[self.at[first]:self.at[stop]].strip()
+
+    def ended(self, k: int) -> bool:
+        """Whether a sentence ends between word ``k - 1`` and word ``k``."""
+        return self.at is not None and any(
+            ch in SENTENCE_ENDS for ch in self.text[self.spans[k - 1][1]:self.at[k]])
 
 
 def caption_lines(words, text: str | None = None, max_chars: int = 42,
@@ -112,30 +144,33 @@ def caption_lines(words, text: str | None = None, max_chars: int = 42,
     if max_chars < 1 or max_seconds <= 0 or pause < 0:
         raise ValueError("captions: max_chars ≥ 1, max_seconds > 0 and pause ≥ 0 are needed")
     spans = locate(text, [w.text for w in words]) if text else None
-    at = cuts(text, spans) if spans is not None else None
+    placed = _Placed(words, text, spans, cuts(text, spans) if spans is not None else None)
+    groups = _group_words(placed, max_chars, max_seconds, pause)
+    lines = []
+    for n, line in enumerate(groups):
+        stop = groups[n + 1][0] if n + 1 < len(groups) else len(words)
+        timed = tuple((placed.shown(k, k + 1), words[k].start, words[k].end) for k in line)
+        lines.append(Line(words[line[0]].start, max(words[k].end for k in line),
+                          placed.shown(line[0], stop), timed))
+    return lines
 
-    def shown(first: int, stop: int) -> str:
-        if at is None:
-            return " ".join(w.text for w in words[first:stop])
-        return text[at[first]:at[stop]].strip()
 
+def _group_words(placed: _Placed, max_chars: int, max_seconds: float,
+                 pause: float) -> list[list[int]]:
+    """The word indices of each line: a word starts a new line where it would make the line
+    too long to show or to say, after a pause, and after a sentence's end."""
+    words = placed.words
     groups: list[list[int]] = [[0]]
     for k in range(1, len(words)):
         line = groups[-1]
         first, prev, word = words[line[0]], words[k - 1], words[k]
-        ended = at is not None and any(ch in SENTENCE_ENDS for ch in text[spans[k - 1][1]:at[k]])
-        if (len(shown(line[0], k + 1)) > max_chars or word.end - first.start > max_seconds
-                or word.start - prev.end >= pause or ended):
+        if (len(placed.shown(line[0], k + 1)) > max_chars
+                or word.end - first.start > max_seconds
+                or word.start - prev.end >= pause or placed.ended(k)):
             groups.append([k])
         else:
             line.append(k)
-    lines = []
-    for n, line in enumerate(groups):
-        stop = groups[n + 1][0] if n + 1 < len(groups) else len(words)
-        timed = tuple((shown(k, k + 1), words[k].start, words[k].end) for k in line)
-        lines.append(Line(words[line[0]].start, max(words[k].end for k in line),
-                          shown(line[0], stop), timed))
-    return lines
+    return groups
 
 
 def _vtt_time(seconds: float) -> str:

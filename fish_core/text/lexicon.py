@@ -76,17 +76,7 @@ class Lexicon:
                 check_cancel(cancel, source)
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            where = f"{source} line {number}"
-            if "\t" not in line:
-                raise LexiconError(f"{where}: expected 'word<TAB>respelling', got {line[:60]!r} "
-                                   "(no tab)")
-            word, respelling = (SPACES.sub(" ", part).strip() for part in line.split("\t", 1))
-            check_entry(word, respelling, where)
-            key = word.casefold()
-            if key in entries and entries[key][1] != respelling:
-                raise LexiconError(f"{where}: {word!r} is respelled {respelling!r} here but "
-                                   f"{entries[key][1]!r} on line {entries[key][2]}")
-            entries[key] = (word, respelling, number)
+            add_entry(entries, line, number, f"{source} line {number}")
             if len(entries) > MAX_ENTRIES:
                 raise LexiconError(f"{source}: more than {MAX_ENTRIES} entries")
         return cls(tuple((w, r) for w, r, _ in entries.values()), source, cancel)
@@ -150,9 +140,7 @@ class Lexicon:
         if not text:
             return size
         edges, ends = self._matcher
-        tokens = TOKEN.findall(text)
-        kinds = [token_kind(t) for t in tokens]
-        keys = [" " if k == SPACE else t.casefold() for t, k in zip(tokens, kinds)]
+        tokens, kinds, keys = split_tokens(text)
         i, n, checked = 0, len(tokens), 0
         while i < n:
             if self.cancel is not None and i - checked >= CANCEL_EVERY:
@@ -161,16 +149,7 @@ class Lexicon:
             # An entry starts with a word, or with a mark that no word character comes before.
             found = None
             if kinds[i] == WORD or (kinds[i] == MARK and (i == 0 or kinds[i - 1] != WORD)):
-                node, j = 0, i
-                while j < n:
-                    node = edges.get((node, keys[j]))
-                    if node is None:
-                        break
-                    j += 1
-                    end = ends.get(node)
-                    # An entry ending in a mark: no word character right after it.
-                    if end is not None and not (end[1] and j < n and kinds[j] == WORD):
-                        found = (j, end[0])
+                found = longest_entry(edges, ends, keys, kinds, i)
             if found is None:
                 piece, i = tokens[i], i + 1
             else:
@@ -178,12 +157,15 @@ class Lexicon:
             out.append(piece)
             size += len(piece)
             if size > limit:
-                given = (limit - MAX_WORD) // LEXICON_GROWTH
-                raise LexiconError(
-                    f"{self.source}: the respelled text would be over {limit} characters; the "
-                    f"limit is {LEXICON_GROWTH} times the text's {given} plus {MAX_WORD} "
-                    "(budgets.LEXICON_GROWTH)")
+                raise self._too_long(limit)
         return size
+
+    def _too_long(self, limit: int) -> LexiconError:
+        given = (limit - MAX_WORD) // LEXICON_GROWTH
+        return LexiconError(
+            f"{self.source}: the respelled text would be over {limit} characters; the "
+            f"limit is {LEXICON_GROWTH} times the text's {given} plus {MAX_WORD} "
+            "(budgets.LEXICON_GROWTH)")
 
     @property
     def _matcher(self) -> tuple[dict, dict]:
@@ -207,6 +189,32 @@ class Lexicon:
         return matcher
 
 
+def split_tokens(text: str) -> tuple[list[str], list[int], list[str]]:
+    """The tokens of ``text``, their kinds, and their keys in the matcher (casefolded; any
+    white space is one space)."""
+    tokens = TOKEN.findall(text)
+    kinds = [token_kind(t) for t in tokens]
+    keys = [" " if k == SPACE else t.casefold() for t, k in zip(tokens, kinds)]
+    return tokens, kinds, keys
+
+
+def longest_entry(edges: dict, ends: dict, keys: list[str], kinds: list[int],
+                  i: int) -> tuple[int, str] | None:
+    """(the token after it, respelling) of the longest entry matching the tokens from ``i``,
+    or None: one walk down the trie ``edges`` / ``ends`` (``Lexicon._matcher``)."""
+    found, node, j, n = None, 0, i, len(keys)
+    while j < n:
+        node = edges.get((node, keys[j]))
+        if node is None:
+            break
+        j += 1
+        end = ends.get(node)
+        # An entry ending in a mark: no word character right after it.
+        if end is not None and not (end[1] and j < n and kinds[j] == WORD):
+            found = (j, end[0])
+    return found
+
+
 def token_kind(token: str) -> int:
     first = token[0]
     if first.isspace():
@@ -221,6 +229,22 @@ def check_cancel(cancel: Callable[[], bool], source: str) -> None:
 
 def _key(word: str) -> str:
     return SPACES.sub(" ", word).casefold()
+
+
+def add_entry(entries: dict[str, tuple[str, str, int]], line: str, number: int,
+              where: str) -> None:
+    """The entry of line ``number``, ``word<TAB>respelling``, added to ``entries`` (casefolded
+    word → (word, respelling, line)); a word respelled two ways is an error naming both lines."""
+    if "\t" not in line:
+        raise LexiconError(f"{where}: expected 'word<TAB>respelling', got {line[:60]!r} "
+                           "(no tab)")
+    word, respelling = (SPACES.sub(" ", part).strip() for part in line.split("\t", 1))
+    check_entry(word, respelling, where)
+    key = word.casefold()
+    if key in entries and entries[key][1] != respelling:
+        raise LexiconError(f"{where}: {word!r} is respelled {respelling!r} here but "
+                           f"{entries[key][1]!r} on line {entries[key][2]}")
+    entries[key] = (word, respelling, number)
 
 
 def check_entry(word: str, respelling: str, where: str) -> None:

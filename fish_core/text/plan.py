@@ -134,50 +134,61 @@ class SentenceCutter:
         n = len(text)
         while i < n:
             self.scanned += 1
-            c = text[i]
             if state == FIRST:  # a sentence's first character never ends it
                 state, i = TEXT, i + 1
             elif state == TEXT:
-                found = self._marks.search(text, i)  # skip ordinary text in C
-                if found is None:
-                    self.scanned += n - i - 1
-                    i = n
-                    break
-                self.scanned += found.start() - i
-                i = found.start()
-                c = text[i]
-                if c == "\n":
-                    state, self.blank_at = BLANK, i
-                else:
-                    state = SPACED_RUN if c in self.spaced else PROMPT_RUN
-                i += 1
+                state, i = self._to_mark(text, i)
             elif state in (SPACED_RUN, SPACED_CLOSE):
-                if state == SPACED_RUN and c in self.spaced:
-                    i += 1
-                elif c in SPACED_CLOSERS:
-                    state, i = SPACED_CLOSE, i + 1
-                elif c.isspace():  # the marks end a sentence; c starts the next one
-                    self._cut(i, out)
-                    state = FIRST
-                else:  # "3.5", "e.g.x": not an end; c is read again as text
-                    state = TEXT
+                state, i = self._spaced_step(text[i], state, i, out)
             elif state in (PROMPT_RUN, PROMPT_CLOSE):
-                if state == PROMPT_RUN and c in self.prompt:
-                    i += 1
-                elif c in PROMPT_CLOSERS:
-                    state, i = PROMPT_CLOSE, i + 1
-                else:
-                    self._cut(i, out)
-                    state = FIRST
-            elif c == "\n":  # BLANK, and a second line break: a blank line ends the sentence
-                self._cut(self.blank_at, out)  # (the next one starts at the first break)
-                self.blank_at, i = i, i + 1
-            elif c.isspace():  # BLANK: still only white space since the line break
-                i += 1
+                state, i = self._prompt_step(text[i], state, i, out)
             else:
-                state = TEXT
+                state, i = self._blank_step(text[i], i, out)
         self.pos, self.state = i, state
         return out
+
+    def _to_mark(self, text: str, i: int) -> tuple[int, int]:
+        """In TEXT: skip ordinary text (in C) past the next mark; the state the mark opens."""
+        found = self._marks.search(text, i)
+        if found is None:
+            self.scanned += len(text) - i - 1
+            return TEXT, len(text)
+        self.scanned += found.start() - i
+        i = found.start()
+        if text[i] == "\n":
+            self.blank_at = i
+            return BLANK, i + 1
+        return (SPACED_RUN if text[i] in self.spaced else PROMPT_RUN), i + 1
+
+    def _spaced_step(self, c: str, state: int, i: int, out: list[str]) -> tuple[int, int]:
+        """After a ``. ! ? …`` run: an end only where white space follows."""
+        if state == SPACED_RUN and c in self.spaced:
+            return state, i + 1
+        if c in SPACED_CLOSERS:
+            return SPACED_CLOSE, i + 1
+        if c.isspace():  # the marks end a sentence; c starts the next one
+            self._cut(i, out)
+            return FIRST, i
+        return TEXT, i  # "3.5", "e.g.x": not an end; c is read again as text
+
+    def _prompt_step(self, c: str, state: int, i: int, out: list[str]) -> tuple[int, int]:
+        """After a ``。 ！ ？`` run: the end comes after the run and its closing marks."""
+        if state == PROMPT_RUN and c in self.prompt:
+            return state, i + 1
+        if c in PROMPT_CLOSERS:
+            return PROMPT_CLOSE, i + 1
+        self._cut(i, out)
+        return FIRST, i
+
+    def _blank_step(self, c: str, i: int, out: list[str]) -> tuple[int, int]:
+        """After a line break: a second one (only white space between) ends the sentence."""
+        if c == "\n":  # a blank line: the sentence ends at the first break
+            self._cut(self.blank_at, out)  # (and the next one starts there)
+            self.blank_at = i
+            return BLANK, i + 1
+        if c.isspace():  # still only white space since the line break
+            return BLANK, i + 1
+        return TEXT, i
 
 
 def split_sentences(text: str, clauses: bool = False) -> list[str]:

@@ -54,13 +54,26 @@ def parse_script(script: str, names: list[str] | None = None) -> list[ScriptTurn
     known = {n.casefold() for n in names or []}
     named = [bool(NAME_LINE.match(line)) for line in lines]
     dialogue = bool(lines) and named[0] and sum(named) >= 2
+    return _gather_turns(lines, dialogue, known)
+
+
+def _speaker_line(line: str, dialogue: bool, known: set[str]) -> re.Match | None:
+    """The label and text of a speaker line; None for a line that continues a turn. A
+    ``Name:`` line is a speaker line in a dialogue or when ``Name`` is a voice's name."""
+    m = BRACKET_LINE.match(line)
+    if m:
+        return m
+    m = NAME_LINE.match(line)
+    if m and (dialogue or m.group(1).strip().casefold() in known):
+        return m
+    return None
+
+
+def _gather_turns(lines: list[str], dialogue: bool, known: set[str]) -> list[ScriptTurn]:
+    """Lines into turns: a speaker line opens one, any other line continues the last."""
     turns: list[list[str]] = []
     for line in lines:
-        m = BRACKET_LINE.match(line)
-        if not m:
-            m = NAME_LINE.match(line)
-            if m and not (dialogue or m.group(1).strip().casefold() in known):
-                m = None
+        m = _speaker_line(line, dialogue, known)
         if m:
             turns.append([m.group(1).strip(), m.group(2).strip()])
         elif turns:
@@ -79,6 +92,18 @@ def assign_speakers(turns: list[ScriptTurn], names: list[str],
     ``speaker_0``); other labels take the unclaimed voices in order of appearance. Unlabelled
     text goes to the first speaker. With ``require_voice``, a label left without a voice is an
     error naming it."""
+    mapping, pending = _claimed_voices(turns, names)
+    _give_free_voices(mapping, pending, len(names))
+    mapping.setdefault("", min(mapping.values(), default=0))
+    if require_voice:
+        _check_voiced(mapping, turns, names)
+    return [Turn(t.text, mapping[t.label]) for t in turns]
+
+
+def _claimed_voices(turns: list[ScriptTurn], names: list[str]
+                    ) -> tuple[dict[str, int], list[str]]:
+    """The labels that say their voice (its name, ``i``, ``speaker_N``) with its index, and
+    the other labels in order of appearance."""
     folded = [n.casefold() for n in names]
     numbered = [int(m.group(1)) for t in turns if (m := NUMBERED.match(t.label))]
     base = 0 if 0 in numbered else 1
@@ -96,22 +121,28 @@ def assign_speakers(turns: list[ScriptTurn], names: list[str],
             mapping[label] = int(m.group(1)) - base
         elif label:
             pending.append(label)
-    free = [i for i in range(max(len(names), 1)) if i not in mapping.values()]
-    next_index = max([*mapping.values(), *free, len(names) - 1]) + 1
+    return mapping, pending
+
+
+def _give_free_voices(mapping: dict[str, int], pending: list[str], voices: int) -> None:
+    """Give the ``pending`` labels the unclaimed voices in order, then indices past them."""
+    free = [i for i in range(max(voices, 1)) if i not in mapping.values()]
+    next_index = max([*mapping.values(), *free, voices - 1]) + 1
     for label in pending:
         if free:
             mapping[label] = free.pop(0)
         else:
             mapping[label] = next_index
             next_index += 1
-    mapping.setdefault("", min(mapping.values(), default=0))
-    if require_voice:
-        missing = sorted({label or "(unlabelled)" for label, i in mapping.items()
-                          if (i < 0 or i >= len(names)) and any(t.label == label for t in turns)})
-        if missing:
-            raise ScriptError(f"speaker(s) {', '.join(missing)} have no reference voice; "
-                              f"voices given: {', '.join(names) or 'none'}")
-    return [Turn(t.text, mapping[t.label]) for t in turns]
+
+
+def _check_voiced(mapping: dict[str, int], turns: list[ScriptTurn], names: list[str]) -> None:
+    """Every label the script uses has a voice in ``names``, else an error naming them."""
+    missing = sorted({label or "(unlabelled)" for label, i in mapping.items()
+                      if (i < 0 or i >= len(names)) and any(t.label == label for t in turns)})
+    if missing:
+        raise ScriptError(f"speaker(s) {', '.join(missing)} have no reference voice; "
+                          f"voices given: {', '.join(names) or 'none'}")
 
 
 # ---------------------------------------------------------------- checking it against the voices
