@@ -87,6 +87,9 @@ def test_empty_text_is_an_error():
     ("Alice: Hello.\nBob: Hi there,\nhow are you?\nAlice: Fine.", ["Bob", "Alice"], [1, 0, 1]),
     ("<|speaker:1|>Hi<|speaker:0|>Yo", ["A", "B"], [1, 0]),
     ("Carol: Hi.\nDave: Yo.", [], [0, 1]),
+    # labels naming no voice take the free voices once per label, not once per turn
+    ("Alice: Hi.\nBob: Yo.\nAlice: Again.", ["X", "Y"], [0, 1, 0]),
+    ("Carol: Hi.\nDave: Yo.\nCarol: Bye.\nDave: Ciao.", [], [0, 1, 0, 1]),
 ])
 def test_script_forms_map_to_voices(script, names, want):
     turns = assign_speakers(parse_script(script, names), names, require_voice=bool(names))

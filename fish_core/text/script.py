@@ -119,7 +119,7 @@ def _claimed_voices(turns: list[ScriptTurn], names: list[str]
             mapping[label] = int(label)
         elif (m := NUMBERED.match(label)) is not None:
             mapping[label] = int(m.group(1)) - base
-        elif label:
+        elif label and label not in pending:  # once per label, however many turns it has
             pending.append(label)
     return mapping, pending
 
