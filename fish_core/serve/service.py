@@ -81,10 +81,11 @@ class Service:
 
     def word_timer(self):
         """The model's word aligner (``speech.words.Timer``), its folder found now (a 503 naming
-        ``words`` without one). Called off the event loop: it may load the model."""
+        ``words`` without one). Called off the event loop: it may load the model (a 503 when
+        it cannot be loaded)."""
         from .jobs import word_timer
 
-        with self.scheduler.model() as synth:
+        with self.scheduler.loaded() as synth:
             return word_timer(synth)
 
     @classmethod
