@@ -12,7 +12,7 @@ from ..http import formats
 from ..http.bodies import off_loop, read_object
 from ..http.errors import bad
 from ..http.fields import (audio_format, choice, integer, number, reject_unknown,
-                           require_object, text_field, voice_name)
+                           require_object, string, voice_name)
 from ..limits import Limits
 from ..request import REPETITION_PENALTY, SETTINGS, SpeechRequest, references, settings
 from ..service import Service
@@ -30,7 +30,7 @@ def parse_fish(body, limits: Limits, timed: bool = False) -> SpeechRequest:
     alignment, ``speak.timed``)."""
     body = require_object(body)
     reject_unknown(body, FISH_FIELDS)
-    request = SpeechRequest(text_field(body, "text", limits))
+    request = SpeechRequest(string(body, "text"))
     reference_id = body.get("reference_id")
     request.voice = None if reference_id is None else voice_name(reference_id, "reference_id")
     request.voice_param = "reference_id"
@@ -54,7 +54,7 @@ def parse_fish(body, limits: Limits, timed: bool = False) -> SpeechRequest:
     request.names = {"max_bytes": "chunk_length"}
     if timed:
         request.timed, request.settings["words"] = "fish", "auto"
-    return request.checked()
+    return request.checked(limits)
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:

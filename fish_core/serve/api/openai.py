@@ -11,7 +11,7 @@ from ..http import formats
 from ..http.bodies import read_object
 from ..http.errors import bad
 from ..http.fields import (audio_bytes, audio_format, choice, number, reject_unknown,
-                           require_object, text_field, voice_name)
+                           require_object, string, text_field, voice_name)
 from ..limits import Limits
 from ..request import (REPETITION_PENALTY, SETTINGS, Reference, SpeechRequest, references,
                        settings)
@@ -31,12 +31,11 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     if model is not None and model not in models:
         raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
                   404, "model_not_found")
-    text = instructions_prefix(body, limits) + text_field(body, "input", limits)
     voice = body.get("voice")
     if isinstance(voice, dict):
         voice = voice.get("id")
-    request = SpeechRequest(text, None if voice is None else voice_name(voice),
-                            text_param="input")
+    request = SpeechRequest(string(body, "input"), None if voice is None else voice_name(voice),
+                            text_param="input", prefix=instructions_prefix(body, limits))
     request.format = audio_format(body, "response_format", "wav")
     request.stream = choice(body, "stream_format", None, ("audio", "sse"))
     if request.stream and request.format not in formats.STREAMABLE:
@@ -55,7 +54,7 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
             raise bad("word_timestamps", "the words' times come as server-sent events: send "
                                          "stream_format \"sse\" with them")
         request.stream, request.timed, request.settings["words"] = None, "openai", "auto"
-    return request.checked()
+    return request.checked(limits)
 
 
 def ref_audio(body: dict, limits: Limits) -> list[Reference]:
