@@ -19,7 +19,9 @@ model while short requests wait (round robin by text batch).
 A task reports to its ``emit(kind, value)``, on the worker thread: ``("start", {"sample_rate",
 "seed", "frame_length"})``, then ``("chunk", waveform)`` for each chunk, then ``("done", None)`` or
 ``("error", ApiError)``. ``cancel()`` (client gone) stops its generation within a frame once no
-other row of the batch needs the model; a task past its deadline ends with a 504 error.
+other row of the batch needs the model; a task past its deadline ends with a 504 error. A model
+that cannot be loaded (``--lazy``, ComfyUI's) answers every task waiting on it with a 503
+(``ModelUnavailable``, its cause in the log); the next task tries the load again.
 """
 
 from __future__ import annotations

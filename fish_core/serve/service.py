@@ -176,20 +176,10 @@ class Service:
         and one of the server's ``max_streams`` (503 when all are open: many addresses, one
         server)."""
         client = client or "?"
-        limit = self.limits.max_streams_per_client
         if self.stopping:
             raise shutting_down()
         with self._open_lock:
-            if sum(self._streams.values()) >= self.limits.max_streams:
-                raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
-                                    "open, its limit; retry later (the limit is the server's "
-                                    "--max-streams)", None, "too_many_streams",
-                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
-            if self._streams.get(client, 0) >= limit:
-                raise ApiError(429, f"this client has {limit} speech streams open; close one "
-                                    "first (the limit is the server's --max-streams-per-client)",
-                               None, "too_many_streams",
-                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
+            self._check_streams(client)
             self._streams[client] = self._streams.get(client, 0) + 1
         try:
             yield
@@ -198,6 +188,20 @@ class Service:
                 self._streams[client] -= 1
                 if not self._streams[client]:
                     del self._streams[client]
+
+    def _check_streams(self, client: str) -> None:
+        """A 503 when the server's ``max_streams`` are open, a 429 when the client's
+        ``max_streams_per_client`` are (under ``_open_lock``)."""
+        limit = self.limits.max_streams_per_client
+        if sum(self._streams.values()) >= self.limits.max_streams:
+            raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
+                                "open, its limit; retry later (the limit is the server's "
+                                "--max-streams)", None, "too_many_streams",
+                           {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if self._streams.get(client, 0) >= limit:
+            raise ApiError(429, f"this client has {limit} speech streams open; close one "
+                                "first (the limit is the server's --max-streams-per-client)",
+                           None, "too_many_streams", {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     def open_streams(self, client: str | None = None) -> int:
         with self._open_lock:

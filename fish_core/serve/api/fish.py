@@ -36,25 +36,36 @@ def parse_fish(body, limits: Limits, timed: bool = False) -> SpeechRequest:
     request.voice_param = "reference_id"
     request.references = references(body, "references", limits)
     request.format = audio_format(body, "format", "wav")
-    streaming = body.get("streaming", False)
-    if not isinstance(streaming, bool):
-        raise bad("streaming", f"must be true or false, got {streaming!r}")
-    if streaming and request.format not in formats.STREAMABLE:
-        raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.stream = "audio" if streaming and not timed else None
-    if timed and request.format not in formats.STREAMABLE:
-        raise bad("format", f"{request.format} cannot be sent in pieces; send wav or pcm")
+    request.stream = fish_stream(body.get("streaming", False), request.format, timed)
     max_bytes = integer(body, "chunk_length", 300, CHUNK_LENGTH)
-    choice(body, "latency", "normal", ("normal", "balanced"))
-    choice(body, "use_memory_cache", "off", ("on", "off"))
-    if not isinstance(body.get("normalize", True), bool):
-        raise bad("normalize", "must be true or false")
+    fish_options(body)
     number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
     request.settings = {**settings(body, limits), "max_bytes": max_bytes}
     request.names = {"max_bytes": "chunk_length"}
     if timed:
         request.timed, request.settings["words"] = "fish", "auto"
     return request.checked(limits)
+
+
+def fish_stream(streaming, fmt: str, timed: bool) -> str | None:
+    """``streaming`` (with ``format``): the answer's stream (``SpeechRequest.stream``); a timed
+    answer comes in pieces whatever ``streaming`` says."""
+    if not isinstance(streaming, bool):
+        raise bad("streaming", f"must be true or false, got {streaming!r}")
+    if streaming and fmt not in formats.STREAMABLE:
+        raise bad("format", f"{fmt} cannot be streamed; stream wav or pcm")
+    if timed and fmt not in formats.STREAMABLE:
+        raise bad("format", f"{fmt} cannot be sent in pieces; send wav or pcm")
+    return "audio" if streaming and not timed else None
+
+
+def fish_options(body: dict) -> None:
+    """fish-speech's fields that change nothing here, checked: ``latency``,
+    ``use_memory_cache``, ``normalize``."""
+    choice(body, "latency", "normal", ("normal", "balanced"))
+    choice(body, "use_memory_cache", "off", ("on", "off"))
+    if not isinstance(body.get("normalize", True), bool):
+        raise bad("normalize", "must be true or false")
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:
