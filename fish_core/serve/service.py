@@ -57,14 +57,12 @@ class Service:
                  default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
                  guard: Guard = Guard(), max_queue: int | None = None,
                  batching: str = "continuous", lexicon=None):
-        """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
-        whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
-        ``max_queue``: requests in progress at once (default ``default_max_queue``);
-        ``batching``: ``continuous`` or ``static`` (``scheduler``); ``lexicon``: the operator's
-        pronunciation lexicon (``text.lexicon.Lexicon``) for every request."""
+        """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()``: whether
+        it is in memory now (/v1/health); ``guard``: the Host and Origin rules; ``max_queue``:
+        requests in progress at once (default ``default_max_queue``); ``batching``: the
+        ``scheduler``'s; ``lexicon``: the operator's (``text.lexicon``), for every request."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
-        self.model_names = {model_name, *MODEL_ALIASES}
         self.model_name = model_name
         self._key = api_key.encode() if api_key else None
         self.loaded = loaded
@@ -78,6 +76,11 @@ class Service:
         self.scheduler = Scheduler(model, self.voices, limits, max_batch=max_batch,
                                    default_voice=default_voice, batching=batching,
                                    lexicon=lexicon)
+
+    @property
+    def model_names(self) -> set[str]:
+        """The names a request may give the model: its own and ``MODEL_ALIASES``."""
+        return {self.model_name, *MODEL_ALIASES}
 
     def word_timer(self):
         """The model's word aligner (``speech.words.Timer``), its folder found now (a 503 naming
