@@ -113,3 +113,34 @@ def test_word_timing_on_a_model_that_cannot_load_is_the_same_503(lazy_server):
     assert message["type"] == "error" and message["error"]["code"] == "model_unavailable"
     assert str(folder) not in message["error"]["message"]
     assert loader.tries == 3
+
+
+def test_a_providers_own_refusal_reaches_every_waiting_task(tmp_path):
+    """A model provider that refuses with its own ``ApiError`` (ComfyUI's, without a checkpoint)
+    is said as it is to every task waiting on it, never left unanswered."""
+    import queue
+    from contextlib import contextmanager
+
+    from fish_core.serve.http.errors import ApiError
+    from fish_core.serve.limits import Limits
+    from fish_core.serve.request import SpeechRequest
+    from fish_core.serve.scheduler import Scheduler
+    from fish_core.serve.voicelib import VoiceLibrary
+
+    @contextmanager
+    def no_model():
+        raise ApiError(503, "no model: put a checkpoint folder into models/fish_speech",
+                       code="model_not_found")
+        yield
+
+    scheduler = Scheduler(no_model, VoiceLibrary([tmp_path]), Limits(), max_batch=2)
+    answers: queue.Queue = queue.Queue()
+    for i in range(3):
+        scheduler.submit(SpeechRequest(f"Request {i}."),
+                         lambda kind, value: answers.put((kind, value)))
+    for _ in range(3):
+        kind, error = answers.get(timeout=ANSWERED_WITHIN)
+        assert kind == "error" and (error.status, error.code) == (503, "model_not_found")
+        assert error.message.startswith("no model: ")
+    scheduler.close()
+    assert answers.empty()
