@@ -192,15 +192,9 @@ class RemoteSynthesizer(Front):
                     request.sampling.max_new_tokens)
         replies = []
         for i, ((text, voice, _), p) in enumerate(zip(jobs, params)):
-            received = [0]
-
-            def on_samples(n: int, received=received) -> None:
-                received[0] += n
-                if on_progress is not None:
-                    on_progress(*pace.frame(received[0] // FRAME_LENGTH))
-
             out = sink if i < live else None
-            replies.append(self._request(text, voice, p, cancel, on_samples, out))
+            replies.append(self._request(text, voice, p, cancel, counter(pace, on_progress),
+                                         out))
             pace.frame(math.ceil(replies[-1].wave.shape[0] / FRAME_LENGTH))
             done = pace.end_batch()
             if on_progress is not None:
@@ -283,3 +277,16 @@ def speaker_voice(voices: list[Voice], speaker: int | None) -> Voice | None:
 def empty_codes(results: list[BatchResult]) -> torch.Tensor:
     """``[0, frames]``: the frame count, without codes (engines send audio only)."""
     return torch.zeros(0, sum(r.frames for r in results), dtype=torch.long)
+
+
+def counter(pace: Pace, on_progress: Progress | None) -> Callable[[int], None]:
+    """One request's ``on_samples``: its samples received so far, as frames of ``pace``, to
+    ``on_progress``."""
+    received = 0
+
+    def on_samples(n: int) -> None:
+        nonlocal received
+        received += n
+        if on_progress is not None:
+            on_progress(*pace.frame(received // FRAME_LENGTH))
+    return on_samples

@@ -151,13 +151,7 @@ def read_file(path: Path, label: str | None = None) -> dict[str, EndpointConfig]
 
 
 def parse(name: str, entry, where: str) -> EndpointConfig:
-    from .dialects import DIALECTS
-
-    if not name or len(name) > MAX_NAME or not name.isprintable() or name.strip() != name:
-        raise ValueError(f"{where}: endpoint name {name!r} must be 1-{MAX_NAME} printable "
-                         "characters without leading or trailing spaces")
-    if name == OFF:
-        raise ValueError(f"{where}: {OFF!r} is reserved (the Model Loader's local mode)")
+    check_name(name, where)
     field = f"{where}: endpoints.{name}"
     if not isinstance(entry, dict):
         raise ValueError(f"{field}: expected an object with {', '.join(FIELDS)}")
@@ -167,25 +161,46 @@ def parse(name: str, entry, where: str) -> EndpointConfig:
                          f"{', '.join(FIELDS)}")
     if name == LOCAL.name:  # "local": {} enables the local serve with its defaults
         entry = {"urls": list(LOCAL.urls), "dialect": LOCAL.dialect, **entry}
-    urls = entry.get("urls")
-    if isinstance(urls, str):
-        urls = urls.replace(",", " ").split()
-    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
-        raise ValueError(f"{field}.urls: expected a URL or a list of URLs")
-    for url in urls:
-        Endpoint.parse(url)  # a bad URL fails here, naming it
-    dialect = entry.get("dialect", "auto")
-    if dialect != "auto" and dialect not in DIALECTS:
-        raise ValueError(f"{field}.dialect: expected auto or one of {', '.join(DIALECTS)}, "
-                         f"got {dialect!r}")
+    urls = parse_urls(entry.get("urls"), field)
+    dialect = parse_dialect(entry.get("dialect", "auto"), field)
     for key in ("api_key_env", "api_key_file", "model"):
         if entry.get(key) is not None and (not isinstance(entry[key], str)
                                            or not entry[key].strip()):
             raise ValueError(f"{field}.{key}: expected a non-empty string")
     if entry.get("api_key_env") and entry.get("api_key_file"):
         raise ValueError(f"{field}: give api_key_env or api_key_file, not both")
-    return EndpointConfig(name, tuple(urls), dialect, entry.get("api_key_env"),
+    return EndpointConfig(name, urls, dialect, entry.get("api_key_env"),
                           entry.get("api_key_file"), entry.get("model"))
+
+
+def check_name(name: str, where: str) -> None:
+    """An endpoint's name: printable, not padded, not too long, not ``off``."""
+    if not name or len(name) > MAX_NAME or not name.isprintable() or name.strip() != name:
+        raise ValueError(f"{where}: endpoint name {name!r} must be 1-{MAX_NAME} printable "
+                         "characters without leading or trailing spaces")
+    if name == OFF:
+        raise ValueError(f"{where}: {OFF!r} is reserved (the Model Loader's local mode)")
+
+
+def parse_urls(urls, field: str) -> tuple[str, ...]:
+    """``urls``: one URL, several separated by commas or spaces, or a list; each checked."""
+    if isinstance(urls, str):
+        urls = urls.replace(",", " ").split()
+    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+        raise ValueError(f"{field}.urls: expected a URL or a list of URLs")
+    for url in urls:
+        Endpoint.parse(url)  # a bad URL fails here, naming it
+    return tuple(urls)
+
+
+def parse_dialect(dialect, field: str) -> str:
+    """``dialect``: ``auto`` or one of the remote dialects."""
+    from .dialects import DIALECTS
+
+    if dialect != "auto" and dialect not in DIALECTS:
+        raise ValueError(f"{field}.dialect: expected auto or one of {', '.join(DIALECTS)}, "
+                         f"got {dialect!r}")
+    return dialect
 
 
 def choices() -> list[str]:

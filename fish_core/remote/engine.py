@@ -127,12 +127,7 @@ class RemoteEngine:
         arrives. A retry after chunks went out live fails rather than repeat them; one before
         starts the audio afresh."""
         chunks: list[torch.Tensor] = []
-
-        def on_answer(where: str) -> None:
-            if live is not None and chunks:
-                raise RemoteError(f"{where}: the answer broke after {len(chunks)} chunks; not "
-                                  "repeated (they were handed out)")
-            chunks.clear()
+        on_answer = restarts(chunks, live is not None)
 
         def on_chunk(samples: torch.Tensor) -> None:
             chunks.append(samples)
@@ -146,6 +141,17 @@ class RemoteEngine:
         wave = torch.cat(chunks) if chunks else torch.zeros(0)
         check_audio(wave, self.sample_rate, f"{self.label}{self.dialect.speech_path}")
         return Reply(wave, time.perf_counter() - t0)
+
+
+def restarts(chunks: list, handed_out: bool) -> Callable[[str], None]:
+    """What an answer's (re)start does to the ``chunks`` received so far: drops them, or, when
+    they were ``handed_out`` already, fails rather than repeat them."""
+    def on_answer(where: str) -> None:
+        if handed_out and chunks:
+            raise RemoteError(f"{where}: the answer broke after {len(chunks)} chunks; not "
+                              "repeated (they were handed out)")
+        chunks.clear()
+    return on_answer
 
 
 def engine_models(url: str | Sequence[str], dialect: str = "auto", api_key: str | None = None,

@@ -240,15 +240,21 @@ class Transport:
             try:
                 return self._once(target, method, path, body, content_type, read, cancel,
                                   limit)
-            except RemoteError as e:
-                if e.status not in RETRY_STATUSES:
-                    raise
-                failures.append(str(e))
-            except (OSError, http.client.HTTPException) as e:  # refused, reset, timed out
-                failures.append(f"{target.name}{path}: {describe(e)}")
-                if isinstance(e, ConnectionRefusedError):
-                    self.mark_down(target, "refused the connection")
+            except (RemoteError, OSError, http.client.HTTPException) as e:
+                failures.append(self._retryable(target, path, e))
         raise RemoteError(f"every attempt failed ({attempts}): " + "; ".join(failures))
+
+    def _retryable(self, target: Endpoint, path: str, error: Exception) -> str:
+        """A failed attempt's part of the final error, when another attempt may follow: an
+        answer that is no 5xx (a 4xx, a 3xx) is raised at once; a connection refused, reset or
+        timed out is retried, and a refusal marks the endpoint down."""
+        if isinstance(error, RemoteError):
+            if error.status not in RETRY_STATUSES:
+                raise error
+            return str(error)
+        if isinstance(error, ConnectionRefusedError):
+            self.mark_down(target, "refused the connection")
+        return f"{target.name}{path}: {describe(error)}"
 
     def _once(self, target: Endpoint, method: str, path: str, body, content_type, read,
               cancel, limit: int) -> T:

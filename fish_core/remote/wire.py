@@ -36,19 +36,8 @@ def sse_audio(payload: str, where: str, quote=quote) -> tuple[str, bytes | None]
     """One SSE event → (its type, the audio bytes it carries or None). Knows OpenAI's
     ``speech.audio.delta`` (``audio``: base64) and SGLang-Omni's ``audio.speech.chunk``
     (``audio``: ``{"data": base64}``); an ``error`` event raises."""
-    try:
-        event = json.loads(payload)
-    except (ValueError, RecursionError):
-        raise AudioFormatError(
-            f"{where}: a stream event is not JSON: {quote(payload[:80])}") from None
-    if not isinstance(event, dict):
-        raise AudioFormatError(f"{where}: a stream event is not an object: "
-                               f"{quote(payload[:80])}")
+    event = stream_event(payload, where, quote)
     kind = str(event.get("type") or event.get("object") or "")
-    if "error" in event:
-        error = event["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise AudioFormatError(f"{where}: the server ended the stream: {quote(message)}")
     audio = event.get("audio")
     if isinstance(audio, dict):
         audio = audio.get("data")
@@ -58,6 +47,23 @@ def sse_audio(payload: str, where: str, quote=quote) -> tuple[str, bytes | None]
         return kind, base64.b64decode(audio, validate=True)
     except (ValueError, TypeError):
         raise AudioFormatError(f"{where}: a stream event's audio is not base64") from None
+
+
+def stream_event(payload: str, where: str, quote=quote) -> dict:
+    """One SSE event's JSON object; an ``error`` event raises, its message quoted."""
+    try:
+        event = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise AudioFormatError(
+            f"{where}: a stream event is not JSON: {quote(payload[:80])}") from None
+    if not isinstance(event, dict):
+        raise AudioFormatError(f"{where}: a stream event is not an object: "
+                               f"{quote(payload[:80])}")
+    if "error" in event:
+        error = event["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise AudioFormatError(f"{where}: the server ended the stream: {quote(message)}")
+    return event
 
 
 def check_audio(wave: torch.Tensor, sample_rate: int | None, where: str) -> torch.Tensor:

@@ -26,7 +26,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     add_access_args(g)
     add_work_args(g)
+    add_decode_args(g)
     add_limit_args(g)
+    add_stream_limit_args(g)
 
 
 def add_access_args(g) -> None:
@@ -55,7 +57,7 @@ def add_access_args(g) -> None:
 
 
 def add_work_args(g) -> None:
-    """The voices, the lexicon and the model's queue."""
+    """The voices, the lexicon and the models."""
     g.add_argument("--voices", default=str(DEFAULT_VOICES), help="voice library folder")
     g.add_argument("--default-voice", default=None,
                    help="saved voice used when a request names none")
@@ -66,6 +68,10 @@ def add_work_args(g) -> None:
     g.add_argument("--aligner", default=None, metavar="FOLDER",
                    help="a Qwen3-ForcedAligner-0.6B folder for word timestamps (default: "
                         "downloaded into --models-dir on the first request for them)")
+
+
+def add_decode_args(g) -> None:
+    """The model's decode: its batches, its queue and its memory."""
     g.add_argument("--max-batch", type=int, default=4,
                    help="requests that arrive together are decoded as one batch of up to this "
                         "many (1: one at a time)")
@@ -98,6 +104,12 @@ def add_limit_args(g) -> None:
                    help="seconds a request may take, queueing included")
     g.add_argument("--body-timeout", type=float, default=limits.body_timeout_seconds,
                    help="seconds to receive a request body")
+
+
+def add_stream_limit_args(g) -> None:
+    """The bounds of the speech streams (WebSocket sessions) and of the shutdown (``Limits``;
+    their defaults shown)."""
+    limits = Limits()
     g.add_argument("--stream-idle-timeout", type=float, default=limits.stream_idle_seconds,
                    help="seconds a WS /v1/audio/speech/stream session may go without completing "
                         "a sentence while nothing is being spoken before it is closed")

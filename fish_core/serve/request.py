@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..audio.stretch import SpeedError, import_pedalboard
 from ..params import DEFAULTS, SAMPLING_RULES, FieldError, RequestError, Rule
-from ..speech.request import Request
+from ..speech.request import Request, spoken_text
 from .http.errors import ApiError, bad, detail
 from .http.fields import audio_bytes, decode_reference, integer, number, outside, text_field
 from .limits import Limits
@@ -58,18 +58,25 @@ class SpeechRequest:
     # timestamp``'s events) or "openai" (``speech.audio.delta`` + ``speech.audio.alignment``).
     timed: str | None = None
     text_param: str = "text"  # the field that held the text ("input" in OpenAI's dialect)
+    prefix: str = ""  # a style cue's tag said before the text (OpenAI's ``instructions``)
     # The wire's settings under ``Request.tts``'s keywords (JSON types checked), and the wire
     # name of each keyword the dialect names otherwise (fish-speech's ``chunk_length``).
     settings: dict = field(default_factory=dict)
     names: dict = field(default_factory=dict)
     speech: Request | None = None  # the checked request: ``to_request``
 
-    def to_request(self) -> Request:
-        """The speech ``Request`` of this wire request, checked by its rules (its pause tags
-        taken apart once, here); an error is a 4xx naming the wire field. Speed needs
-        pedalboard (a 422 naming ``speed`` without it)."""
+    def to_request(self, limits: Limits | None = None) -> Request:
+        """The speech ``Request`` of this wire request, checked by its rules (the text's too:
+        the wire checked its JSON type only; its pause tags taken apart once, here) and
+        ``limits``' text cap (this door's); an error is a 4xx naming the wire field. Speed
+        needs pedalboard (a 422 naming ``speed`` without it)."""
+        if limits is not None and len(self.text) > limits.max_text_chars:
+            raise bad(self.text_param, f"is {len(self.text)} characters; the limit is "
+                                       f"{limits.max_text_chars}")
         try:
-            speech = Request.tts(self.text, **self.settings)
+            if self.prefix:  # the text must have words of its own, not only the cue's tag
+                spoken_text(self.text, "text")
+            speech = Request.tts(self.prefix + self.text, **self.settings)
         except RequestError as e:
             raise wire_error(e, {"text": self.text_param, **self.names}) from None
         if speech.settings.check and self.stream is not None:
@@ -82,9 +89,9 @@ class SpeechRequest:
                 raise ApiError(422, detail(e), "speed") from None
         return speech
 
-    def checked(self) -> "SpeechRequest":
+    def checked(self, limits: Limits | None = None) -> "SpeechRequest":
         """This request with its speech ``Request`` (``to_request``), as a dialect hands it on."""
-        self.speech = self.to_request()
+        self.speech = self.to_request(limits)
         return self
 
 

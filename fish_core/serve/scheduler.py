@@ -19,7 +19,9 @@ model while short requests wait (round robin by text batch).
 A task reports to its ``emit(kind, value)``, on the worker thread: ``("start", {"sample_rate",
 "seed", "frame_length"})``, then ``("chunk", waveform)`` for each chunk, then ``("done", None)`` or
 ``("error", ApiError)``. ``cancel()`` (client gone) stops its generation within a frame once no
-other row of the batch needs the model; a task past its deadline ends with a 504 error.
+other row of the batch needs the model; a task past its deadline ends with a 504 error. A model
+that cannot be loaded (``--lazy``, ComfyUI's) answers every task waiting on it with a 503
+(``ModelUnavailable``, its cause in the log); the next task tries the load again.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from contextlib import AbstractContextManager
-from typing import Callable
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Callable, Iterator
 
 from ..params import GenerationError
 from ..local.driver import JobRows, SpeechJob
@@ -132,24 +134,52 @@ class Scheduler:
             time.sleep(self.batch_wait)
 
     def _run(self) -> None:
-        """The one worker loop: once tasks wait, hold the model and ``step`` until no row is
-        busy."""
+        """The one worker loop: once tasks wait, ``_decode`` until no row is busy."""
         while True:
             if not self._wait_for_work():
                 return
             self._gather()  # an idle decode: requests arriving together join in one prefill
             self.busy = True
-            running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
             try:
-                with self.model() as synth:
-                    rows = JobRows(synth.runtime, self.max_batch)
-                    while self.step(synth, rows, running):
-                        pass
-            except Exception as e:  # noqa: BLE001 - e.g. the model failed to load
-                for task in running.values():
-                    fail(task, e)
+                self._decode()
             finally:
                 self.busy = False
+
+    def _decode(self) -> None:
+        """Hold the model and ``step`` until no row is busy. A model that cannot be loaded
+        answers every queued task with its 503 (``_refuse_queued``); the next request tries the
+        load again. A failure mid-decode fails the tasks in rows."""
+        running: dict[int, Task] = {}  # id(job) -> task, for the jobs in rows
+        try:
+            with self.loaded() as synth:
+                rows = JobRows(synth.runtime, self.max_batch)
+                while self.step(synth, rows, running):
+                    pass
+        except ModelUnavailable as e:
+            self._refuse_queued(e)
+        except Exception as e:  # noqa: BLE001 - reported to the tasks in rows
+            for task in running.values():
+                fail(task, e)
+
+    @contextmanager
+    def loaded(self) -> Iterator[object]:
+        """The model (``model()``), held while the block runs; a model that fails to load is a
+        ``ModelUnavailable`` (503), its cause in the server log."""
+        with ExitStack() as held:
+            try:
+                synth = held.enter_context(self.model())
+            except Exception as e:  # noqa: BLE001 - any loader's failure: logged, then a 503
+                raise unavailable(e) from None
+            yield synth
+
+    def _refuse_queued(self, error: ApiError) -> None:
+        """The model failed to load: every task queued for it is answered with ``error``."""
+        with self._cond:
+            tasks = list(self._queue)
+            self._queue.clear()
+        for task in tasks:
+            if not task.cancelled.is_set():  # a client still there
+                task.emit("error", error)
 
     def step(self, synth, rows: JobRows, running: dict[int, Task]) -> bool:
         """One step of the decode: the tasks ``schedule`` lets in join free rows (prefilled
@@ -238,6 +268,21 @@ class Scheduler:
     def _start(self, synth, task: Task) -> None:
         """Admit the task's job (``jobs.Jobs``: on the worker, the codec encodes references)."""
         self.jobs.start(synth, task)
+
+
+class ModelUnavailable(ApiError):
+    """The model could not be loaded: a 503 for every request waiting on it."""
+
+
+def unavailable(error: Exception) -> ModelUnavailable:
+    """The 503 of a failed load, its reason the error's type (the message may hold a server
+    path: it goes to the log); a provider's own ``ApiError`` (ComfyUI's "no model") as it is."""
+    if isinstance(error, ApiError):
+        return ModelUnavailable(error.status, error.message, error.param, error.code,
+                                error.headers)
+    log.error("Sailfish serve: the model could not be loaded", exc_info=error)
+    return ModelUnavailable(503, f"the model could not be loaded ({type(error).__name__}); "
+                                 "see the server log", None, "model_unavailable")
 
 
 def end(task: Task) -> None:

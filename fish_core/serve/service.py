@@ -57,14 +57,12 @@ class Service:
                  default_voice: str | None = None, loaded: Callable[[], bool] = lambda: True,
                  guard: Guard = Guard(), max_queue: int | None = None,
                  batching: str = "continuous", lexicon=None):
-        """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()`` says
-        whether it is in memory now (for /v1/health); ``guard``: the Host and Origin rules;
-        ``max_queue``: requests in progress at once (default ``default_max_queue``);
-        ``batching``: ``continuous`` or ``static`` (``scheduler``); ``lexicon``: the operator's
-        pronunciation lexicon (``text.lexicon.Lexicon``) for every request."""
+        """``model()``: a context manager yielding the loaded Synthesizer; ``loaded()``: whether
+        it is in memory now (/v1/health); ``guard``: the Host and Origin rules; ``max_queue``:
+        requests in progress at once (default ``default_max_queue``); ``batching``: the
+        ``scheduler``'s; ``lexicon``: the operator's (``text.lexicon``), for every request."""
         self.voices = voices if isinstance(voices, VoiceLibrary) else VoiceLibrary(voices)
         self.limits = limits
-        self.model_names = {model_name, *MODEL_ALIASES}
         self.model_name = model_name
         self._key = api_key.encode() if api_key else None
         self.loaded = loaded
@@ -79,12 +77,18 @@ class Service:
                                    default_voice=default_voice, batching=batching,
                                    lexicon=lexicon)
 
+    @property
+    def model_names(self) -> set[str]:
+        """The names a request may give the model: its own and ``MODEL_ALIASES``."""
+        return {self.model_name, *MODEL_ALIASES}
+
     def word_timer(self):
         """The model's word aligner (``speech.words.Timer``), its folder found now (a 503 naming
-        ``words`` without one). Called off the event loop: it may load the model."""
+        ``words`` without one). Called off the event loop: it may load the model (a 503 when
+        it cannot be loaded)."""
         from .jobs import word_timer
 
-        with self.scheduler.model() as synth:
+        with self.scheduler.loaded() as synth:
             return word_timer(synth)
 
     @classmethod
@@ -175,20 +179,10 @@ class Service:
         and one of the server's ``max_streams`` (503 when all are open: many addresses, one
         server)."""
         client = client or "?"
-        limit = self.limits.max_streams_per_client
         if self.stopping:
             raise shutting_down()
         with self._open_lock:
-            if sum(self._streams.values()) >= self.limits.max_streams:
-                raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
-                                    "open, its limit; retry later (the limit is the server's "
-                                    "--max-streams)", None, "too_many_streams",
-                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
-            if self._streams.get(client, 0) >= limit:
-                raise ApiError(429, f"this client has {limit} speech streams open; close one "
-                                    "first (the limit is the server's --max-streams-per-client)",
-                               None, "too_many_streams",
-                               {"Retry-After": str(RETRY_AFTER_SECONDS)})
+            self._check_streams(client)
             self._streams[client] = self._streams.get(client, 0) + 1
         try:
             yield
@@ -197,6 +191,20 @@ class Service:
                 self._streams[client] -= 1
                 if not self._streams[client]:
                     del self._streams[client]
+
+    def _check_streams(self, client: str) -> None:
+        """A 503 when the server's ``max_streams`` are open, a 429 when the client's
+        ``max_streams_per_client`` are (under ``_open_lock``)."""
+        limit = self.limits.max_streams_per_client
+        if sum(self._streams.values()) >= self.limits.max_streams:
+            raise ApiError(503, f"the server has {self.limits.max_streams} speech streams "
+                                "open, its limit; retry later (the limit is the server's "
+                                "--max-streams)", None, "too_many_streams",
+                           {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if self._streams.get(client, 0) >= limit:
+            raise ApiError(429, f"this client has {limit} speech streams open; close one "
+                                "first (the limit is the server's --max-streams-per-client)",
+                           None, "too_many_streams", {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     def open_streams(self, client: str | None = None) -> int:
         with self._open_lock:

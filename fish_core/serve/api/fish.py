@@ -12,7 +12,7 @@ from ..http import formats
 from ..http.bodies import off_loop, read_object
 from ..http.errors import bad
 from ..http.fields import (audio_format, choice, integer, number, reject_unknown,
-                           require_object, text_field, voice_name)
+                           require_object, string, voice_name)
 from ..limits import Limits
 from ..request import REPETITION_PENALTY, SETTINGS, SpeechRequest, references, settings
 from ..service import Service
@@ -30,31 +30,42 @@ def parse_fish(body, limits: Limits, timed: bool = False) -> SpeechRequest:
     alignment, ``speak.timed``)."""
     body = require_object(body)
     reject_unknown(body, FISH_FIELDS)
-    request = SpeechRequest(text_field(body, "text", limits))
+    request = SpeechRequest(string(body, "text"))
     reference_id = body.get("reference_id")
     request.voice = None if reference_id is None else voice_name(reference_id, "reference_id")
     request.voice_param = "reference_id"
     request.references = references(body, "references", limits)
     request.format = audio_format(body, "format", "wav")
-    streaming = body.get("streaming", False)
-    if not isinstance(streaming, bool):
-        raise bad("streaming", f"must be true or false, got {streaming!r}")
-    if streaming and request.format not in formats.STREAMABLE:
-        raise bad("format", f"{request.format} cannot be streamed; stream wav or pcm")
-    request.stream = "audio" if streaming and not timed else None
-    if timed and request.format not in formats.STREAMABLE:
-        raise bad("format", f"{request.format} cannot be sent in pieces; send wav or pcm")
+    request.stream = fish_stream(body.get("streaming", False), request.format, timed)
     max_bytes = integer(body, "chunk_length", 300, CHUNK_LENGTH)
-    choice(body, "latency", "normal", ("normal", "balanced"))
-    choice(body, "use_memory_cache", "off", ("on", "off"))
-    if not isinstance(body.get("normalize", True), bool):
-        raise bad("normalize", "must be true or false")
+    fish_options(body)
     number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
     request.settings = {**settings(body, limits), "max_bytes": max_bytes}
     request.names = {"max_bytes": "chunk_length"}
     if timed:
         request.timed, request.settings["words"] = "fish", "auto"
-    return request.checked()
+    return request.checked(limits)
+
+
+def fish_stream(streaming, fmt: str, timed: bool) -> str | None:
+    """``streaming`` (with ``format``): the answer's stream (``SpeechRequest.stream``); a timed
+    answer comes in pieces whatever ``streaming`` says."""
+    if not isinstance(streaming, bool):
+        raise bad("streaming", f"must be true or false, got {streaming!r}")
+    if streaming and fmt not in formats.STREAMABLE:
+        raise bad("format", f"{fmt} cannot be streamed; stream wav or pcm")
+    if timed and fmt not in formats.STREAMABLE:
+        raise bad("format", f"{fmt} cannot be sent in pieces; send wav or pcm")
+    return "audio" if streaming and not timed else None
+
+
+def fish_options(body: dict) -> None:
+    """fish-speech's fields that change nothing here, checked: ``latency``,
+    ``use_memory_cache``, ``normalize``."""
+    choice(body, "latency", "normal", ("normal", "balanced"))
+    choice(body, "use_memory_cache", "off", ("on", "off"))
+    if not isinstance(body.get("normalize", True), bool):
+        raise bad("normalize", "must be true or false")
 
 
 async def fish_tts(service: Service, request: web.Request) -> web.StreamResponse:

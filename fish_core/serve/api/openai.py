@@ -11,7 +11,7 @@ from ..http import formats
 from ..http.bodies import read_object
 from ..http.errors import bad
 from ..http.fields import (audio_bytes, audio_format, choice, number, reject_unknown,
-                           require_object, text_field, voice_name)
+                           require_object, string, text_field, voice_name)
 from ..limits import Limits
 from ..request import (REPETITION_PENALTY, SETTINGS, Reference, SpeechRequest, references,
                        settings)
@@ -27,16 +27,9 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
     """OpenAI ``POST /v1/audio/speech`` plus the S2 extensions of SGLang-Omni / vLLM-Omni."""
     body = require_object(body)
     reject_unknown(body, OPENAI_FIELDS)
-    model = body.get("model")
-    if model is not None and model not in models:
-        raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
-                  404, "model_not_found")
-    text = instructions_prefix(body, limits) + text_field(body, "input", limits)
-    voice = body.get("voice")
-    if isinstance(voice, dict):
-        voice = voice.get("id")
-    request = SpeechRequest(text, None if voice is None else voice_name(voice),
-                            text_param="input")
+    check_model(body.get("model"), models)
+    request = SpeechRequest(string(body, "input"), openai_voice(body.get("voice")),
+                            text_param="input", prefix=instructions_prefix(body, limits))
     request.format = audio_format(body, "response_format", "wav")
     request.stream = choice(body, "stream_format", None, ("audio", "sse"))
     if request.stream and request.format not in formats.STREAMABLE:
@@ -47,15 +40,33 @@ def parse_openai(body, limits: Limits, models: set[str]) -> SpeechRequest:
                                f"{limits.max_references}")
     number(body, "repetition_penalty", 1.1, REPETITION_PENALTY)
     request.settings = settings(body, limits)
-    word_timestamps = body.get("word_timestamps", False)
-    if not isinstance(word_timestamps, bool):
-        raise bad("word_timestamps", f"must be true or false, got {word_timestamps!r}")
-    if word_timestamps:  # vLLM-Omni's name: the words' times in the SSE answer
+    word_timestamps(body.get("word_timestamps", False), request)
+    return request.checked(limits)
+
+
+def check_model(model, models: set[str]) -> None:
+    """``model``: absent, or one of the names served here (a 404 otherwise)."""
+    if model is not None and model not in models:
+        raise bad("model", f"{model!r} is not served here; use one of {', '.join(sorted(models))}",
+                  404, "model_not_found")
+
+
+def openai_voice(voice) -> str | None:
+    """``voice``: a saved voice's name, or ``{"id": name}``, or absent."""
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    return None if voice is None else voice_name(voice)
+
+
+def word_timestamps(value, request: SpeechRequest) -> None:
+    """vLLM-Omni's ``word_timestamps``: with SSE, the words' times in the answer (``timed``)."""
+    if not isinstance(value, bool):
+        raise bad("word_timestamps", f"must be true or false, got {value!r}")
+    if value:
         if request.stream != "sse":
             raise bad("word_timestamps", "the words' times come as server-sent events: send "
                                          "stream_format \"sse\" with them")
         request.stream, request.timed, request.settings["words"] = None, "openai", "auto"
-    return request.checked()
 
 
 def ref_audio(body: dict, limits: Limits) -> list[Reference]:

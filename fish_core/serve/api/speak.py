@@ -153,24 +153,35 @@ def timed_events(finished, speech: SpeechRequest) -> list[dict]:
     for i, segment in enumerate(segments):
         offset = cuts[i] / rate
         piece = wave[cuts[i]:cuts[i + 1]]
-        alignment = {"segments": [{"text": w.text, "start": round(w.start - offset, 3),
-                                   "end": round(w.end - offset, 3)}
-                                  for w in finished.words or () if w.segment == i],
-                     "audio_duration": round(piece.shape[0] / rate, 3)}
+        alignment = piece_alignment(finished.words, i, offset, piece.shape[0] / rate)
         content = " ".join(said for _, said in spoken_parts(segment.text))
         audio = base64.b64encode(encode(piece)).decode("ascii")
         frames += segment.frames
-        if speech.timed == "fish":
-            events.append({"audio_base64": audio, "content": content, "alignment": alignment,
-                           "chunk_seq": i, "chunk_audio_offset_sec": round(offset, 3)})
-        else:
-            events.append({"type": "speech.audio.delta", "audio": audio})
-            events.append({"type": "speech.audio.alignment", "content": content,
-                           "alignment": alignment, "chunk_seq": i,
-                           "chunk_audio_offset_sec": round(offset, 3)})
+        events += piece_events(speech.timed, audio, content, alignment, i, offset)
     if speech.timed != "fish":
         events.append({"type": "speech.audio.done", "usage": {"output_tokens": frames}})
     return events
+
+
+def piece_alignment(words, segment: int, offset: float, seconds: float) -> dict:
+    """The alignment of text batch ``segment``'s piece (``offset`` s into the answer,
+    ``seconds`` long): its words' times from the piece's start."""
+    return {"segments": [{"text": w.text, "start": round(w.start - offset, 3),
+                          "end": round(w.end - offset, 3)}
+                         for w in words or () if w.segment == segment],
+            "audio_duration": round(seconds, 3)}
+
+
+def piece_events(timed: str, audio: str, content: str, alignment: dict, seq: int,
+                 offset: float) -> list[dict]:
+    """A piece's events: Fish's one (audio, text, alignment), OpenAI's audio delta then its
+    alignment."""
+    where = {"chunk_seq": seq, "chunk_audio_offset_sec": round(offset, 3)}
+    if timed == "fish":
+        return [{"audio_base64": audio, "content": content, "alignment": alignment, **where}]
+    return [{"type": "speech.audio.delta", "audio": audio},
+            {"type": "speech.audio.alignment", "content": content, "alignment": alignment,
+             **where}]
 
 
 async def streamed(items, request, speech: SpeechRequest, info: dict) -> web.StreamResponse:
@@ -210,17 +221,8 @@ async def stream_body(items, request, response, encode, sse: bool, kind: str, va
     Returns whether the answer is whole (False: it failed after its first byte)."""
     samples = 0
     while True:
-        if kind == "error":  # too late for a status: say it in the stream, and cut it
-            log.warning("Sailfish serve: stream ended early: %s", value.message)
-            if sse:
-                await response.write(sse_event({"type": "error", "error": value.body()["error"]}))
-            return False
-        if kind == "done":
-            if sse:
-                frames = samples // info["frame_length"]
-                await response.write(sse_event({"type": "speech.audio.done",
-                                                "usage": {"output_tokens": frames}}))
-            return True
+        if kind in ("error", "done"):
+            return await stream_end(response, sse, kind, value, samples // info["frame_length"])
         samples += value.shape[0]
         if samples > info["max_samples"]:  # said in the stream (SSE), and the stream is cut
             kind, value = "error", too_long(info)
@@ -231,6 +233,21 @@ async def stream_body(items, request, response, encode, sse: bool, kind: str, va
                               "audio": base64.b64encode(data).decode("ascii")})
         await response.write(data)
         kind, value = await next_item(items, request)
+
+
+async def stream_end(response, sse: bool, kind: str, value, frames: int) -> bool:
+    """The stream's last report: ``done`` (SSE: its ``speech.audio.done`` event) or an
+    ``error``, too late for a status: said in the stream (SSE), and the stream is to be cut.
+    Returns whether the answer is whole."""
+    if kind == "error":
+        log.warning("Sailfish serve: stream ended early: %s", value.message)
+        if sse:
+            await response.write(sse_event({"type": "error", "error": value.body()["error"]}))
+        return False
+    if sse:
+        await response.write(sse_event({"type": "speech.audio.done",
+                                        "usage": {"output_tokens": frames}}))
+    return True
 
 
 def too_long(info: dict) -> ApiError:

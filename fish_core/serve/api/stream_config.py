@@ -68,20 +68,13 @@ def parse_config(message: dict, service: Service) -> StreamConfig:
     (checked by its parser, errors naming them) and the session fields (module docstring)."""
     reject_unknown(message, CONFIG_FIELDS)
     fields = {k: v for k, v in message.items() if k in OPENAI_CONFIG}
-    if message.get("speaker") is not None:
-        if fields.get("voice") not in (None, message["speaker"]):
-            raise bad("speaker", "is another name for voice; send one of them")
-        fields["voice"] = message["speaker"]
+    speaker_as_voice(message.get("speaker"), fields)
     stream_audio = message.get("stream_audio", True)
     if not isinstance(stream_audio, bool):
         raise bad("stream_audio", f"must be true or false, got {stream_audio!r}")
     split = choice(message, "split_granularity", "sentence", SPLITS)
     peer_fields(message)
-    fmt = fields.get("response_format", "pcm")
-    if stream_audio and fmt != "pcm":
-        raise bad("response_format", f"stream_audio sends raw PCM (s16le, mono) as it is "
-                                     f"decoded; send pcm, or stream_audio false for one "
-                                     f"{fmt!r} file per sentence, got {fmt!r}")
+    fmt = sentence_format(fields.get("response_format", "pcm"), stream_audio)
     prefix = instructions_prefix(fields, service.limits)
     fields.pop("instructions", None)
     request = parse_openai({**fields, "response_format": fmt, "input": "-"}, service.limits,
@@ -92,6 +85,23 @@ def parse_config(message: dict, service: Service) -> StreamConfig:
         raise bad("word_timestamps", f"must be true or false, got {word_timestamps!r}")
     return StreamConfig(default_voice(request, service), prefix, split, stream_audio,
                         request.format, word_timestamps)
+
+
+def speaker_as_voice(speaker, fields: dict) -> None:
+    """SGLang-Omni's ``speaker``: another name for ``voice`` (in ``fields``)."""
+    if speaker is not None:
+        if fields.get("voice") not in (None, speaker):
+            raise bad("speaker", "is another name for voice; send one of them")
+        fields["voice"] = speaker
+
+
+def sentence_format(fmt: str, stream_audio: bool) -> str:
+    """``response_format``: raw PCM with ``stream_audio``, else one file per sentence."""
+    if stream_audio and fmt != "pcm":
+        raise bad("response_format", f"stream_audio sends raw PCM (s16le, mono) as it is "
+                                     f"decoded; send pcm, or stream_audio false for one "
+                                     f"{fmt!r} file per sentence, got {fmt!r}")
+    return fmt
 
 
 def check_task(task: str | None, request: SpeechRequest) -> None:

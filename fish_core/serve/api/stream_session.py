@@ -282,19 +282,26 @@ class Session:
                 if not config.stream_audio or config.word_timestamps:
                     held.append(value)
             else:  # done
-                whole = torch.cat(held) if held else torch.zeros(0)
-                if held and not config.stream_audio:
-                    sent += await self.send_audio(await off_loop(
-                        formats.encode, whole, rate, config.format))
-                await self.send_json({"type": "audio.done", **head, "samples": samples,
-                                      "total_bytes": sent, "error": False})
-                if config.word_timestamps:  # the sentence's audio is out: its words' times
-                    words = await off_loop(self.time_words, sentence, whole, rate)
-                    await self.send_json({"type": "word_timestamps", **head,
-                                          "audio_offset": round(self.audio_seconds, 3),
-                                          "words": words})
-                self.audio_seconds += samples / rate if rate else 0.0
+                await self.sentence_done(sentence, head, held, rate, samples, sent)
                 return
+
+    async def sentence_done(self, sentence: str, head: dict, held: list, rate: int,
+                            samples: int, sent: int) -> None:
+        """The sentence's end: its file (without ``stream_audio``: the ``held`` chunks),
+        ``audio.done``, then its words' times (``word_timestamps``)."""
+        config = self.config
+        whole = torch.cat(held) if held else torch.zeros(0)
+        if held and not config.stream_audio:
+            sent += await self.send_audio(await off_loop(
+                formats.encode, whole, rate, config.format))
+        await self.send_json({"type": "audio.done", **head, "samples": samples,
+                              "total_bytes": sent, "error": False})
+        if config.word_timestamps:  # the sentence's audio is out: its words' times
+            words = await off_loop(self.time_words, sentence, whole, rate)
+            await self.send_json({"type": "word_timestamps", **head,
+                                  "audio_offset": round(self.audio_seconds, 3),
+                                  "words": words})
+        self.audio_seconds += samples / rate if rate else 0.0
 
     def time_words(self, sentence: str, wave, rate: int) -> list[dict]:
         """The sentence's words with their start and end in seconds from its audio's start

@@ -185,16 +185,21 @@ async def read_object(request: web.Request, limits: Limits, msgpack: bool = Fals
         data = await read_body(request, limits, limit)
         body = await off_loop(parse_msgpack, unpack, data)
     else:
-        header = request.headers.get("Content-Type")
-        if header is None or kind not in JSON_TYPES:
-            sent = kind if header else "a body without a content type"
-            also = " (or application/msgpack)" if msgpack else ""
-            raise ApiError(415, f"content-type: {sent} is not accepted; send application/json"
-                                f"{also}", "content-type", "unsupported_media_type")
+        check_json_type(request, msgpack)
         data = await read_body(request, limits, limit)
         body = await off_loop(parse_json, data, limits)
     check_size(body, len(data), limits)
     return body
+
+
+def check_json_type(request: web.Request, msgpack: bool) -> None:
+    """A 415 unless the body says it is JSON (``msgpack``: msgpack is accepted too)."""
+    kind, header = request.content_type, request.headers.get("Content-Type")
+    if header is None or kind not in JSON_TYPES:
+        sent = kind if header else "a body without a content type"
+        also = " (or application/msgpack)" if msgpack else ""
+        raise ApiError(415, f"content-type: {sent} is not accepted; send application/json"
+                            f"{also}", "content-type", "unsupported_media_type")
 
 
 def parse_msgpack(unpack, data: bytes):

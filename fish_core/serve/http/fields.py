@@ -1,6 +1,7 @@
-"""The field parsers every dialect shares: a JSON object, its known fields, text, numbers and
-integers (their JSON types; a ``Rule`` only for a dialect's own fields, the request's ranges are
-the speech ``Request``'s), choices, audio formats, voice names and inline audio.
+"""The field parsers every dialect shares: a JSON object, its known fields, strings (the speech
+text: its JSON type only, the ``Request`` checks it), other text, numbers and integers (their
+JSON types; a ``Rule`` only for a dialect's own fields, the request's ranges are the speech
+``Request``'s), choices, audio formats, voice names and inline audio.
 
 A bad field raises ``ApiError`` (status 4xx, ``errors``) whose message and ``param`` name the
 field as the client sent it. Text quoted from elsewhere goes through ``detail``, so no server
@@ -33,6 +34,14 @@ def reject_unknown(body: dict, known: set) -> None:
     unknown = sorted(set(body) - known)
     if unknown:
         raise bad(unknown[0], "unrecognized request argument")
+
+
+def string(body: dict, name: str) -> str:
+    """A JSON string (a speech text: its rules are the ``Request``'s, ``request.to_request``)."""
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise bad(name, f"must be a string, got {type(value).__name__}")
+    return value
 
 
 def text_field(body: dict, name: str, limits: Limits, required: bool = True,
