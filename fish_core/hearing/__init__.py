@@ -51,37 +51,68 @@ def align(audio, text: str, language: str, sample_rate: int | None = None, *, al
     a checkpoint folder, or None for the official one. Text, language and audio are checked
     before any model is loaded or downloaded; errors name the field."""
     from ..audio.files import prepare_audio
-    from .aligner import ForcedAligner
     from .config import HearingConfig
-    from .features import FeatureConfig
     from .hub import resolve_aligner
-    from .words import check_language, split_words
+
+    language = _checked_text(text, language)
+    loaded, folder = _given(aligner, models_dir)
+    rate = _sample_rate(loaded, folder)
+    wave = prepare_audio(audio, sample_rate, target_sr=rate, name="audio")
+    words = _words(text, language, loaded)
+    if loaded is None:
+        folder = folder or resolve_aligner(None, models_dir, download)
+        _check_length(wave.numel() / rate, HearingConfig.from_dir(folder))
+        loaded = _loaded(folder, str(device), dtype)
+    else:
+        _check_length(wave.numel() / rate, loaded.model.config)
+    return loaded.align_words([wave], [words])[0].words
+
+
+def _checked_text(text, language) -> str:
+    """``align``'s text and language checked (no model needed): the canonical language name."""
+    from .words import check_language
 
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text: give the words that are spoken in the audio")
-    language = check_language(language)
-    loaded = aligner if isinstance(aligner, ForcedAligner) else None
-    folder = None
-    if loaded is None:
-        folder = resolve_aligner(aligner, models_dir, download=False) if aligner else None
-    rate = loaded.sample_rate if loaded else (
-        FeatureConfig.from_dir(folder).sample_rate if folder else FeatureConfig().sample_rate)
-    wave = prepare_audio(audio, sample_rate, target_sr=rate, name="audio")
+    return check_language(language)
+
+
+def _given(aligner, models_dir: str | Path | None) -> tuple:
+    """``align``'s ``aligner`` as ``(loaded, None)``, or ``(None, folder)``: the folder it names
+    (found, not downloaded), None for the official one."""
+    from .aligner import ForcedAligner
+    from .hub import resolve_aligner
+
+    if isinstance(aligner, ForcedAligner):
+        return aligner, None
+    return None, (resolve_aligner(aligner, models_dir, download=False) if aligner else None)
+
+
+def _sample_rate(loaded, folder: Path | None) -> int:
+    """The rate the aligner hears at: the loaded one's, its folder's, or the official one's."""
+    from .features import FeatureConfig
+
+    if loaded is not None:
+        return loaded.sample_rate
+    return FeatureConfig.from_dir(folder).sample_rate if folder else FeatureConfig().sample_rate
+
+
+def _words(text: str, language: str, loaded) -> list[str]:
+    """The words of ``text`` the aligner times (at least one)."""
+    from .words import split_words
+
     words = split_words(text, language, loaded.korean_dict if loaded else None)
     if not words:
         raise ValueError("text: has no words to time (only punctuation or symbols)")
-    if loaded is None:
-        folder = folder or resolve_aligner(None, models_dir, download)
-        config = HearingConfig.from_dir(folder)
-    else:
-        config = loaded.model.config
+    return words
+
+
+def _check_length(seconds: float, config) -> None:
+    """A clip the aligner can time in one pass (``config``: its ``HearingConfig``)."""
     longest = config.head_size * config.timestamp_segment_ms / 1000.0
-    if wave.numel() / rate > longest:
-        raise ValueError(f"audio: {wave.numel() / rate:.1f} s is longer than the aligner "
+    if seconds > longest:
+        raise ValueError(f"audio: {seconds:.1f} s is longer than the aligner "
                          f"can time ({longest:g} s); align it in parts")
-    if loaded is None:
-        loaded = _loaded(folder, str(device), dtype)
-    return loaded.align_words([wave], [words])[0].words
 
 
 def load_recognizer(asr: str | Path | None = None, models_dir: str | Path | None = None,

@@ -131,18 +131,19 @@ class ForcedAligner:
         input_ids, mask = input_ids.to(model.device), mask.to(model.device)
         audio = model.encode_audio(features, feature_mask.to(model.device))
         hidden = model(input_ids, mask, audio)
-        results = []
-        for row, words in enumerate(word_lists):
-            slots = (input_ids[row] == self.ids[TIMESTAMP]) & (mask[row] != 0)
-            logits = model.lm_head(hidden[row][slots]).float()
-            raw = (logits.argmax(-1).float() * model.config.timestamp_segment_ms).tolist()
-            fixed = fix_timestamps(raw)
-            items = [Word(word, round(fixed[2 * i] / 1000.0, 3),
-                          round(fixed[2 * i + 1] / 1000.0, 3))
-                     for i, word in enumerate(words)]
-            results.append(Aligned(items, list(words), input_ids[row][mask[row] != 0].cpu(),
-                                   logits.cpu(), raw, fixed))
-        return results
+        return [self.timed(words, input_ids[row], mask[row], hidden[row])
+                for row, words in enumerate(word_lists)]
+
+    def timed(self, words: list[str], ids: Tensor, mask: Tensor, hidden: Tensor) -> Aligned:
+        """One row's ``words`` timed: the head's argmax at each timestamp slot of its prompt
+        ``ids`` (``hidden``: the model's states there), in ms, made monotonic."""
+        slots = (ids == self.ids[TIMESTAMP]) & (mask != 0)
+        logits = self.model.lm_head(hidden[slots]).float()
+        raw = (logits.argmax(-1).float() * self.model.config.timestamp_segment_ms).tolist()
+        fixed = fix_timestamps(raw)
+        items = [Word(word, round(fixed[2 * i] / 1000.0, 3), round(fixed[2 * i + 1] / 1000.0, 3))
+                 for i, word in enumerate(words)]
+        return Aligned(items, list(words), ids[mask != 0].cpu(), logits.cpu(), raw, fixed)
 
     def pad(self, prompts: list[list[int]]) -> tuple[Tensor, Tensor]:
         """Left-padded ``input_ids [B, L]`` (``<|endoftext|>``) and their mask."""

@@ -148,6 +148,34 @@ def batches(pieces: list, size: int) -> list[list]:
     return out
 
 
+class Greedy:
+    """Each row's greedy tokens, through its end token (``eos``: the end ids on the model's
+    device), and with ``keep_logits`` every step's logits."""
+
+    def __init__(self, rows: int, eos: Tensor, keep_logits: bool):
+        self.eos, self.keep_logits = eos, keep_logits
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.done = [False] * rows
+        self.logits: list[Tensor] = []
+
+    @property
+    def finished(self) -> bool:
+        return all(self.done)
+
+    def take(self, logits: Tensor) -> Tensor:
+        """The step's tokens (``[B]``, argmax of ``logits [B, vocab]``), kept for the rows
+        still speaking."""
+        if self.keep_logits:
+            self.logits.append(logits)
+        token = logits.argmax(-1)
+        ended = torch.isin(token, self.eos).tolist()
+        for row, t in enumerate(token.tolist()):
+            if not self.done[row]:
+                self.tokens[row].append(t)
+                self.done[row] = ended[row]
+        return token
+
+
 class SpeechRecognizer:
     """A loaded Qwen3-ASR: ``transcribe(audio, sample_rate, language=None, context="")``."""
 
@@ -256,52 +284,60 @@ class SpeechRecognizer:
                max_new_tokens: int = MIN_NEW_TOKENS, keep_logits: bool = False) -> Decoded:
         """Greedy decoding of a batch of 16 kHz clips (already prepared: ``clip``), each with
         its context and forced language (normalised, or None)."""
-        model, text = self.model, self.model.model
-        device = model.device
+        ids, mask, audio = self.inputs(waves, contexts, languages)
+        rows, length = ids.shape
+        slots = length + max_new_tokens
+        seen = torch.zeros(rows, slots, dtype=torch.long, device=ids.device)  # keys a query sees
+        seen[:, :length] = mask
+        said = Greedy(rows, torch.tensor(self.eos_ids, device=ids.device), keep_logits)
+        text = self.model.model
+        text.setup_cache(rows, slots)
+        try:
+            self.generate(self.prefill(ids, mask, audio, seen), mask, seen, said, max_new_tokens)
+        finally:
+            text.drop_cache()
+        raw = [self.tokenizer.decode(t) for t in said.tokens]
+        kept = torch.stack(said.logits, dim=1).cpu() if keep_logits else None
+        return Decoded(ids.cpu(), mask.cpu(), said.tokens, raw, kept, self.eos_ids)
+
+    def inputs(self, waves: list[Tensor], contexts: list[str], languages: list[str | None]
+               ) -> tuple[Tensor, Tensor, Tensor]:
+        """The batch's prompt ids and mask ``[B, L]`` and its clips' audio embeddings, on the
+        model's device."""
+        model = self.model
         features, feature_mask = batch_features([w.reshape(-1).float() for w in waves],
                                                 self.features)
         ids, mask = self.prompts(feature_mask.sum(-1).tolist(), contexts, languages)
-        audio = model.encode_audio(features.to(device, model.dtype), feature_mask.to(device))
-        ids, mask = ids.to(device), mask.to(device)
-        rows, length = ids.shape
-        slots = length + max_new_tokens
-        seen = torch.zeros(rows, slots, dtype=torch.long, device=device)  # keys a query may see
-        seen[:, :length] = mask
-        eos = torch.tensor(self.eos_ids, device=device)
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        done = [False] * rows
-        logits_kept = []
-        text.setup_cache(rows, slots)
-        try:
-            where = torch.arange(length, device=device)
-            # Without padding the prompt pass is plain causal attention from slot 0 (the empty
-            # slots lie after every query): no mask, so sdpa keeps its memory-light kernels.
-            padded = bool((mask == 0).any())
-            hidden = text(model.embed(ids, audio), positions_from_mask(mask),
-                          attention_mask(seen, length, slots, where) if padded else None, where)
-            position = mask.sum(-1)  # the next token's position: the real tokens before it
-            for step in range(max_new_tokens):
-                logits = model.lm_head(hidden[:, -1]).float()
-                if keep_logits:
-                    logits_kept.append(logits)
-                token = logits.argmax(-1)
-                ended = torch.isin(token, eos).tolist()
-                for row, t in enumerate(token.tolist()):
-                    if not done[row]:
-                        tokens[row].append(t)
-                        done[row] = ended[row]
-                if all(done) or step == max_new_tokens - 1:
-                    break
-                slot = length + step
-                seen[:, slot] = 1
-                where = torch.tensor([slot], device=device)
-                positions = position.float()[None, :, None].expand(3, rows, 1)
-                hidden = text(text.embed_tokens(token[:, None]), positions,
-                              attention_mask(seen, 1, slots, where), where)
-                position = position + 1
-        finally:
-            text.drop_cache()
-        raw = [self.tokenizer.decode(t) for t in tokens]
-        kept = torch.stack(logits_kept, dim=1).cpu() if keep_logits else None
-        return Decoded(ids.cpu(), mask.cpu(), tokens, raw, kept, self.eos_ids)
+        audio = model.encode_audio(features.to(model.device, model.dtype),
+                                   feature_mask.to(model.device))
+        return ids.to(model.device), mask.to(model.device), audio
 
+    def prefill(self, ids: Tensor, mask: Tensor, audio: Tensor, seen: Tensor) -> Tensor:
+        """The prompt pass into the cache: the hidden states of every prompt position."""
+        model = self.model
+        length, slots = ids.shape[1], seen.shape[1]
+        where = torch.arange(length, device=ids.device)
+        # Without padding the prompt pass is plain causal attention from slot 0 (the empty
+        # slots lie after every query): no mask, so sdpa keeps its memory-light kernels.
+        padded = bool((mask == 0).any())
+        return model.model(model.embed(ids, audio), positions_from_mask(mask),
+                           attention_mask(seen, length, slots, where) if padded else None, where)
+
+    def generate(self, hidden: Tensor, mask: Tensor, seen: Tensor, said: Greedy,
+                 max_new_tokens: int) -> None:
+        """One token per step after the prompt pass until every row has ended or the budget
+        is spent; ``seen`` gains each step's slot."""
+        model, text = self.model, self.model.model
+        (rows, length), slots = mask.shape, seen.shape[1]
+        position = mask.sum(-1)  # the next token's position: the real tokens before it
+        for step in range(max_new_tokens):
+            token = said.take(model.lm_head(hidden[:, -1]).float())
+            if said.finished or step == max_new_tokens - 1:
+                break
+            slot = length + step
+            seen[:, slot] = 1
+            where = torch.tensor([slot], device=seen.device)
+            positions = position.float()[None, :, None].expand(3, rows, 1)
+            hidden = text(text.embed_tokens(token[:, None]), positions,
+                          attention_mask(seen, 1, slots, where), where)
+            position = position + 1

@@ -76,6 +76,18 @@ def load_thinker(folder: str | Path, device: str | torch.device = "cpu",
     with torch.device("meta"):
         model = Thinker(config)
     load = StreamedLoad(model, display=stored_name)
+    _place_stored(load, weights, device, dtype)
+    _tie_head(load, model, config)
+    load.finish(f"{folder.name}: the weights do not match its config.json",
+                HearingCheckpointError)
+    _rebuild_buffers(model, device)
+    return model.eval()
+
+
+def _place_stored(load: StreamedLoad, weights: Path, device: torch.device,
+                  dtype: torch.dtype) -> None:
+    """Each tensor of ``weights`` read and placed on ``device`` in ``dtype``, one at a time; a
+    name the model does not have is listed as unexpected."""
     with safe_open(str(weights), framework="pt", device="cpu") as f:
         for stored in f.keys():
             name = internal_name(stored)
@@ -85,17 +97,21 @@ def load_thinker(folder: str | Path, device: str | torch.device = "cpu",
             shape = tuple(f.get_slice(stored).get_shape())
             if load.expects(stored, name, shape):
                 load.place(name, f.get_tensor(stored).to(device=device, dtype=dtype))
+
+
+def _tie_head(load: StreamedLoad, model: Thinker, config: HearingConfig) -> None:
+    """A tied head is stored once, as the embedding: placed from it when not stored."""
     tied = (config.text.tie_word_embeddings and "lm_head.weight" not in load.seen
             and "model.embed_tokens.weight" in load.seen
             and config.head_size == config.text.vocab_size)
-    if tied:  # a tied head is stored once, as the embedding
+    if tied:
         load.place("lm_head.weight", model.model.embed_tokens.weight)
-    load.finish(f"{folder.name}: the weights do not match its config.json",
-                HearingCheckpointError)
-    # Buffers made on meta (the audio positions) are rebuilt for real.
+
+
+def _rebuild_buffers(model: Thinker, device: torch.device) -> None:
+    """Buffers made on meta (the audio positions) rebuilt for real."""
     from .audio_encoder import sinusoids
 
-    tower = model.audio_tower
-    tower.positions = sinusoids(config.audio.max_source_positions,
-                                config.audio.d_model).to(device)
-    return model.eval()
+    audio = model.config.audio
+    model.audio_tower.positions = sinusoids(audio.max_source_positions,
+                                            audio.d_model).to(device)

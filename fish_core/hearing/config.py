@@ -107,23 +107,12 @@ class HearingConfig:
             raise ConfigError(f"thinker_config.model_type: {kind!r} is neither {ALIGNER_KIND} "
                               f"nor {ASR_KIND}")
         audio = _read(AudioConfig, _section(thinker, "audio_config"), "thinker_config.audio_config")
-        text_raw = _section(thinker, "text_config")
-        rope = text_raw.get("rope_scaling") or {}
-        tied = text_raw.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
-        text = _read(TextConfig, {**text_raw, "mrope_section": tuple(rope.get("mrope_section", ())),
-                                  "tie_word_embeddings": bool(tied)},
-                     "thinker_config.text_config")
+        text = _text_config(raw, thinker)
         ids = {}
         for name in ("audio_token_id", "audio_start_token_id", "audio_end_token_id"):
             ids[name] = _int(thinker, name, "thinker_config", text.vocab_size)
         if kind == ALIGNER_KIND:
-            head = _int(thinker, "classify_num", "thinker_config", None)
-            ts = raw.get("timestamp_token_id", thinker.get("timestamp_token_id"))
-            ts = _int({"timestamp_token_id": ts}, "timestamp_token_id", "config", text.vocab_size)
-            seg = raw.get("timestamp_segment_time", thinker.get("timestamp_segment_time"))
-            if not isinstance(seg, (int, float)) or isinstance(seg, bool) or seg <= 0:
-                raise ConfigError("config.timestamp_segment_time must be a positive number")
-            extra = dict(timestamp_token_id=ts, timestamp_segment_ms=float(seg))
+            head, extra = _aligner_head(raw, thinker, text.vocab_size)
         else:
             head, extra = text.vocab_size, {}
         languages = raw.get("support_languages") or []
@@ -131,6 +120,29 @@ class HearingConfig:
                      languages=tuple(str(x) for x in languages), **ids, **extra)
         _check(config)
         return config
+
+
+def _text_config(raw: dict, thinker: dict) -> TextConfig:
+    """``thinker_config.text_config`` read (its M-RoPE sections and the tie, which may sit at
+    the top level)."""
+    text_raw = _section(thinker, "text_config")
+    rope = text_raw.get("rope_scaling") or {}
+    tied = text_raw.get("tie_word_embeddings", raw.get("tie_word_embeddings", False))
+    return _read(TextConfig, {**text_raw, "mrope_section": tuple(rope.get("mrope_section", ())),
+                              "tie_word_embeddings": bool(tied)},
+                 "thinker_config.text_config")
+
+
+def _aligner_head(raw: dict, thinker: dict, vocab_size: int) -> tuple[int, dict]:
+    """The aligner's head size (``classify_num``) and its timestamp fields, read at the top
+    level or in ``thinker_config``."""
+    head = _int(thinker, "classify_num", "thinker_config", None)
+    ts = raw.get("timestamp_token_id", thinker.get("timestamp_token_id"))
+    ts = _int({"timestamp_token_id": ts}, "timestamp_token_id", "config", vocab_size)
+    seg = raw.get("timestamp_segment_time", thinker.get("timestamp_segment_time"))
+    if not isinstance(seg, (int, float)) or isinstance(seg, bool) or seg <= 0:
+        raise ConfigError("config.timestamp_segment_time must be a positive number")
+    return head, dict(timestamp_token_id=ts, timestamp_segment_ms=float(seg))
 
 
 def _section(raw: dict, name: str) -> dict:

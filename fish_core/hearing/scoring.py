@@ -84,16 +84,8 @@ def units(text: str, per_character: bool) -> list[str]:
 def _edits(expected: list[str], heard: list[str]) -> list[tuple[str | None, str | None]]:
     """The cheapest alignment (Levenshtein, every edit costing 1) as pairs: equal units,
     substitutions, ``(unit, None)`` left out, ``(None, unit)`` added."""
-    n, m = len(expected), len(heard)
-    cost = [list(range(m + 1))]
-    for i in range(1, n + 1):
-        row = [i] + [0] * m
-        above = cost[-1]
-        for j in range(1, m + 1):
-            same = above[j - 1] + (expected[i - 1] != heard[j - 1])
-            row[j] = min(same, above[j] + 1, row[j - 1] + 1)
-        cost.append(row)
-    pairs, i, j = [], n, m
+    cost = _edit_costs(expected, heard)
+    pairs, i, j = [], len(expected), len(heard)
     while i or j:
         diagonal = i and j and cost[i][j] == cost[i - 1][j - 1] + (expected[i - 1] != heard[j - 1])
         if diagonal and expected[i - 1] == heard[j - 1]:
@@ -109,6 +101,19 @@ def _edits(expected: list[str], heard: list[str]) -> list[tuple[str | None, str 
             pairs.append((expected[i - 1], heard[j - 1]))
             i, j = i - 1, j - 1
     return pairs[::-1]
+
+
+def _edit_costs(expected: list[str], heard: list[str]) -> list[list[int]]:
+    """The Levenshtein table: ``cost[i][j]`` edits turn ``expected[:i]`` into ``heard[:j]``."""
+    cost = [list(range(len(heard) + 1))]
+    for i in range(1, len(expected) + 1):
+        row = [i] + [0] * len(heard)
+        above = cost[-1]
+        for j in range(1, len(heard) + 1):
+            same = above[j - 1] + (expected[i - 1] != heard[j - 1])
+            row[j] = min(same, above[j] + 1, row[j - 1] + 1)
+        cost.append(row)
+    return cost
 
 
 def score(expected: str, heard: str) -> Score:

@@ -48,15 +48,21 @@ def fix_timestamps(times: Sequence[float]) -> list[int]:
         end = i
         while end < n and not kept[end]:
             end += 1
-        left = values[i - 1] if i > 0 else None  # i - 1 is kept: gaps are maximal
-        right = values[end] if end < n else None
-        gap = end - i
-        for k in range(i, end):
-            if left is None or right is None:
-                out[k] = right if left is None else left
-            elif gap <= 2:
-                out[k] = left if k - (i - 1) <= end - k else right
-            else:
-                out[k] = left + (right - left) / (gap + 1) * (k - i + 1)
+        out[i:end] = _filled(values[i - 1] if i > 0 else None,  # i - 1 is kept: gaps are maximal
+                             values[end] if end < n else None, end - i)
         i = end
     return [int(v) for v in out]
+
+
+def _filled(left: float | None, right: float | None, gap: int) -> list[float]:
+    """The ``gap`` times between the kept ``left`` and ``right`` (None past either end): the
+    nearer of the two for a gap of one or two, else evenly spaced between them."""
+    out = []
+    for k in range(1, gap + 1):  # k: the distance from ``left``
+        if left is None or right is None:
+            out.append(right if left is None else left)
+        elif gap <= 2:
+            out.append(left if k <= gap + 1 - k else right)
+        else:
+            out.append(left + (right - left) / (gap + 1) * k)
+    return out

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from . import split
 from .aligner import Word
-from .asr import AsrInputError, SpeechRecognizer, check_settings, prepare_clip
+from .asr import AsrInputError, HeardPiece, SpeechRecognizer, check_settings, prepare_clip
 from .transcript import LANGUAGES, merge_languages
 
 
@@ -52,19 +53,31 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
     complete = all(p.complete for p in pieces)
     if aligner is None:
         return Heard(said, text, None, complete)
+    timed, note = _timeable(aligner, pieces)
+    return Heard(said, text, tuple(_timed_words(aligner, timed, batch_size)), complete, note)
+
+
+def _timeable(aligner, pieces: list[HeardPiece]) -> tuple[list[HeardPiece], str]:
+    """The pieces with text in a language the aligner knows, and a note on the others (a
+    detected language it does not know: text only, no word times)."""
     timed, untimed = [], []
     for p in (p for p in pieces if p.text.strip()):
         try:
             aligner.words("", p.language)
             timed.append(p)
-        except ValueError as e:  # a detected language the aligner does not know: text only
+        except ValueError as e:
             untimed.append((p.language or "no language", str(e)))
-    note = ""
-    if untimed:
-        heard_as = ", ".join(dict.fromkeys(lang for lang, _ in untimed))
-        note = (f"word times: {len(untimed)} of {len(timed) + len(untimed)} pieces were heard "
-                f"as {heard_as} and have no word times ({untimed[0][1]}); give the language "
-                "to time them")
+    if not untimed:
+        return timed, ""
+    heard_as = ", ".join(dict.fromkeys(lang for lang, _ in untimed))
+    return timed, (f"word times: {len(untimed)} of {len(timed) + len(untimed)} pieces were "
+                   f"heard as {heard_as} and have no word times ({untimed[0][1]}); give the "
+                   "language to time them")
+
+
+def _timed_words(aligner, timed: list[HeardPiece], batch_size: int) -> list[Word]:
+    """The words of the ``timed`` pieces, aligned ``batch_size`` at a time, their times moved
+    by each piece's offset in the clip (rounded to the millisecond)."""
     words: list[Word] = []
     for start in range(0, len(timed), batch_size):
         part = timed[start:start + batch_size]
@@ -73,7 +86,7 @@ def transcribe_clip(recognizer: SpeechRecognizer, audio, sample_rate: int = spli
         for p, result in zip(part, aligned):
             words += [Word(w.text, round(w.start + p.offset, 3), round(w.end + p.offset, 3))
                       for w in result.words]
-    return Heard(said, text, tuple(words), complete, note)
+    return words
 
 
 def load_recognizer(asr: str | Path | None = None, models_dir: str | Path | None = None,
@@ -102,8 +115,24 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
     terms). ``asr``/``aligner``: a loaded model to reuse, a checkpoint folder, or None for the
     official one (downloaded on first use). Everything is checked before a model is loaded or
     downloaded; errors name the field. A recognised transcript can be wrong: read it."""
-    from .aligner import ForcedAligner
+    recognizer = asr if isinstance(asr, SpeechRecognizer) else None
+    wave = _checked_clip(audio, sample_rate, language, context, max_new_tokens, words,
+                         recognizer.languages if recognizer else LANGUAGES)
+    folder = _aligner_folder(aligner, models_dir, download) if words else None  # before a load
+    if recognizer is None:
+        recognizer = load_recognizer(asr, models_dir, device, dtype, download)
+    if folder is not None:
+        from . import load_aligner
 
+        aligner = load_aligner(folder, models_dir, device, dtype, download)
+    return transcribe_clip(recognizer, wave, split.SAMPLE_RATE, language=language, context=context,
+                           aligner=aligner if words else None, max_new_tokens=max_new_tokens)
+
+
+def _checked_clip(audio, sample_rate: int | None, language: str | None, context: str,
+                  max_new_tokens: int | None, words: bool, languages) -> np.ndarray:
+    """``transcribe``'s request checked before any model is loaded or downloaded (errors name
+    the field): the clip, mono at 16 kHz."""
     if isinstance(audio, Mapping):
         from ..audio.files import from_mapping
 
@@ -112,10 +141,8 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
             audio = audio[0]
     if sample_rate is None:
         raise AsrInputError("sample_rate: give the audio's sample rate")
-    recognizer = asr if isinstance(asr, SpeechRecognizer) else None
-    check_settings(language, context, max_new_tokens,
-                   recognizer.languages if recognizer else LANGUAGES)
-    wave = prepare_clip(audio, sample_rate)  # checked (and at 16 kHz) before any model
+    check_settings(language, context, max_new_tokens, languages)
+    wave = prepare_clip(audio, sample_rate)
     if words and language is not None and str(language).strip():
         from .words import check_language as aligner_language
 
@@ -123,15 +150,15 @@ def transcribe(audio, sample_rate: int | None = None, *, language: str | None = 
             aligner_language(language)  # before any load, as transcribe_clip checks it
         except ValueError as e:
             raise AsrInputError(f"word times: {e}") from None
-    if words and not isinstance(aligner, ForcedAligner):
-        from .hub import resolve_aligner
+    return wave
 
-        aligner_folder = resolve_aligner(aligner, models_dir, download)
-    if recognizer is None:
-        recognizer = load_recognizer(asr, models_dir, device, dtype, download)
-    if words and not isinstance(aligner, ForcedAligner):
-        from . import load_aligner
 
-        aligner = load_aligner(aligner_folder, models_dir, device, dtype, download)
-    return transcribe_clip(recognizer, wave, split.SAMPLE_RATE, language=language, context=context,
-                           aligner=aligner if words else None, max_new_tokens=max_new_tokens)
+def _aligner_folder(aligner, models_dir: str | Path | None, download: bool) -> Path | None:
+    """The folder of the aligner to load (found or downloaded), or None: ``aligner`` is one
+    already loaded."""
+    from .aligner import ForcedAligner
+    from .hub import resolve_aligner
+
+    if isinstance(aligner, ForcedAligner):
+        return None
+    return resolve_aligner(aligner, models_dir, download)

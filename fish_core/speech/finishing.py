@@ -182,22 +182,11 @@ def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, li
     if loudness.per == "mix" or not speech.segments:
         out, gain = lufs.normalize(wave, sr, loudness)
         return out, [gain]
-    if loudness.per == "track":
-        groups: dict[int, list] = {}
-        for s in speech.segments:
-            groups.setdefault(s.first_speaker, []).append(s)
-        windows = list(groups.values())
-    else:
-        windows = [[s] for s in speech.segments]
     fallback: list = []  # the mix's gain, measured only when a line needs it
     out, gains = wave.clone(), []
-    for segments in windows:
+    for segments in _windows(speech.segments, loudness.per):
         spans = [slice(s.start_sample, s.end_sample) for s in segments]
-        if loudness.per == "track":  # the mix's length, silent where others speak: no copy
-            measured = lufs.Sparse(wave.shape[0], [(span.start, wave[span]) for span in spans])
-        else:
-            measured = torch.cat([wave[span] for span in spans])
-        gain = lufs.gain_for(measured, sr, loudness)
+        gain = lufs.gain_for(_measured(wave, spans, loudness.per), sr, loudness)
         if gain.measured is None:
             fallback = fallback or [lufs.gain_for(wave, sr, loudness)]
             gain = fallback[0]
@@ -205,3 +194,21 @@ def normalize(speech: Speech, loudness: lufs.Loudness) -> tuple[torch.Tensor, li
             out[span] = wave[span] * gain.factor
         gains.append(gain)
     return out, gains
+
+
+def _windows(segments: Sequence, per: str) -> list[list]:
+    """The segments measured together: a speaker's track (by first speaker), or each line."""
+    if per != "track":
+        return [[s] for s in segments]
+    groups: dict[int, list] = {}
+    for s in segments:
+        groups.setdefault(s.first_speaker, []).append(s)
+    return list(groups.values())
+
+
+def _measured(wave: torch.Tensor, spans: list[slice], per: str):
+    """What a window's loudness is measured on: a track, the mix's length, silent where others
+    speak (no copy); a line on its own."""
+    if per == "track":
+        return lufs.Sparse(wave.shape[0], [(span.start, wave[span]) for span in spans])
+    return torch.cat([wave[span] for span in spans])

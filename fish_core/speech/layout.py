@@ -114,12 +114,7 @@ class TakeLayout(Layout):
                                  self.fades_out))
             return
         self.length += sum(c.shape[0] for c in chunks)
-        ready = self.length
-        if not final:
-            if self.fades_out:
-                ready -= self.fade  # the fade-out's samples wait for the batch's end
-            if self.fades_in and self.length < self.fade:
-                ready = 0  # the fade-in's length is min(piece, fade): not known yet
+        ready = self._ready(final)
         if ready > self.sent:
             held = torch.cat(self.unsent)  # only what waits: a fade and the newest chunks
             part, rest = held[:ready - self.sent], held[ready - self.sent:]
@@ -127,6 +122,17 @@ class TakeLayout(Layout):
                              self.fades_out and final))  # as ``join_pieces`` shapes the piece
             self.unsent = [rest] if rest.shape[0] else []
             self.sent = ready
+
+    def _ready(self, final: bool) -> int:
+        """How many of the batch's samples so far may be handed out: all at its end; before
+        it, never the fade-out's, and none while the fade-in's length is not known."""
+        ready = self.length
+        if not final:
+            if self.fades_out:
+                ready -= self.fade  # the fade-out's samples wait for the batch's end
+            if self.fades_in and self.length < self.fade:
+                ready = 0  # the fade-in's length is min(piece, fade): not known yet
+        return ready
 
 
 class CueLayout(Layout):

@@ -54,15 +54,7 @@ def check_name(value, field: str = "name", limit: int = MAX_PART) -> str:
     if not value:
         raise VoiceNameError(f"{field} is empty: name the voice ({RULE})")
     parts = value.split("/")
-    longest = max(len(part) for part in parts)
-    if longest > limit or len(value) > MAX_NAME:
-        raise VoiceNameError(f"{field} is too long ({max(longest, len(value))} characters; "
-                             f"at most {limit} per folder or file name, {MAX_NAME} in all)")
-    widest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
-    if widest > MAX_PART_BYTES:  # file systems count bytes: 255 per name, the suffix included
-        raise VoiceNameError(f"{field} is too long for a file name ({widest} bytes in UTF-8; at "
-                             f"most {MAX_PART_BYTES} per folder or file name, as the file "
-                             f"system takes 255 with {SUFFIX!r} and a number)")
+    _check_length(value, parts, field, limit)
     if any(not part or part.startswith(".") for part in parts):
         raise VoiceNameError(f"{field}: {value!r} must name a file inside the voices folder "
                              "(no empty parts, no part starting with '.')")
@@ -73,6 +65,20 @@ def check_name(value, field: str = "name", limit: int = MAX_PART) -> str:
     if any(part.strip() != part for part in parts):
         raise VoiceNameError(f"{field}: no part may start or end with a space, got {value!r}")
     return value
+
+
+def _check_length(value: str, parts: list[str], field: str, limit: int) -> None:
+    """Each part (``parts``: of ``value``, split at '/') at most ``limit`` characters and
+    ``MAX_PART_BYTES`` bytes in UTF-8, the whole name at most ``MAX_NAME`` characters."""
+    longest = max(len(part) for part in parts)
+    if longest > limit or len(value) > MAX_NAME:
+        raise VoiceNameError(f"{field} is too long ({max(longest, len(value))} characters; "
+                             f"at most {limit} per folder or file name, {MAX_NAME} in all)")
+    widest = max(len(part.encode("utf-8", "surrogatepass")) for part in parts)
+    if widest > MAX_PART_BYTES:  # file systems count bytes: 255 per name, the suffix included
+        raise VoiceNameError(f"{field} is too long for a file name ({widest} bytes in UTF-8; at "
+                             f"most {MAX_PART_BYTES} per folder or file name, as the file "
+                             f"system takes 255 with {SUFFIX!r} and a number)")
 
 
 def is_name(value: str) -> bool:

@@ -139,9 +139,7 @@ class Request:
             raise EmptyScript("the script is empty: nothing to say", "script", script)
         settings = Settings.of(settings, where, **options)  # before the backend is asked
         check_hearing(settings, accepts)
-        if isinstance(pause, bool) or not PAUSE.holds(pause):
-            raise RequestError("pause", PAUSE, pause,
-                               f"pause must be between 0 and 10 seconds, got {pause}")
+        check_pause(pause)
         names, voice_list = named_voices(accepts.voices(voices))
         if require_voices is None:
             require_voices = bool(voice_list) and not accepts.invents_voices
@@ -180,6 +178,13 @@ def named_voices(voices) -> tuple[list[str], list[Voice]]:
         return list(voices), as_voices(list(voices.values()))
     voice_list = as_voices(list(voices))
     return [v.name for v in voice_list], voice_list
+
+
+def check_pause(pause) -> None:
+    """A dialogue's ``pause`` between turns: 0 to 10 seconds."""
+    if isinstance(pause, bool) or not PAUSE.holds(pause):
+        raise RequestError("pause", PAUSE, pause,
+                           f"pause must be between 0 and 10 seconds, got {pause}")
 
 
 def check_hearing(settings: Settings, accepts: Accepts) -> None:

@@ -101,27 +101,46 @@ def place_cues(cues: Sequence[textsrt.Cue], waves: Sequence[torch.Tensor],
     pieces, placed, overruns, segments = [], [], [], []
     cursor = 0  # samples written so far
     for i, cue in enumerate(cues):
-        mine = [k for k, owner in enumerate(owners) if owner == i]
-        timeline = join_pieces([waves[k] for k in mine], [results[k] for k in mine],
-                               sample_rate, 0.0)
+        timeline = _cue_timeline(i, owners, waves, results, sample_rate)
         wave = timeline.waveform
         asked = round(cue.start * sample_rate)
         start = max(asked, cursor)
         pieces += [torch.zeros(start - cursor), wave]
         cursor = start + wave.shape[0]
         next_start = cues[i + 1].start if i + 1 < len(cues) else math.inf
-        if cursor / sample_rate > next_start + 1e-9:
-            overruns.append(f"cue {cue.index} ({cue.text[:40]!r}) runs "
-                            f"{cursor / sample_rate - next_start:.2f} s into cue {cue.index + 1}")
-        if start > asked:
-            overruns.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
+        overruns += _overruns(cue, asked, start, cursor, next_start, sample_rate)
         placed.append(textsrt.Cue(cue.index, start / sample_rate, cursor / sample_rate, cue.text))
-        segments += [replace(s, start_sample=s.start_sample + start,
-                             end_sample=s.end_sample + start)
-                     for s in timeline.segments]
+        segments += _shifted(timeline.segments, start)
     tail = max(0, round(cues[-1].end * sample_rate) - cursor)
     waveform = torch.cat(pieces + [torch.zeros(tail)])
     return CueTimeline(waveform, segments, placed, overruns)
+
+
+def _cue_timeline(cue: int, owners: list[int], waves: Sequence[torch.Tensor],
+                  results: Sequence[BatchResult], sample_rate: int) -> Timeline:
+    """Cue ``cue``'s batches (those ``owners`` gives it) laid out with the silences their pause
+    tags wrote."""
+    mine = [k for k, owner in enumerate(owners) if owner == cue]
+    return join_pieces([waves[k] for k in mine], [results[k] for k in mine], sample_rate, 0.0)
+
+
+def _shifted(segments: Sequence[Segment], by: int) -> list[Segment]:
+    """``segments`` moved ``by`` samples later."""
+    return [replace(s, start_sample=s.start_sample + by, end_sample=s.end_sample + by)
+            for s in segments]
+
+
+def _overruns(cue: textsrt.Cue, asked: int, start: int, end: int, next_start: float,
+              sample_rate: int) -> list[str]:
+    """What is reported of ``cue``, asked at sample ``asked`` and placed at ``[start, end)``:
+    its speech running into the next cue (at ``next_start`` seconds), its late start."""
+    found = []
+    if end / sample_rate > next_start + 1e-9:
+        found.append(f"cue {cue.index} ({cue.text[:40]!r}) runs "
+                     f"{end / sample_rate - next_start:.2f} s into cue {cue.index + 1}")
+    if start > asked:
+        found.append(f"cue {cue.index} starts {start / sample_rate - cue.start:.2f} s late")
+    return found
 
 
 def segment(result: BatchResult, start: int, end: int, sample_rate: int) -> Segment:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -36,6 +37,8 @@ LANGUAGES = ("Chinese", "English", "Cantonese", "French", "German", "Italian", "
 AUTO = "auto"
 DIRECTION = re.compile(r"\[[^\[\]\n]*\]")  # ``[whisper]``-style directions: not spoken
 SPLITTERS = {"Japanese": "nagisa", "Korean": "soynlp"}  # optional word splitters
+SCRIPTS = (("HIRAGANA", "kana"), ("KATAKANA", "kana"), ("HANGUL", "hangul"), ("CJK", "cjk"),
+           ("LATIN", "latin"), ("CYRILLIC", "cyrillic"))  # a letter's name → its script
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,12 @@ def check_words(value, field: str = "words") -> str | None:
         return None
     if name in (AUTO, "true", "on"):
         return AUTO
+    return _known_language(name, value, field)
+
+
+def _known_language(name: str, value: str, field: str) -> str:
+    """The aligner's language called ``name`` (``value`` lowered), its optional word splitter
+    installed."""
     for language in LANGUAGES:
         if language.lower() == name:
             missing = SPLITTERS.get(language)
@@ -109,34 +118,23 @@ def detect_language(text: str) -> str | None:
     """The aligner's language for ``text`` by its letters' scripts: kana → Japanese, Hangul →
     Korean, CJK ideographs → Chinese, Latin or Cyrillic → a space-separated language (English
     or Russian: the aligner's word splitting is the same for all of them), else None."""
-    counts = {"kana": 0, "hangul": 0, "cjk": 0, "latin": 0, "cyrillic": 0, "other": 0}
-    for ch in text:
-        if not unicodedata.category(ch).startswith("L"):
-            continue
-        name = unicodedata.name(ch, "")
-        if name.startswith(("HIRAGANA", "KATAKANA")):
-            counts["kana"] += 1
-        elif name.startswith("HANGUL"):
-            counts["hangul"] += 1
-        elif name.startswith("CJK"):
-            counts["cjk"] += 1
-        elif name.startswith("LATIN"):
-            counts["latin"] += 1
-        elif name.startswith("CYRILLIC"):
-            counts["cyrillic"] += 1
-        else:
-            counts["other"] += 1
-    if counts["kana"]:
-        return "Japanese"
-    if counts["hangul"]:
-        return "Korean"
-    if counts["cjk"]:
-        return "Chinese"
+    counts = Counter(_script(ch) for ch in text)
+    for script, language in (("kana", "Japanese"), ("hangul", "Korean"), ("cjk", "Chinese")):
+        if counts[script]:
+            return language
     if counts["other"] > counts["latin"] + counts["cyrillic"]:
         return None
     if counts["cyrillic"] > counts["latin"]:
         return "Russian"
     return "English" if counts["latin"] else None
+
+
+def _script(ch: str) -> str | None:
+    """The script ``detect_language`` counts ``ch`` in (None: not a letter)."""
+    if not unicodedata.category(ch).startswith("L"):
+        return None
+    name = unicodedata.name(ch, "")
+    return next((script for prefix, script in SCRIPTS if name.startswith(prefix)), "other")
 
 
 def spoken_parts(text: str) -> list[tuple[int | None, str]]:
@@ -157,48 +155,60 @@ def place_words(timer: Timer, setting: str, texts: Sequence[str],
     where its text has no tags) aligned in ``waves[i]`` (the batch's audio as made) and placed
     at ``spans[i]`` (samples ``[start, end)`` on the output: its length over the wave's is the
     stretch). Batches are aligned together (``timer.time`` batches them)."""
-    jobs, parts_of = [], {}
+    plans = {}
     for i, text in enumerate(texts):
-        parts = [(speaker if speaker is not None else speakers[i], said)
-                 for speaker, said in spoken_parts(text)]
-        language = setting if setting != AUTO else detect_language(" ".join(p for _, p in parts))
-        if not parts or waves[i].numel() == 0:
-            continue
-        split = None
-        if language is not None:
-            try:
-                split = [timer.split(said, language) for _, said in parts]
-            except RuntimeError:
-                if setting != AUTO:
-                    raise
-        if split is None or not any(split):
-            parts_of[i] = (parts, None)
-            continue
-        parts_of[i] = (parts, split)
-        jobs.append(i)
+        plan = _batch_words(timer, setting, text, speakers[i]) if waves[i].numel() else None
+        if plan is not None:
+            plans[i] = plan
+    jobs = [i for i, (_, split) in plans.items() if split is not None]
     times = timer.time([waves[i] for i in jobs], sample_rate,
-                       [[w for words in parts_of[i][1] for w in words] for i in jobs]
+                       [[w for words in plans[i][1] for w in words] for i in jobs]
                        ) if jobs else []
     timed = dict(zip(jobs, times))
     out: list[TimedWord] = []
-    for i in range(len(texts)):
-        if i not in parts_of:
-            continue
-        parts, split = parts_of[i]
-        start, end = spans[i]
-        offset, length = start / sample_rate, waves[i].shape[-1] / sample_rate
-        scale = (end - start) / waves[i].shape[-1]
-        if split is None:  # sentence-level: the batch as one item spanning it
-            out.append(TimedWord(" ".join(said for _, said in parts), round(offset, 6),
-                                 round(end / sample_rate, 6), parts[0][0], take, i, "sentence"))
-            continue
-        pairs = iter(timed[i])
-        for (speaker, _), words in zip(parts, split):
-            for word in words:
-                s, e = next(pairs)
-                s, e = min(max(s, 0.0), length), min(max(e, 0.0), length)
-                out.append(TimedWord(word, round(offset + s * scale, 6),
-                                     round(offset + max(s, e) * scale, 6), speaker, take, i))
+    for i, (parts, split) in plans.items():
+        out += _placed(parts, split, timed.get(i, ()), spans[i], waves[i], sample_rate, take, i)
+    return out
+
+
+def _batch_words(timer: Timer, setting: str, text: str, speaker: int | None
+                 ) -> tuple[list[tuple[int | None, str]], list[list[str]] | None] | None:
+    """One batch's spoken parts (``(speaker, said)``, ``speaker`` where its text has no tags)
+    and each part's words as the aligner splits them, or None for the words: the batch is
+    timed as one sentence (a script none of the aligner's, in ``"auto"``). None: says nothing."""
+    parts = [(s if s is not None else speaker, said) for s, said in spoken_parts(text)]
+    if not parts:
+        return None
+    language = setting if setting != AUTO else detect_language(" ".join(p for _, p in parts))
+    split = None
+    if language is not None:
+        try:
+            split = [timer.split(said, language) for _, said in parts]
+        except RuntimeError:
+            if setting != AUTO:
+                raise
+    return parts, (split if split is not None and any(split) else None)
+
+
+def _placed(parts: list[tuple[int | None, str]], split: list[list[str]] | None, times,
+            span: tuple[int, int], wave: torch.Tensor, sample_rate: int, take: int,
+            segment: int) -> list[TimedWord]:
+    """One batch's words at ``span`` on the output (its length over ``wave``'s is the stretch):
+    each at its aligned ``times`` (seconds in ``wave``), or without ``split`` the batch as one
+    sentence-level item spanning it."""
+    start, end = span
+    offset, length = start / sample_rate, wave.shape[-1] / sample_rate
+    scale = (end - start) / wave.shape[-1]
+    if split is None:
+        return [TimedWord(" ".join(said for _, said in parts), round(offset, 6),
+                          round(end / sample_rate, 6), parts[0][0], take, segment, "sentence")]
+    pairs, out = iter(times), []
+    for (speaker, _), words in zip(parts, split):
+        for word in words:
+            s, e = next(pairs)
+            s, e = min(max(s, 0.0), length), min(max(e, 0.0), length)
+            out.append(TimedWord(word, round(offset + s * scale, 6),
+                                 round(offset + max(s, e) * scale, 6), speaker, take, segment))
     return out
 
 
