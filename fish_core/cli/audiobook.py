@@ -111,7 +111,7 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
 
 def open_book(book: Book | str | Path, out_dir: str | Path, settings: Settings,
               voice: Voice | None, model: str, audio_format: str
-              ) -> tuple[Book, Settings, "Chapters"]:
+              ) -> tuple[Book, Settings, Chapters]:
     """The book read and its folder opened (made if new): the settings with the book's seed
     and the chapters an earlier run left there."""
     if audio_format not in FORMATS:
