@@ -64,7 +64,6 @@ def engine_voice_choices() -> list[str]:
     """The voices of every configured engine, for the Engine Voice node's list (ComfyUI asks
     when it lists the nodes): each engine asked with short timeouts and its answer kept
     ``VOICES_SECONDS``; an engine that cannot answer (down, no voice library) adds none."""
-    import logging
     import time
 
     from ..fish_core.remote import endpoints
@@ -76,17 +75,25 @@ def engine_voice_choices() -> list[str]:
     names: set[str] = set()
     now = time.monotonic()
     for config in configured.values():
-        kept = _voices.get(config)
-        if kept is None or now - kept[0] > VOICES_SECONDS:
-            try:
-                client = config.client(connect_timeout=2.0, read_timeout=5.0, retries=0)
-                kept = (now, client.engine_voices())
-            except Exception as e:  # noqa: BLE001 - a list for a menu: the node says why later
-                logging.getLogger("sailfish").debug("voices of endpoint %r: %s", config.name, e)
-                kept = (now, [])
-            _voices[config] = kept
-        names.update(kept[1])
+        names.update(engine_voices_kept(config, now))
     return sorted(names)
+
+
+def engine_voices_kept(config: "EndpointConfig", now: float) -> list[str]:
+    """One engine's voices: its answer kept, or asked again when older than
+    ``VOICES_SECONDS`` (none when it cannot answer)."""
+    import logging
+
+    kept = _voices.get(config)
+    if kept is None or now - kept[0] > VOICES_SECONDS:
+        try:
+            client = config.client(connect_timeout=2.0, read_timeout=5.0, retries=0)
+            kept = (now, client.engine_voices())
+        except Exception as e:  # noqa: BLE001 - a list for a menu: the node says why later
+            logging.getLogger("sailfish").debug("voices of endpoint %r: %s", config.name, e)
+            kept = (now, [])
+        _voices[config] = kept
+    return kept[1]
 
 
 def backend_accepts(model):

@@ -51,13 +51,28 @@ def store_needs_consent(model, synth) -> bool:
 def voice_from_take(model, audio, text, name, take=1, lexicon=""):
     """Casting: take ``take`` of an AUDIO batch (a TTS node's takes) and the text it says →
     a voice (``speech.casting``: the padding silence trimmed, tags out of the transcript)."""
-    import torch
-
-    from ..fish_core.speech.casting import check_rate, take_clip
+    from ..fish_core.speech.casting import take_clip
 
     require_text("text", text, "type the text the take says (what the TTS node was given)")
     require_text("name", name, "name the voice (script 'Name:' lines use it)")
     paths.check_name(name, "name")
+    wave, rate = picked_take(audio, take)
+    lexicon = typed_lexicon(lexicon) if lexicon and lexicon.strip() else None
+    # the lexicon respells the transcript: Cancel stops it
+    clip, said, notes = interruptible(take_clip, wave, rate, text, lexicon)
+    with loaded(model) as synth:
+        voice = synth.encode_voice(clip, said, name=name.strip(), sample_rate=rate)
+    voice.lexicon = lexicon
+    report = f"{voice.name}: {clip.shape[0] / rate:.2f} s, “{said}”"
+    return voice, "\n".join([report, *notes])
+
+
+def picked_take(audio, take):
+    """``(wave [samples], rate)``: take ``take`` of an AUDIO batch, mono, checked."""
+    import torch
+
+    from ..fish_core.speech.casting import check_rate
+
     given = from_audio(audio, "audio")
     waves = given["audio"]
     if not isinstance(waves, torch.Tensor) or waves.dim() != 3:
@@ -66,15 +81,7 @@ def voice_from_take(model, audio, text, name, take=1, lexicon=""):
         raise ValueError(f"take: the audio holds {waves.shape[0]} take(s); pick 1 … "
                          f"{waves.shape[0]}, got {take}")
     rate = check_rate(given["sample_rate"], "audio")  # names the input, never a ZeroDivision
-    lexicon = typed_lexicon(lexicon) if lexicon and lexicon.strip() else None
-    wave = waves[take - 1].float().mean(dim=0)  # [samples], mono
-    # the lexicon respells the transcript: Cancel stops it
-    clip, said, notes = interruptible(take_clip, wave, rate, text, lexicon)
-    with loaded(model) as synth:
-        voice = synth.encode_voice(clip, said, name=name.strip(), sample_rate=rate)
-    voice.lexicon = lexicon
-    report = f"{voice.name}: {clip.shape[0] / rate:.2f} s, “{said}”"
-    return voice, "\n".join([report, *notes])
+    return waves[take - 1].float().mean(dim=0), rate  # [samples], mono
 
 
 def engine_voice(model, voice):

@@ -80,13 +80,7 @@ def main(argv=None) -> int:
         warnings.showwarning = show_warning
     args = parse(argv)
     try:
-        check_request(args)
-        if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
-            args.threads = apply_threads(args)
-        message = COMMANDS[args.command](args)
-        # With audio on stdout (say --stream -o -), the report goes to stderr.
-        print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)
-        sys.stdout.flush()  # a closed pipe fails here, where it is caught, not at exit
+        run(args)
     except USER_ERRORS as e:
         if getattr(args, "debug", False):
             traceback.print_exc()
@@ -100,6 +94,17 @@ def main(argv=None) -> int:
         quiet_stdout()
         return 141  # 128 + SIGPIPE, as a shell reports it
     return 0
+
+
+def run(args) -> None:
+    """The command checked, run and its report printed."""
+    check_request(args)
+    if hasattr(args, "threads"):  # before any model runs (serve: before its scheduler)
+        args.threads = apply_threads(args)
+    message = COMMANDS[args.command](args)
+    # With audio on stdout (say --stream -o -), the report goes to stderr.
+    print(message, file=sys.stderr if getattr(args, "out", None) == "-" else sys.stdout)
+    sys.stdout.flush()  # a closed pipe fails here, where it is caught, not at exit
 
 
 def stopped_note(args) -> str:

@@ -37,6 +37,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -88,14 +89,31 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
                 cancel: Callable[[], bool] | None = None, retake_above: float | None = None,
                 retakes: int = 2, log: Callable[[str], None] | None = None,
                 **options) -> BookResult:
-    """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into
-    ``out_dir`` with ``synth`` (local or remote), resuming an earlier run there. ``settings``
-    and/or flat keywords (``speech.settings.Settings.of``) as ``tts`` takes them; ``model``
-    names the model in the chapters' digests (a different model re-speaks them). With
-    ``words`` (``speech.words``) each chapter's timed words go beside it,
-    ``NAME.words.json`` (``read_chapter_words``)."""
+    """Speak every chapter of ``book`` (a ``Book`` or a .txt/.md/.epub path) into ``out_dir``
+    with ``synth`` (local or remote), resuming an earlier run there. ``settings`` and/or flat
+    keywords as ``tts`` takes them (``Settings.of``); ``model`` names the model in the chapters'
+    digests (another model re-speaks them). With ``words`` (``speech.words``) each chapter's
+    timed words go beside it, ``NAME.words.json`` (``read_chapter_words``)."""
     settings = Settings.of(settings, "tts", **options)  # checked before any work
     check_retakes(settings, retake_above, retakes)
+    book, settings, chapters = open_book(book, out_dir, settings, voice, model, audio_format)
+    progress = BookProgress(on_progress, book)
+    for i, chapter in enumerate(book.chapters, 1):
+        if not chapters.keep(i, chapter):
+            speak = partial(synth.tts, chapter.text, voice, cancel=cancel,
+                            on_progress=progress.within(chapter))
+            speech = retaken(speak(settings=settings), speak, settings, i, retake_above,
+                             retakes, log)
+            chapters.write(i, chapter, speech)
+        progress.past(chapter)
+    return chapters.close()
+
+
+def open_book(book: Book | str | Path, out_dir: str | Path, settings: Settings,
+              voice: Voice | None, model: str, audio_format: str
+              ) -> tuple[Book, Settings, Chapters]:
+    """The book read and its folder opened (made if new): the settings with the book's seed
+    and the chapters an earlier run left there."""
     if audio_format not in FORMATS:
         raise ValueError(f"audio_format must be one of {', '.join(FORMATS)}, got "
                          f"{audio_format!r}")
@@ -107,25 +125,31 @@ def render_book(synth, book: Book | str | Path, out_dir: str | Path, *,
     settings = book_seed(settings, manifest)
     chapters = Chapters(folder, book, recorded(settings, voice, model, audio_format), manifest,
                         audio_format)
-    total, progress = sum(len(c.text) for c in book.chapters), 0
-    for i, chapter in enumerate(book.chapters, 1):
-        if not chapters.keep(i, chapter):
-            def report(done: int, steps: int, base=progress, size=len(chapter.text)) -> None:
-                if on_progress is not None and steps:
-                    on_progress(base + size * min(done, steps) // steps, total)
+    return book, settings, chapters
 
-            def speak(seeded: Settings, report=report, chapter=chapter):
-                return synth.tts(chapter.text, voice, settings=seeded, on_progress=report,
-                                 cancel=cancel)
 
-            speech = speak(settings)
-            if retake_above is not None:
-                speech = retaken(speech, speak, settings, i, retake_above, retakes, log)
-            chapters.write(i, chapter, speech)
-        progress += len(chapter.text)
-        if on_progress is not None:
-            on_progress(progress, total)
-    return chapters.close()
+class BookProgress:
+    """``on_progress(done, total)`` in characters of the whole book, within a chapter too."""
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None, book: Book):
+        self.on_progress, self.done = on_progress, 0
+        self.total = sum(len(c.text) for c in book.chapters)
+
+    def within(self, chapter) -> Callable[[int, int], None]:
+        """A chapter's ``on_progress(step, steps)``, reported as the book's."""
+        base, size = self.done, len(chapter.text)
+
+        def report(done: int, steps: int) -> None:
+            if self.on_progress is not None and steps:
+                self.on_progress(base + size * min(done, steps) // steps, self.total)
+
+        return report
+
+    def past(self, chapter) -> None:
+        """Chapter ``chapter`` done (spoken or kept)."""
+        self.done += len(chapter.text)
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.total)
 
 
 def book_seed(settings: Settings, manifest: dict) -> Settings:
@@ -166,16 +190,19 @@ def check_retakes(settings: Settings, retake_above, retakes) -> None:
                          f"{retakes!r}")
 
 
-def retaken(speech, speak, settings: Settings, index: int, above: float, retakes: int,
+def retaken(speech, speak, settings: Settings, index: int, above: float | None, retakes: int,
             log: Callable[[str], None] | None):
-    """A chapter spoken again with the next seeds while its score is past ``above``, at most
-    ``retakes`` times; the take heard nearest its text is kept (the first of equals)."""
+    """A chapter spoken again (``speak(settings=...)``) with the next seeds while its score is
+    past ``above``, at most ``retakes`` times; the take heard nearest its text is kept (the
+    first of equals). Without ``above``, ``speech`` as it is."""
     best = speech
+    if above is None:
+        return best
     for attempt in range(1, retakes + 1):
         if best.check.rate <= above:
             break
         seed = (settings.seed + attempt) % (MAX_SEED + 1)
-        again = speak(replace(settings, seed=seed))
+        again = speak(settings=replace(settings, seed=seed))
         if log is not None:
             log(f"chapter {index}: heard {best.check.rate:.1%} off (past {above:.1%}); "
                 f"retake {attempt} of {retakes} with seed {seed}: {again.check.rate:.1%} off")

@@ -15,7 +15,7 @@ from .inputs import load_voices
 def cmd_book(args) -> str:
     """``book``: one audio file per chapter, chapters.json, a cue sheet and ffmetadata;
     an interrupted run resumes where it stopped."""
-    from .audiobook import check_retakes, render_book
+    from .audiobook import check_retakes
     from ..text.book import read_book
 
     book = read_book(args.book)  # a bad book fails before the model loads
@@ -23,16 +23,7 @@ def cmd_book(args) -> str:
     check_retakes(checked, args.retake_above, args.retakes)
     synth = inputs.load_synth(args)
     voices = load_voices(args, synth)
-    voice = voices[0] if voices else None
-    bar = Bar(book.title[:30] or "book")
-    try:
-        result = render_book(synth, book, args.out, voice=voice, settings=checked,
-                             audio_format=args.format, model=str(args.remote or args.model),
-                             on_progress=bar, retake_above=args.retake_above,
-                             retakes=args.retakes,
-                             log=lambda line: print(line, file=sys.stderr))
-    finally:
-        bar.close()
+    result = speak_book(args, synth, book, voices[0] if voices else None, checked)
     made = len(result.chapters) - result.skipped
     said = ""
     stale = result.stale.note()
@@ -44,6 +35,20 @@ def cmd_book(args) -> str:
     return (f"wrote {args.out}: {plural(len(result.chapters), 'chapter')} ({made} spoken, "
             f"{result.skipped} already done), seed {result.seed}; chapters.json, book.cue, "
             f"chapters.ffmetadata{said}")
+
+
+def speak_book(args, synth, book, voice, checked):
+    """``render_book`` with a progress bar; each retake said on stderr."""
+    from .audiobook import render_book
+
+    bar = Bar(book.title[:30] or "book")
+    try:
+        return render_book(synth, book, args.out, voice=voice, settings=checked,
+                           audio_format=args.format, model=str(args.remote or args.model),
+                           on_progress=bar, retake_above=args.retake_above,
+                           retakes=args.retakes, log=lambda line: print(line, file=sys.stderr))
+    finally:
+        bar.close()
 
 
 def save_book_words(path: str, result) -> None:

@@ -115,18 +115,7 @@ def save_takes(args, speech) -> str:
     """``say``'s result written (``-o``, or one file per take), said in one line per file."""
     speeches = speech if isinstance(speech, list) else [speech]
     if args.pick == "best":  # only the take that says most nearly what was asked
-        from ..hearing.checking import best_take
-
-        best = best_take([s.check for s in speeches])
-        for k, one in enumerate(speeches):
-            print(f"take {k + 1}{check_note(one)}", file=sys.stderr)
-        speech = speeches[best]
-        save(args.out, lambda p: write_audio(p, speech.waveform, speech.sample_rate), "audio")
-        if args.words:
-            save_words(args.words, speech)
-        said = f"; words in {args.words}" if args.words else ""
-        return (f"wrote {args.out}: take {best + 1} of {len(speeches)}, {speech.duration:.2f} s,"
-                f" seed {speech.seed}{finish_note(speech)}{check_note(speech)}{said}")
+        return save_best_take(args, speeches)
     paths = take_paths(args.out, args.takes)
     for path, one in zip(paths, speeches):
         save(path, lambda p, one=one: write_audio(p, one.waveform, one.sample_rate), "audio")
@@ -142,6 +131,22 @@ def save_takes(args, speech) -> str:
     return "\n".join(f"wrote {p}: take {k + 1}, {s.duration:.2f} s, seed {s.seed}"
                      f"{finish_note(s)}{check_note(s)}{f'; words in {w}' if w else ''}"
                      for k, (p, s, w) in enumerate(zip(paths, speeches, words)))
+
+
+def save_best_take(args, speeches: list) -> str:
+    """``say --pick best``: every take's score said (stderr), the best one written to ``-o``."""
+    from ..hearing.checking import best_take
+
+    best = best_take([s.check for s in speeches])
+    for k, one in enumerate(speeches):
+        print(f"take {k + 1}{check_note(one)}", file=sys.stderr)
+    speech = speeches[best]
+    save(args.out, lambda p: write_audio(p, speech.waveform, speech.sample_rate), "audio")
+    if args.words:
+        save_words(args.words, speech)
+    said = f"; words in {args.words}" if args.words else ""
+    return (f"wrote {args.out}: take {best + 1} of {len(speeches)}, {speech.duration:.2f} s,"
+            f" seed {speech.seed}{finish_note(speech)}{check_note(speech)}{said}")
 
 
 def check_note(speech, shown: int = 5) -> str:
@@ -163,42 +168,68 @@ def stream_say(args, synth, request) -> str:
     """``say --stream``: 16-bit WAV or PCM written chunk by chunk as the model speaks. A file
     grows as ``NAME.partial.wav`` and takes its name when the answer is whole; a stream that
     fails leaves it marked partial and says so (``outputs.StreamFile``)."""
-    from ..audio.wav import StreamEncoder, wav_header
+    from ..audio.wav import StreamEncoder
 
-    to_stdout = args.out == "-"
-    fmt = args.stream_format if to_stdout else Path(args.out).suffix.lower().lstrip(".")
+    fmt = args.stream_format if args.out == "-" else Path(args.out).suffix.lower().lstrip(".")
     stream = synth.open_stream(request)
-    encode, samples = StreamEncoder(fmt, synth.sample_rate), 0
-    try:
-        out = None if to_stdout else StreamFile(args.out, synth.sample_rate,
-                                                wav_header if fmt == "wav" else None)
-    except BaseException:
-        stream.close()  # its worker stops
-        raise
+    encode = StreamEncoder(fmt, synth.sample_rate)
+    out = stream_output(args.out, fmt, synth.sample_rate, stream)
     try:
         with stream:
             for chunk in stream:
-                if out is None:
-                    sys.stdout.buffer.write(encode(chunk))
-                    sys.stdout.buffer.flush()
-                else:
-                    out.write(encode(chunk), chunk.shape[0])
-                samples += chunk.shape[0]
+                out.write(encode(chunk), chunk.shape[0])
     except KeyboardInterrupt:
-        if out is not None:
-            out.abandon()
+        out.abandon()
         raise
     except Exception as e:
-        held = (out.abandon() if out is not None else
-                f"the {samples / synth.sample_rate:.2f} s on stdout are a partial answer")
-        if not isinstance(e, (ValueError, OSError, RemoteError, Cancelled)):
-            print(f"error: the stream failed; {held}", file=sys.stderr)
-            raise
-        raise OutputError(f"{e}; {held}") from None
-    if out is not None:
-        out.finish()
+        raise stream_failed(e, out.abandon()) from None
+    out.finish()
     compile_note(args, synth)
-    return f"streamed {samples / synth.sample_rate:.2f} s to {args.out}, seed {stream.seed}"
+    return (f"streamed {out.samples / synth.sample_rate:.2f} s to {args.out}, "
+            f"seed {stream.seed}")
+
+
+def stream_output(out: str, fmt: str, sample_rate: int, stream):
+    """Where ``say --stream`` writes: stdout (``-``) or a ``StreamFile``; the stream closed
+    (its worker stopped) if the file cannot be opened."""
+    from ..audio.wav import wav_header
+
+    if out == "-":
+        return StdoutStream(sample_rate)
+    try:
+        return StreamFile(out, sample_rate, wav_header if fmt == "wav" else None)
+    except BaseException:
+        stream.close()
+        raise
+
+
+def stream_failed(error: Exception, held: str) -> OutputError:
+    """A failed stream's error and what it left (``held``): bad input, a full disk, the
+    engine's answer or Cancel as an ``OutputError``; anything else said and raised again."""
+    if not isinstance(error, (ValueError, OSError, RemoteError, Cancelled)):
+        print(f"error: the stream failed; {held}", file=sys.stderr)
+        raise error
+    return OutputError(f"{error}; {held}")
+
+
+class StdoutStream:
+    """``say --stream -o -``: the chunks on stdout as they come, as a ``StreamFile`` takes
+    them."""
+
+    def __init__(self, sample_rate: int):
+        self.sample_rate, self.samples = sample_rate, 0
+
+    def write(self, data: bytes, samples: int) -> None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        self.samples += samples
+
+    def abandon(self) -> str:
+        """What the stream left: the seconds written, a partial answer."""
+        return f"the {self.samples / self.sample_rate:.2f} s on stdout are a partial answer"
+
+    def finish(self) -> None:
+        """Nothing to rename: stdout holds the whole answer."""
 
 
 def cmd_codes(args) -> str:
@@ -211,6 +242,7 @@ def cmd_codes(args) -> str:
 
 
 def cmd_voice(args) -> str:
+    """``voice encode`` / ``from-take`` (a voice file from a clip or a take) and ``register``."""
     from ..speech.voices import encode_voice
 
     if args.voice_command == "register":
@@ -218,23 +250,12 @@ def cmd_voice(args) -> str:
     lexicon = finishing(args).get("lexicon")
     text = args.text
     if args.voice_command == "encode" and (text is None or not text.strip()):
-        from ..engine.device import resolve_device
-        from ..local.listener import Listener
-
-        # heard by the speech recogniser (before the codec loads) and shown
-        text = Listener(args.asr, args.models_dir, resolve_device(args.device),
-                        download=not args.no_download).transcript(args.audio)
-        print(inputs.heard_note(args.audio, text, "--text"), file=sys.stderr)
+        text = heard_text(args)  # before the codec loads
     codec = load_codec(args)  # as `say` loads it (codec_dtypes_for): the same codes
     name = args.name or Path(args.out).stem  # alice.safetensors speaks as "Alice:" in scripts
     notes = []
     if args.voice_command == "from-take":
-        from ..audio.files import load_audio
-        from ..speech.casting import take_clip
-
-        wave = load_audio(args.audio, target_sr=codec.sample_rate)
-        clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
-        voice = encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate)
+        voice, notes = cast_take(args, codec, name, lexicon)
     else:
         voice = encode_voice(codec, args.audio, text, name=name)
     voice.lexicon = lexicon
@@ -242,6 +263,30 @@ def cmd_voice(args) -> str:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return f"wrote {args.out}: voice {name!r}, {voice.duration:.2f} s, {voice.frames} frames"
+
+
+def heard_text(args) -> str:
+    """``voice encode`` without ``--text``: the clip heard by the speech recogniser, and
+    what it heard shown (stderr)."""
+    from ..engine.device import resolve_device
+    from ..local.listener import Listener
+
+    text = Listener(args.asr, args.models_dir, resolve_device(args.device),
+                    download=not args.no_download).transcript(args.audio)
+    print(inputs.heard_note(args.audio, text, "--text"), file=sys.stderr)
+    return text
+
+
+def cast_take(args, codec, name: str, lexicon) -> tuple:
+    """``voice from-take``: a generated take as a voice (``speech.casting``), and the notes on
+    what casting did."""
+    from ..audio.files import load_audio
+    from ..speech.casting import take_clip
+    from ..speech.voices import encode_voice
+
+    wave = load_audio(args.audio, target_sr=codec.sample_rate)
+    clip, text, notes = take_clip(wave, codec.sample_rate, args.text, lexicon)
+    return encode_voice(codec, clip, text, name=name, sample_rate=codec.sample_rate), notes
 
 
 def cmd_voice_register(args) -> str:

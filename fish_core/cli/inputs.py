@@ -100,6 +100,17 @@ def check_request(args) -> None:
     """Every option that can be checked before any work: outputs, inputs, device, what the
     finishing needs (the settings themselves: ``cli.request.check``, also before the model)."""
     check_outputs(args)
+    check_hearing_flags(args)
+    if getattr(args, "device", None) is not None:
+        resolve_device(args.device, "--device")
+    check_audio_inputs(args)
+    check_finishing_needs(args)
+    if args.command == "book":
+        check_book_folder(args.out)
+
+
+def check_hearing_flags(args) -> None:
+    """``--check`` and ``--pick best``: a local speech recogniser to hear the takes."""
     if getattr(args, "pick", "all") != "all" and not args.check:
         raise ValueError("--pick best picks the take heard nearest the text: add --check")
     if getattr(args, "check", False):
@@ -107,10 +118,12 @@ def check_request(args) -> None:
             raise ValueError("--check hears the takes with a local speech recogniser; a "
                              "--remote engine's takes cannot be checked")
         check_recognizer(args, "--check hears every take", "no --check")
-    if getattr(args, "device", None) is not None:
-        resolve_device(args.device, "--device")
+
+
+def check_audio_inputs(args) -> None:
+    """Every voice file or clip exists and is what it claims; a clip without its transcript
+    has a speech recogniser to hear it."""
     if args.command in ("say", "srt", "book"):
-        # every voice file or clip exists and is what it claims
         unheard = [path for path, text in voice_sources(args)
                    if text is None and not is_voice_file(Path(path).expanduser())]
         if unheard:
@@ -121,8 +134,11 @@ def check_request(args) -> None:
         check_audio_file(args.audio, "audio")
         if getattr(args, "voice_command", None) == "encode" and not (args.text or "").strip():
             check_recognizer(args, f"{args.audio} has no --text", "--text")
-    # What a speed or a loudness needs is there before a model loads (their values are the
-    # Request's to check, ``cli.request``).
+
+
+def check_finishing_needs(args) -> None:
+    """What a speed or a loudness needs is there before a model loads (their values are the
+    Request's to check, ``cli.request``)."""
     if getattr(args, "speed", 1.0) != 1.0:
         from ..audio.stretch import import_pedalboard
 
@@ -131,8 +147,6 @@ def check_request(args) -> None:
         from ..audio.loudness import import_pyloudnorm
 
         import_pyloudnorm()
-    if args.command == "book":
-        check_book_folder(args.out)
 
 
 def check_recognizer(args, missing: str, flag: str) -> None:
@@ -219,8 +233,6 @@ CLIP = "\0clip"  # voice_source: an audio clip, its transcript still to pair
 def voice_source(path: str, args) -> tuple[str, str | None]:
     """One ``--voice``: a voice file ``(path, None)``, a clip ``(path, CLIP)`` or, with
     ``--remote``, an engine's voice by name ``(path, ENGINE_VOICE)``; checked."""
-    from ..audio.files import AudioError, check_audio_file
-
     if not str(path).strip():
         raise ValueError("--voice: empty; expected a voice file (.safetensors) or a clip "
                          "with its --voice-text")
@@ -234,6 +246,14 @@ def voice_source(path: str, args) -> tuple[str, str | None]:
         raise ValueError(f"--voice: {wrong}: {path}{hint}")
     if is_voice_file(file):
         return path, None
+    check_voice_clip(file, path)
+    return path, CLIP
+
+
+def check_voice_clip(file: Path, path: str) -> None:
+    """A ``--voice`` that is no voice file is an audio clip, or the error says it is neither."""
+    from ..audio.files import AudioError, check_audio_file
+
     try:
         check_audio_file(file, "--voice")
     except AudioError as e:
@@ -242,7 +262,6 @@ def voice_source(path: str, args) -> tuple[str, str | None]:
         raise AudioError(f"--voice: {path} is neither a voice file (.safetensors, from "
                          "`voice encode`) nor an audio clip (WAV, FLAC, Ogg, MP3 or "
                          "AIFF)") from None
-    return path, CLIP
 
 
 def check_clip_texts(sources: list, clips: list[int], texts: list) -> None:

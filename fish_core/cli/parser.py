@@ -125,8 +125,12 @@ def add_model_args(p: argparse.ArgumentParser, precision: bool = True, engine: b
     if precision:
         g.add_argument("--precision", default="auto", choices=PRECISIONS,
                        help="weights' dtype (auto: bf16; fp16 on a GPU without bf16)")
-    if not engine:
-        return
+    if engine:
+        add_engine_args(g)
+
+
+def add_engine_args(g) -> None:
+    """How the weights are run: quantization and ``torch.compile``."""
     g.add_argument("--quantization", default="none", choices=quantization_modes(),
                    help="quantize the weights while loading (README: requirements)")
     g.add_argument("--compile", nargs="?", const="on", default="off", choices=("off", "on", "auto"),
@@ -257,6 +261,17 @@ def add_say_command(add_command, common: list) -> None:
     p.add_argument("--pause", type=float, default=0.0, help="silence between script turns (s)")
     p.add_argument("-o", "--out", required=True,
                    help=f"output file: {' '.join(AUDIO_SUFFIXES)}")
+    add_takes_args(p)
+    add_stream_args(p)
+    add_model_args(p)
+    add_remote_args(p)
+    add_sampling_args(p)
+    add_finishing_args(p)
+    add_words_args(p)
+
+
+def add_takes_args(p: argparse.ArgumentParser) -> None:
+    """``say``'s takes: how many, heard and scored, the best one picked."""
     p.add_argument("--takes", type=int, default=1, metavar="N",
                    help=f"generate N takes at once (1..{MAX_TAKES}; take k seeded seed + k), "
                         "written as NAME-1.wav ... NAME-N.wav")
@@ -267,17 +282,16 @@ def add_say_command(add_command, common: list) -> None:
     p.add_argument("--pick", default="all", choices=["all", "best"],
                    help="with --check: best writes only the take that says most nearly what "
                         "was asked, to -o")
+
+
+def add_stream_args(p: argparse.ArgumentParser) -> None:
+    """``say --stream``: audio written as it is generated."""
     p.add_argument("--stream", action="store_true",
                    help="write audio as it is generated: .wav or .pcm (16-bit), or - for stdout")
     p.add_argument("--stream-format", default="wav", choices=["wav", "pcm"],
                    help="what --stream writes to stdout")
     p.add_argument("--first-frames", type=int, default=FIRST_FRAMES,
                    help="--stream: first audio after this many frames")
-    add_model_args(p)
-    add_remote_args(p)
-    add_sampling_args(p)
-    add_finishing_args(p)
-    add_words_args(p)
 
 
 def add_plan_command(add_command, common: list) -> None:
@@ -338,29 +352,33 @@ def add_voice_command(add_command, common: list) -> None:
             ("from-take", "keep a generated take as a voice (casting: silence trimmed, tags "
              "taken out of the transcript)", "the take (.wav/.flac, e.g. written by say)",
              "the text the take says (as given to say)")):
-        e = vs.add_parser(name, parents=common, help=about)
-        e.add_argument("audio", help=audio)
-        if name == "encode":
-            e.add_argument("--text", default=None,
-                           help=text + " (default: transcribed by Qwen3-ASR, printed and kept "
-                                "in the voice; a recognised transcript can be wrong: to correct "
-                                "it, encode again with --text)")
-            add_asr_arg(e)
-        else:
-            e.add_argument("--text", required=True, help=text)
-        e.add_argument("--name", default=None,
-                       help="the voice's name, as scripts address it (default: the file's stem)")
-        e.add_argument("-o", "--out", required=True, help="output .safetensors")
-        e.add_argument("--lexicon", default=None, metavar="FILE",
-                       help="keep this pronunciation lexicon in the voice (used wherever it "
-                            "speaks; for a take: the one it was made with)")
-        add_model_args(e, engine=False)
+        add_voice_maker(vs.add_parser(name, parents=common, help=about), name, audio, text)
     r = vs.add_parser("register", parents=common,
                       help="register a reference clip in a remote engine's voice store")
     r.add_argument("audio", help="the reference clip")
     r.add_argument("--text", required=True, help="the words spoken in the clip")
     r.add_argument("--name", required=True, help="the voice's name on the engine")
     add_remote_args(r)
+
+
+def add_voice_maker(e: argparse.ArgumentParser, name: str, audio: str, text: str) -> None:
+    """``voice encode`` / ``voice from-take``: the clip, its words, the voice file."""
+    e.add_argument("audio", help=audio)
+    if name == "encode":
+        e.add_argument("--text", default=None,
+                       help=text + " (default: transcribed by Qwen3-ASR, printed and kept "
+                            "in the voice; a recognised transcript can be wrong: to correct "
+                            "it, encode again with --text)")
+        add_asr_arg(e)
+    else:
+        e.add_argument("--text", required=True, help=text)
+    e.add_argument("--name", default=None,
+                   help="the voice's name, as scripts address it (default: the file's stem)")
+    e.add_argument("-o", "--out", required=True, help="output .safetensors")
+    e.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="keep this pronunciation lexicon in the voice (used wherever it "
+                        "speaks; for a take: the one it was made with)")
+    add_model_args(e, engine=False)
 
 
 def add_srt_command(add_command, common: list) -> None:

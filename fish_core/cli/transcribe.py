@@ -24,7 +24,6 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 def add_transcribe_command(add_command, common: list) -> None:
     from ..hearing.split import MAX_ALIGN_SECONDS
     from ..hearing.transcript import LANGUAGES
-    from ..loading.hub import DEFAULT_MODELS_DIR
 
     p = add_command("transcribe", "what a clip says (Qwen3-ASR); --words: when each word is "
                                   "said (Qwen3-ForcedAligner). A recognised transcript can be "
@@ -41,6 +40,13 @@ def add_transcribe_command(add_command, common: list) -> None:
     p.add_argument("-o", "--out", default=None,
                    help=".txt (the text), .json (language, text, words), .srt or .vtt "
                         "(captions: implies --words); default: printed")
+    add_transcribe_models(p)
+
+
+def add_transcribe_models(p) -> None:
+    """``transcribe``'s models: which, where, on what device and in which precision."""
+    from ..loading.hub import DEFAULT_MODELS_DIR
+
     g = p.add_argument_group("models")
     g.add_argument("--asr", default=None, metavar="FOLDER",
                    help="a Qwen3-ASR checkpoint folder (default: Qwen3-ASR-0.6B, downloaded)")
@@ -107,20 +113,11 @@ def render(heard, suffix: str) -> str:
 
 
 def cmd_transcribe(args) -> str:
-    from ..engine.device import resolve_device
-    from ..hearing.asr import check_settings
-    from ..hearing.transcript import LANGUAGES
+    """``transcribe``: the clip heard (and its words timed), printed or written to ``-o``."""
     from ..hearing.transcription import transcribe
 
-    suffix = ""
-    if args.out is not None:
-        suffix = check_output(args.out, "--out", OUT_SUFFIXES).suffix.lower()
+    suffix, device = check_transcribe(args)
     words = args.words or suffix in (".srt", ".vtt")
-    try:
-        check_settings(args.language, args.context, None, LANGUAGES)
-    except ValueError as e:  # "language 'x' is not …" / "context is …": the flag leads
-        raise ValueError(f"--{e}") from None
-    device = resolve_device(args.device, "--device")
     wave, rate = read_clip(args.audio)
     heard = transcribe(wave, rate, language=args.language, context=args.context, words=words,
                        asr=args.asr, aligner=args.aligner, models_dir=args.models_dir,
@@ -128,16 +125,43 @@ def cmd_transcribe(args) -> str:
                        dtype=None if args.precision == "auto" else args.precision,
                        download=not args.no_download)
     said = heard.language or "language unknown"
+    warn_heard(heard)
+    if args.out is None:
+        return render(heard, "") if heard.text or heard.words else f"({said}: nothing heard)"
+    save_transcript(Path(args.out), heard, suffix)
+    timed = f", {len(heard.words)} words timed" if heard.words is not None else ""
+    return f"wrote {args.out}: {said}, {len(heard.text)} characters{timed}"
+
+
+def check_transcribe(args):
+    """``(suffix, device)``: the output file's suffix ("": printed), the language, the context
+    and the device checked before a model loads."""
+    from ..engine.device import resolve_device
+    from ..hearing.asr import check_settings
+    from ..hearing.transcript import LANGUAGES
+
+    suffix = ""
+    if args.out is not None:
+        suffix = check_output(args.out, "--out", OUT_SUFFIXES).suffix.lower()
+    try:
+        check_settings(args.language, args.context, None, LANGUAGES)
+    except ValueError as e:  # "language 'x' is not …" / "context is …": the flag leads
+        raise ValueError(f"--{e}") from None
+    return suffix, resolve_device(args.device, "--device")
+
+
+def warn_heard(heard) -> None:
+    """What the recogniser says of its transcript (stderr): a note, a piece cut short."""
     if heard.note:
         print(f"warning: {heard.note}", file=sys.stderr)
     if not heard.complete:
         print("warning: the model ran out of tokens before the end of a piece: the transcript "
               "is cut short there", file=sys.stderr)
-    if args.out is None:
-        return render(heard, "") if heard.text or heard.words else f"({said}: nothing heard)"
-    note = write_or_keep(lambda p: write_text(p, render(heard, suffix)), Path(args.out),
-                         "transcript")
+
+
+def save_transcript(path: Path, heard, suffix: str) -> None:
+    """The transcript written as ``suffix`` asks, whole or not at all (kept elsewhere, and
+    said, if ``path`` cannot be written)."""
+    note = write_or_keep(lambda p: write_text(p, render(heard, suffix)), path, "transcript")
     if note:
         raise OutputError(note)
-    timed = f", {len(heard.words)} words timed" if heard.words is not None else ""
-    return f"wrote {args.out}: {said}, {len(heard.text)} characters{timed}"
