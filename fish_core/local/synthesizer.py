@@ -9,7 +9,8 @@
     takes = synth.tts("Take it again.", seed=7, takes=4)     # 4 Speech: seeds 7, 8, 9, 10
 
 The Synthesizer is the public API over a ``runtime.Runtime`` (the engine, codec, tokenizer and
-prompts of the loaded model). Every method runs through the one generation driver (``driver``:
+prompts of the loaded model), held as ``synth.runtime``: the one way to those parts, which the
+facade does not re-export. Every method runs through the one generation driver (``driver``:
 ``SpeechJob`` in the rows of one decode): a take is a job, the takes of a request are generated
 together (their rows join together, text batch by text batch), so take k of ``takes=N`` with
 seed s is exactly a single run with seed ``s + k``.
@@ -56,12 +57,12 @@ class Synthesizer(Front):
         loaded ``hearing.ForcedAligner``, or None for the official checkpoint in
         ``models_dir`` (downloaded on first use when ``download``); loaded on the first
         request that asks for words, on the model's device, freed with the model."""
-        r = self.runtime = Runtime(model, tokenizer, codec, compile=compile,
-                                   context_length=context_length, compile_cache=compile_cache,
-                                   prefix_cache_mb=prefix_cache_mb)
-        # The loaded parts, for scripts and tools to read (the runtime owns and uses them).
-        self.model, self.config, self.tokenizer = r.model, r.config, r.tokenizer
-        self.encoder, self.codec, self.engine = r.encoder, r.codec, r.engine
+        # The loaded model's parts (engine, codec, tokenizer, prompts): the runtime owns them,
+        # and scripts and tools reach them there (``synth.runtime.engine``), never here.
+        self.runtime: Runtime = Runtime(model, tokenizer, codec, compile=compile,
+                                        context_length=context_length,
+                                        compile_cache=compile_cache,
+                                        prefix_cache_mb=prefix_cache_mb)
         if isinstance(aligner, (str, Path)):
             from ..hearing.hub import resolve_aligner
 
