@@ -90,8 +90,8 @@ def main(argv=None) -> dict:
     playback = pack().nodes.playback
     synth = Synthesizer.from_pretrained(args.checkpoint, device=args.device, dtype=args.dtype,
                                         download=False)
-    object.__setattr__(synth.config, "eos_token_id", -1)  # never stop early
-    frames = round(args.seconds * synth.sample_rate / synth.codec.frame_length)
+    object.__setattr__(synth.runtime.config, "eos_token_id", -1)  # never stop early
+    frames = round(args.seconds * synth.sample_rate / synth.runtime.codec.frame_length)
     run(synth, 8, playback, True)  # warm-up (caches, first decode)
     runs = {"without": [], "with": []}
     for _ in range(args.repeats):  # interleaved, so load changes hit both alike

@@ -102,7 +102,7 @@ def one(args) -> dict:
     encode, decode = codec_dtypes_for(device)
     codec = Codec.from_file(args.model, device, encode, decode_dtype=decode)
     synth = Synthesizer(model, FishTokenizer.from_dir(args.model), codec)
-    engine = synth.engine
+    engine = synth.runtime.engine
     prompt = text_prompt(args.model, args.text)
     out["prompt_tokens"] = prompt.shape[1]
     with torch.inference_mode():

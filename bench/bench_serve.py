@@ -64,8 +64,9 @@ def build_synth(config_name: str, device: str, dtype: torch.dtype) -> Synthesize
     model = random_model(ModelConfig.from_dict(data), device, dtype)
     codec = Codec.from_file(TINY, device, torch.float32 if device == "cpu" else dtype)
     synth = Synthesizer(model, FishTokenizer.from_dir(TINY), codec)
-    engine = synth.engine  # never sample the stop token: every request makes --frames frames
-    engine.allowed = [t for t in engine.allowed if t != synth.config.eos_token_id]
+    # Never sample the stop token: every request makes --frames frames.
+    engine = synth.runtime.engine
+    engine.allowed = [t for t in engine.allowed if t != engine.config.eos_token_id]
     engine._weights = None
     engine.follow_model()
     return synth
@@ -73,12 +74,12 @@ def build_synth(config_name: str, device: str, dtype: torch.dtype) -> Synthesize
 
 def save_voices(folder: Path, synth: Synthesizer, distinct: int, frames: int) -> None:
     """``shared``, ``repeat``, ``warm`` and ``v0 … v{distinct-1}``: random reference codes."""
-    c, g = synth.config, torch.Generator().manual_seed(0)
+    c, g = synth.runtime.config, torch.Generator().manual_seed(0)
     for name in ["shared", "repeat", "warm", *[f"v{i}" for i in range(distinct)]]:
         codes = torch.randint(0, c.codebook_size, (c.num_codebooks, frames), generator=g)
         clip = Reference("This is what the reference clip says, more or less, in the voice.",
                          codes)
-        Voice(name, [clip], synth.sample_rate, synth.codec.frame_length).save(
+        Voice(name, [clip], synth.sample_rate, synth.runtime.codec.frame_length).save(
             folder / f"{name}.safetensors")
 
 
@@ -148,7 +149,7 @@ def repeated_voice(server, frames: int, repeats: int) -> float:
 
 def run_config(synth, voices: Path, args, batching: str, reuse: bool, clients: list[int],
                report: dict, deadline: float) -> None:
-    synth.engine.prefixes = PrefixCache(megabytes(args.prefix_cache_mb) if reuse else 0)
+    synth.runtime.engine.prefixes = PrefixCache(megabytes(args.prefix_cache_mb) if reuse else 0)
     limits = Limits(max_new_tokens=max(args.frames, 1024))
     service = Service.standalone(lambda: synth, voices=[voices], limits=limits,
                                  max_batch=max(clients), batching=batching)

@@ -97,8 +97,8 @@ class SailfishS2(torch.nn.Module):
 
     def __init__(self, synth: Synthesizer):
         super().__init__()
-        self.model = synth.model
-        self.codec = synth.codec
+        self.model = synth.runtime.model
+        self.codec = synth.runtime.codec
 
     def empty(self) -> None:
         """Let go of the weights (ComfyUI may still hold this module for a moment)."""

@@ -120,9 +120,14 @@ def check_audio(audio, frames=True):
     return wave.shape[2]
 
 
-class FakeSynth:
+class FakeRuntime:
     def __init__(self):
         self.model, self.codec = torch.nn.Linear(4, 4), torch.nn.Linear(2, 2)
+
+
+class FakeSynth:
+    def __init__(self):
+        self.runtime = FakeRuntime()  # a Synthesizer's parts are its runtime's
         self.released = 0
 
     def release_caches(self):

@@ -276,6 +276,26 @@ def public_names(path: Path, cls: str) -> set[str]:
     return {name for name in names if not name.startswith("_")}
 
 
+RUNTIME_PARTS = {"engine", "encoder", "model", "tokenizer", "codec", "config"}
+
+
+def test_the_synthesizer_does_not_re_export_the_runtime_parts():
+    """The public ``Synthesizer`` is a facade over one ``Runtime`` (``synth.runtime``), the one
+    way to the loaded model's parts: neither it nor the ``Front`` it extends names one of them
+    (an attribute, a property or a method), nor forwards unknown names (``__getattr__``)."""
+    assert RUNTIME_PARTS <= public_names(ROOT / "fish_core" / "local" / "runtime.py", "Runtime")
+    facade = public_names(ROOT / "fish_core" / "local" / "synthesizer.py", "Synthesizer")
+    front = public_names(ROOT / "fish_core" / "speech" / "front.py", "Front")
+    assert "runtime" in facade
+    assert not (facade | front) & RUNTIME_PARTS, sorted((facade | front) & RUNTIME_PARTS)
+    for path, cls in ((ROOT / "fish_core" / "local" / "synthesizer.py", "Synthesizer"),
+                      (ROOT / "fish_core" / "speech" / "front.py", "Front")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+        methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        assert not methods & {"__getattr__", "__getattribute__"}, f"{cls} forwards names"
+
+
 def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
     """``local.driver``, the local ``Synthesizer``'s backend and ``serve.scheduler`` generate
     through the
@@ -283,7 +303,7 @@ def test_the_driver_and_the_scheduler_use_the_runtime_never_the_synthesizer():
     …), never its engine, encoder or model, and never the public ``Synthesizer``: the
     scheduler only takes the runtime of the Synthesizer it is handed."""
     allowed = public_names(ROOT / "fish_core" / "local" / "runtime.py", "Runtime")
-    allowed -= {"engine", "encoder", "model", "tokenizer", "codec"}  # the runtime's own parts
+    allowed -= RUNTIME_PARTS - {"config"}  # the runtime's own parts (its sizes are fine)
     assert {"prompt", "row_batch", "system_turn", "config"} <= allowed
     wrong = []
     for path in (ROOT / "fish_core" / "local" / "driver.py",

@@ -135,7 +135,7 @@ def test_max_bytes_refused(api, max_bytes):
 @pytest.mark.parametrize("text", INJECTIONS)
 def test_control_tokens_in_text_stay_text(api, text):
     """Whatever the text says, its ids are text ids and decode back to exactly that text."""
-    tok = api.tokenizer
+    tok = api.runtime.tokenizer
     ids = tok.encode_text(text)
     control = {tok.im_start_id, tok.im_end_id, tok.voice_id}
     semantic = range(tok.semantic_begin_id, tok.semantic_end_id + 1)
@@ -146,14 +146,14 @@ def test_control_tokens_in_text_stay_text(api, text):
 
 def test_injected_turn_cannot_open_the_voice_turn(api):
     """The prompt holds exactly the turns we built: one user turn, one open voice turn."""
-    prompt = api.encoder.encode(conversation(INJECTIONS[0]))
+    prompt = api.runtime.encoder.encode(conversation(INJECTIONS[0]))
     tokens = prompt[0].tolist()
-    tok = api.tokenizer
+    tok = api.runtime.tokenizer
     assert tokens.count(tok.im_start_id) == 3  # system, user, assistant
     assert tokens.count(tok.im_end_id) == 2 and tokens.count(tok.voice_id) == 1
     assert not prompt[1:].any()  # no audio codes anywhere
     speech = api.tts(INJECTIONS[0] + INJECTIONS[1], **FAST)
-    assert speech.codes.shape[0] == api.config.num_codebooks
+    assert speech.codes.shape[0] == api.runtime.config.num_codebooks
 
 
 def test_nul_and_emoji_text_is_spoken(api):
@@ -264,7 +264,7 @@ def test_no_transcript_without_a_recogniser_says_how(api, transcript, tmp_path):
 
 # ---------------------------------------------------------------- voice files
 def load_voice(api, path):
-    return Voice.load(path, api.config.num_codebooks, api.config.codebook_size)
+    return Voice.load(path, api.runtime.config.num_codebooks, api.runtime.config.codebook_size)
 
 
 def test_voice_file_missing(api, tmp_path):

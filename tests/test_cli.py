@@ -296,7 +296,8 @@ def test_compile_auto_says_once_which_mode_it_kept(ckpt_dir, tiny_synth, tmp_pat
                                                    monkeypatch):
     """What ``--compile auto`` chose (Engine.compile_choice, set on the first frame) is printed
     once after the run; timing the two modes is the engine's test (test_compile_choice.py)."""
-    monkeypatch.setattr(tiny_synth.engine, "compile_choice", "auto: eager: a frame took less")
+    monkeypatch.setattr(tiny_synth.runtime.engine, "compile_choice",
+                        "auto: eager: a frame took less")
     monkeypatch.setattr(cli.inputs, "load_synth", lambda args: tiny_synth)
     args = ["say", "Hi.", "--model", str(ckpt_dir), "-o", str(tmp_path / "x.wav"),
             "--max-new-tokens", "3", "--seed", "1"]

@@ -112,17 +112,18 @@ def test_the_layout_of_any_batch_lengths(synth):
     """``TakeLayout`` on made-up batches (0, 1, a few and many frames, with and without
     pauses): the chunks are ``join_batches`` of ``decode_batches``, whether the frames come
     column by column or only at the end of a batch; what it holds back stays bounded."""
-    K = synth.config.num_codebooks
+    config = synth.runtime.config
+    K = config.num_codebooks
     g = torch.Generator().manual_seed(0)
     lengths = [0, 1, 3, 40, 2, 17]
-    codes = [torch.randint(0, synth.config.codebook_size, (K, n), generator=g) for n in lengths]
+    codes = [torch.randint(0, config.codebook_size, (K, n), generator=g) for n in lengths]
     results = [BatchResult(Batch(f"b{i}"), Generated(c, c, True, 1), 0.0)
                for i, c in enumerate(codes)]
     for pause in (0.0, 0.05):
         for by_column in (True, False):
             record = Recorder(synth.sample_rate)
             layout = TakeLayout(record, synth.sample_rate, [r.batch for r in results], pause)
-            decoder = ChunkDecoder(synth.codec)
+            decoder = ChunkDecoder(synth.runtime.codec)
             decoded = []
             for c in codes:
                 pieces = c.split(1, dim=1) if by_column else [c]
@@ -133,8 +134,8 @@ def test_the_layout_of_any_batch_lengths(synth):
                     # only what waits is held (a fade and this chunk), never the whole batch
                     assert sum(u.shape[0] for u in layout.unsent) <= layout.fade + len(chunk)
                 layout.end_batch()
-            whole = decode_batches(synth.codec, codes)
+            whole = decode_batches(synth.runtime.codec, codes)
             assert torch.equal(torch.cat(decoded), whole)
-            want = join_batches(whole, results, synth.sample_rate, synth.codec.frame_length,
+            want = join_batches(whole, results, synth.sample_rate, synth.runtime.codec.frame_length,
                                 pause).waveform
             assert torch.equal(record.joined, want), (pause, by_column)

@@ -43,7 +43,7 @@ def test_manager_registers_with_comfyui_and_reloading_keeps_the_model(env, manag
         pass
     assert again is synth and len(manager.loader.loads) == 1
     (loaded,) = [lm for lm in env.stubs.mm.current_loaded_models
-                 if lm.model.model.model is synth.model]  # our modules, in a ModelPatcher
+                 if lm.model.model.model is synth.runtime.model]  # our modules, in a ModelPatcher
     assert loaded.model.detached == [False]  # ComfyUI's re-load detach is not an unload
     m.unload()
     assert loaded not in env.stubs.mm.current_loaded_models and synth.released == 1
@@ -89,7 +89,7 @@ def test_plain_cache_without_comfyui(manager):
 
 def test_real_model_is_freed_when_comfyui_unloads_it(env, model):
     run_v1(env, "SailfishTTS", model=model, text="Load me.", **FAST)
-    gone = weakref.ref(env.manager.get(model).model)
+    gone = weakref.ref(env.manager.get(model).runtime.model)
     env.stubs.mm.unload_all_models()
     gc.collect()
     assert loaded(env.manager) == [] and gone() is None
@@ -145,7 +145,7 @@ def test_the_prefix_cache_budget_reaches_the_model_and_is_counted_at_each_use(en
     mod = env.pack.nodes.manager
     handle = run_v3(env, "SailfishModelLoader", **LOADER, prefix_cache_mb=3)[0]
     synth = env.manager.get(handle)
-    assert synth.engine.prefixes.budget == 3 * 1024 * 1024
+    assert synth.runtime.engine.prefixes.budget == 3 * 1024 * 1024
     asked = []
     load = env.stubs.mm.load_models_gpu
     monkeypatch.setattr(env.stubs.mm, "load_models_gpu",
@@ -158,7 +158,7 @@ def test_the_prefix_cache_budget_reaches_the_model_and_is_counted_at_each_use(en
             + mod.GRAPH_POOL_BYTES)
     off = run_v3(env, "SailfishModelLoader", **LOADER, prefix_cache_mb=0)[0]
     with env.manager.use(off) as same:
-        assert same is synth and not synth.engine.prefixes.enabled
+        assert same is synth and not synth.runtime.engine.prefixes.enabled
     assert asked[-1] == mod.generation_size(off) == asked[0] - 3 * 1024 * 1024
     run_v3(env, "SailfishModelLoader", **LOADER)  # the default budget again
-    assert synth.engine.prefixes.budget == mod.DEFAULT_PREFIX_CACHE_MB * 1024 * 1024
+    assert synth.runtime.engine.prefixes.budget == mod.DEFAULT_PREFIX_CACHE_MB * 1024 * 1024

@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent("""
 
     synth = Synthesizer.from_pretrained(sys.argv[1], device="cpu")
     speech = synth.tts("Hello there.", seed=1, max_new_tokens=4)
-    assert speech.codes.shape[0] == synth.model.config.num_codebooks, speech.codes.shape
+    assert speech.codes.shape[0] == synth.runtime.config.num_codebooks, speech.codes.shape
     assert speech.waveform.numel() > 0
     wave = 0.1 * torch.randn(synth.sample_rate)
     same_rate = prepare_audio(wave, synth.sample_rate, target_sr=synth.sample_rate)

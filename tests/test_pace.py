@@ -36,7 +36,7 @@ def test_synthesizer_progress_starts_at_the_expected_frames(tiny_synth):
     text = "Progress for a short sentence."
     speech = tiny_synth.tts(text, seed=1, max_new_tokens=40,
                             on_progress=lambda d, t: seen.append((d, t)))
-    rate = tiny_synth.sample_rate / tiny_synth.codec.frame_length
+    rate = tiny_synth.sample_rate / tiny_synth.runtime.codec.frame_length
     assert seen[0] == (1, min(40, expected_frames(text, rate)))
     done = [d for d, _ in seen]
     frames = speech.codes.shape[1]  # + the step that drew the end of speech, if it came
@@ -51,6 +51,6 @@ def test_progress_of_a_long_limit_is_not_the_limit(tiny_synth):
     with pytest.raises(Cancelled):  # stop after a few frames: only the totals matter here
         tiny_synth.tts("Hello there.", seed=1, max_new_tokens=1024,
                        on_progress=lambda d, t: seen.append((d, t)), cancel=lambda: len(seen) >= 3)
-    rate = tiny_synth.sample_rate / tiny_synth.codec.frame_length
+    rate = tiny_synth.sample_rate / tiny_synth.runtime.codec.frame_length
     assert seen and {t for _, t in seen} == {expected_frames("Hello there.", rate)}
     assert seen[0][1] < 1024 // 10

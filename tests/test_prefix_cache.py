@@ -18,7 +18,7 @@ LONG = ("The first sentence is here. A second one follows it. Then a third one c
 
 def twin(synth, prefix_cache_mb):
     """A Synthesizer on the same model, tokenizer and codec with its own engine."""
-    return Synthesizer(synth.model, synth.tokenizer, synth.codec,
+    return Synthesizer(synth.runtime.model, synth.runtime.tokenizer, synth.runtime.codec,
                        prefix_cache_mb=prefix_cache_mb)
 
 
@@ -48,8 +48,8 @@ def test_reuse_gives_the_same_codes(tiny_synth, voices, sampling):
     again = on.tts("Hello there, how are you?", voices[0], seed=3, **sampling)  # reuses it
     same(first, expected)
     same(again, expected)
-    assert on.engine.prefixes.hits >= 1 and len(on.engine.prefixes.entries) == 1
-    assert not off.engine.prefixes.entries
+    assert on.runtime.engine.prefixes.hits >= 1 and len(on.runtime.engine.prefixes.entries) == 1
+    assert not off.runtime.engine.prefixes.entries
 
 
 @pytest.mark.parametrize("sampling", [GREEDY, SAMPLED], ids=["greedy", "seeded"])
@@ -60,7 +60,7 @@ def test_long_text_and_takes_reuse_across_batches(tiny_synth, voices, sampling):
         got = on.tts(LONG, voices[0], seed=5, max_bytes=40, **kwargs, **sampling)
         assert len((got if kwargs else [got])[0].segments) > 1  # several text batches
         same(got, expected)
-    assert on.engine.prefixes.hits >= 3  # every later text batch, every take
+    assert on.runtime.engine.prefixes.hits >= 3  # every later text batch, every take
 
 
 def test_two_voices_alternating_never_share(tiny_synth, voices):
@@ -68,7 +68,7 @@ def test_two_voices_alternating_never_share(tiny_synth, voices):
     for voice in (voices[0], voices[1], voices[0], voices[1]):
         same(on.tts("Say it in this voice.", voice, seed=9, **SAMPLED),
              off.tts("Say it in this voice.", voice, seed=9, **SAMPLED))
-    prefixes = on.engine.prefixes
+    prefixes = on.runtime.engine.prefixes
     assert len(prefixes.entries) == 2 and prefixes.hits == 2 and prefixes.misses == 2
 
 
@@ -80,7 +80,7 @@ def test_dialogue_voices_and_no_voice_reuse_exactly(tiny_synth, voices):
              off.dialogue(script, {"A": voices[0], "B": voices[1]}, seed=2, **SAMPLED))
         same(on.tts("No voice given.", seed=4, **SAMPLED),
              off.tts("No voice given.", seed=4, **SAMPLED))
-    assert on.engine.prefixes.hits >= 2
+    assert on.runtime.engine.prefixes.hits >= 2
 
 
 def test_key_covers_every_codebook_and_the_model(sizes):
@@ -121,12 +121,12 @@ def test_budget_evicts_least_recently_used(sizes):
 def test_off_release_and_bad_budget(tiny_synth, voices):
     off = twin(tiny_synth, 0)
     off.tts("Nothing kept.", voices[0], seed=1, **GREEDY)
-    assert not off.engine.prefixes.entries and not off.engine.prefixes.enabled
+    assert not off.runtime.engine.prefixes.entries and not off.runtime.engine.prefixes.enabled
     on = twin(tiny_synth, 64)
     on.tts("Kept.", voices[0], seed=1, **GREEDY)
-    assert on.engine.prefixes.entries
+    assert on.runtime.engine.prefixes.entries
     on.release_caches()
-    assert not on.engine.prefixes.entries and on.engine.prefixes.nbytes == 0
+    assert not on.runtime.engine.prefixes.entries and on.runtime.engine.prefixes.nbytes == 0
     assert megabytes(None) > 0
     for bad in (-1, "big", True):
         with pytest.raises(ValueError, match="prefix_cache_mb"):
@@ -149,7 +149,7 @@ def test_bf16_reuse_never_changes_a_result(ckpt_dir):
             same(got, expected)
             for a, b in zip(got if kwargs else [got], expected if kwargs else [expected]):
                 assert torch.equal(a.waveform, b.waveform)
-    assert on.engine.prefixes.hits >= 3
+    assert on.runtime.engine.prefixes.hits >= 3
 
 
 def test_a_new_row_count_keeps_the_prefixes(tiny_synth, voices):
@@ -158,7 +158,8 @@ def test_a_new_row_count_keeps_the_prefixes(tiny_synth, voices):
     on = twin(tiny_synth, 64)
     for takes in (None, 2, None):
         on.tts("Hello there.", voices[0], seed=1, takes=takes, **GREEDY)
-    assert on.engine.prefixes.misses == 1 and on.engine.prefixes.hits == 2  # one per later call
+    prefixes = on.runtime.engine.prefixes
+    assert prefixes.misses == 1 and prefixes.hits == 2  # one per later call
 
 
 def test_takes_run_their_shared_prefix_once_and_nothing_is_kept_when_off(tiny_synth, voices,
@@ -167,7 +168,7 @@ def test_takes_run_their_shared_prefix_once_and_nothing_is_kept_when_off(tiny_sy
     takes copy it row to row) and one run of the rests; with the cache off no copy of the
     prefix KV is made to keep, and the codes are those of the cache on."""
     off, on = twin(tiny_synth, 0), twin(tiny_synth, 64)
-    engine, runs = off.engine, {"run_prefix": 0, "prefill_after": 0, "kept_prefix": 0}
+    engine, runs = off.runtime.engine, {"run_prefix": 0, "prefill_after": 0, "kept_prefix": 0}
     for name in runs:
         original = getattr(engine, name)
 

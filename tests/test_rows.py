@@ -37,7 +37,7 @@ def prompts(synth, voice):
 
 def alone(synth, prompt, params, seed, prefix=None):
     prefixes = None if prefix is None else [prefix]
-    return generate(Engine(synth.model), prompt, params, seeds=[seed], prefixes=prefixes)[0]
+    return generate(Engine(synth.runtime.model), prompt, params, seeds=[seed], prefixes=prefixes)[0]
 
 
 @pytest.mark.parametrize("rows", [2, 3])
@@ -47,7 +47,7 @@ def test_rows_joining_and_leaving_match_single_runs(tiny_synth, voice, rows):
     params = [SamplingParams(0.8, 0.8, 30, n) for n in lengths]
     seeds = [11, 12, 13, 14]
     want = [alone(tiny_synth, p, q, s) for p, q, s in zip(ps, params, seeds)]
-    batch = RowBatch(Engine(tiny_synth.model), rows)
+    batch = RowBatch(Engine(tiny_synth.runtime.model), rows)
     joins = {0: [0], 2: [1], 3: [2, 3]}  # frame -> requests that arrive then
     waiting, got, row_of, frame = [], {}, {}, 0
     while len(got) < len(ps):
@@ -69,7 +69,7 @@ def test_rows_joining_and_leaving_match_single_runs(tiny_synth, voice, rows):
 def test_prefix_reuse_inside_rows(tiny_synth, voice):
     ps = prompts(tiny_synth, voice)
     prefix = system(tiny_synth, [voice]).shape[1]
-    engine = Engine(tiny_synth.model, prefix_cache_mb=16)
+    engine = Engine(tiny_synth.runtime.model, prefix_cache_mb=16)
     batch = RowBatch(engine, 2)
     for _ in range(2):  # the second join reuses the voice prefix
         r, _ = batch.join(ps[0], SAMPLED, 5, prefix)
@@ -107,13 +107,13 @@ def test_prompts_joining_together_are_prefilled_once_and_equal_single_runs(tiny_
     seeds = [31, 32, 33, 34]
     prefixes = [prefix if i % 2 == 0 else plain for i in range(4)]
     want = [alone(tiny_synth, p, q, s, n) for p, q, s, n in zip(ps, params, seeds, prefixes)]
-    engine = Engine(tiny_synth.model, prefix_cache_mb=0)
+    engine = Engine(tiny_synth.runtime.model, prefix_cache_mb=0)
     batch = RowBatch(engine, 5)
     early, _ = batch.join(ps[1], SAMPLED, 30)  # already decoding when the others join
     batch.step()
     runs = count_runs(engine, monkeypatch)
     rows, first = batch.join_many(ps, params, seeds, prefixes)
-    assert rows == [1, 2, 3, 4] and first.shape == (4, 1 + tiny_synth.config.num_codebooks)
+    assert rows == [1, 2, 3, 4] and first.shape == (4, 1 + tiny_synth.runtime.config.num_codebooks)
     assert runs == {"whole": 0, "after": 1, "prefix": 2}  # two voices' prefixes, one rest run
     while not all(batch.ended(r) for r in rows):
         batch.step()
@@ -140,7 +140,7 @@ def test_rows_joining_scattered_free_rows_are_exact(tiny_synth, voice):
     prefixes = [system(tiny_synth, [voice] if i % 2 == 0 else []).shape[1] for i in range(4)]
     long = SamplingParams(0.8, 0.8, 30, 12)
     for with_prefix in (False, True):
-        batch = RowBatch(Engine(tiny_synth.model), 4)
+        batch = RowBatch(Engine(tiny_synth.runtime.model), 4)
         rows, _ = batch.join_many(ps, [long] * 4, [40, 41, 42, 43])
         batch.step()
         batch.leave(rows[0])
@@ -173,7 +173,7 @@ def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
     single run's."""
     ps = prompts(tiny_synth, voice)
     flat = [SamplingParams(1.5, 1.0, 2, n) for n in (30, 4, 30, 11)]
-    batch = RowBatch(ending_early(tiny_synth.model), 4)
+    batch = RowBatch(ending_early(tiny_synth.runtime.model), 4)
     rows, _ = batch.join_many(ps, flat, [50, 51, 52, 53])
     running = [batch.slots[r] for r in rows if not batch.ended(r)]
     assert batch.step(read=False) is None
@@ -182,7 +182,7 @@ def test_frames_read_every_few_steps_give_the_same_rows(tiny_synth, voice):
     while not all(batch.ended(r) for r in rows):
         batch.step(read=False)
     got = [batch.leave(r) for r in rows]
-    single = ending_early(tiny_synth.model)
+    single = ending_early(tiny_synth.runtime.model)
     for i, gen in enumerate(got):
         want = generate(single, ps[i], flat[i], seeds=[50 + i])[0]
         assert torch.equal(gen.columns, want.columns), f"request {i}"
@@ -201,7 +201,7 @@ def test_rows_on_the_graph_path_are_exact_and_capture_once_per_cache(tiny_synth,
     monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     ps = prompts(tiny_synth, voice)
-    engine = Engine(tiny_synth.model, cuda_graph=True)
+    engine = Engine(tiny_synth.runtime.model, cuda_graph=True)
     batch = RowBatch(engine, 3)
     params = [SamplingParams(0.8, 0.8, 30, n) for n in (9, 4, 7)]
     rows, _ = batch.join_many(ps[:3], params, [60, 61, 62])
@@ -240,7 +240,7 @@ def test_graph_per_row_bucket_is_exact_and_joins_run_beside(tiny_synth, voice, m
     monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
     CpuFrameGraph.captures = CpuFrameGraph.released = 0
     ps = prompts(tiny_synth, voice)
-    engine = Engine(tiny_synth.model, cuda_graph=True)
+    engine = Engine(tiny_synth.runtime.model, cuda_graph=True)
     batch = RowBatch(engine, 8)
     params = SamplingParams(0.8, 0.8, 30, 8)
     first, _ = batch.join(ps[0], params, 70)
@@ -263,7 +263,7 @@ def test_graph_per_row_bucket_is_exact_and_joins_run_beside(tiny_synth, voice, m
 
 def test_a_newer_decode_or_a_release_stops_an_older_one(tiny_synth, voice):
     ps = prompts(tiny_synth, voice)
-    engine = Engine(tiny_synth.model)
+    engine = Engine(tiny_synth.runtime.model)
     old = RowBatch(engine, 2)
     old.join(ps[0], SAMPLED, 1)
     RowBatch(engine, 1).join(ps[1], SAMPLED, 2)  # another decode takes the cache over
@@ -303,14 +303,14 @@ def test_jobs_in_rows_equal_tts(tiny_synth, voice):
 def test_bad_rows(tiny_synth):
     for bad in (0, -1, True, "2"):
         with pytest.raises(ValueError, match="rows"):
-            RowBatch(Engine(tiny_synth.model), bad)
+            RowBatch(Engine(tiny_synth.runtime.model), bad)
 
 
 def test_cache_growth_keeps_running_rows_exact(tiny_synth, voice):
     """A request needing a longer cache joins mid-decode: the cache grows (rows copied over)
     and the row already running still makes exactly its single-run codes."""
     ps = prompts(tiny_synth, voice)
-    engine = Engine(tiny_synth.model)
+    engine = Engine(tiny_synth.runtime.model)
     batch = RowBatch(engine, 2)
     r, _ = batch.join(ps[0], SAMPLED, 21)
     length = engine.caches.shape[1]  # sized to the first prompt

@@ -28,13 +28,13 @@ def voice(synth):
 
 def random_codes(synth, frames: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, synth.config.codebook_size, (synth.config.num_codebooks, frames),
-                         generator=g)
+    config = synth.runtime.config
+    return torch.randint(0, config.codebook_size, (config.num_codebooks, frames), generator=g)
 
 
 def test_chunks_follow_the_rule(synth):
-    hop = synth.codec.frame_length
-    decoder = ChunkDecoder(synth.codec, first_frames=3, chunk_frames=10)
+    hop = synth.runtime.codec.frame_length
+    decoder = ChunkDecoder(synth.runtime.codec, first_frames=3, chunk_frames=10)
     codes = random_codes(synth, 40)
     sizes = []
     for i in range(codes.shape[1]):  # one frame at a time, as generation delivers them
@@ -45,13 +45,13 @@ def test_chunks_follow_the_rule(synth):
 
 def test_decode_batches_is_the_stream_concatenated(synth):
     pieces = [random_codes(synth, 37, 1), random_codes(synth, 5, 2), random_codes(synth, 20, 3)]
-    decoder, chunks = ChunkDecoder(synth.codec), []
+    decoder, chunks = ChunkDecoder(synth.runtime.codec), []
     for piece in pieces:
         for i in range(piece.shape[1]):
             chunks += decoder.push(piece[:, i:i + 1])
         chunks += decoder.flush()
-    whole = decode_batches(synth.codec, pieces)
-    assert whole.shape[0] == sum(p.shape[1] for p in pieces) * synth.codec.frame_length
+    whole = decode_batches(synth.runtime.codec, pieces)
+    assert whole.shape[0] == sum(p.shape[1] for p in pieces) * synth.runtime.codec.frame_length
     assert torch.equal(torch.cat(chunks), whole)
 
 
@@ -69,7 +69,7 @@ def test_stream_equals_tts(synth, voice, max_bytes):
 
 
 def test_first_chunk_after_first_frames(synth):
-    hop = synth.codec.frame_length
+    hop = synth.runtime.codec.frame_length
     speech = synth.tts("How soon does audio start?", seed=3, **FAST)
     with synth.stream("How soon does audio start?", seed=3, first_frames=2, chunk_frames=8,
                       **FAST) as stream:

@@ -94,7 +94,8 @@ def test_clone_voice_save_load_same_codes(synth, voice, sizes, tmp_path):
     assert voice.frames == math.ceil(0.5 * sizes.sample_rate / sizes.frame_length)
 
     path = voice.save(tmp_path / "ref.safetensors")
-    loaded = Voice.load(path, synth.config.num_codebooks, synth.config.codebook_size)
+    config = synth.runtime.config
+    loaded = Voice.load(path, config.num_codebooks, config.codebook_size)
     assert loaded.name == "Ref" and len(loaded.clips) == 1
     assert torch.equal(loaded.clips[0].codes, voice.clips[0].codes)
     assert loaded.clips[0].text == voice.clips[0].text
@@ -185,10 +186,10 @@ def test_bad_reference_audio_is_named(synth):
 def test_speech_with_no_frames_is_an_error_not_silence(synth, monkeypatch):
     from fish_core.params import Generated, GenerationError
 
-    eos = torch.zeros(1 + synth.config.num_codebooks, 1, dtype=torch.long)
-    eos[0] = synth.config.eos_token_id
-    empty = Generated(torch.zeros(synth.config.num_codebooks, 0, dtype=torch.long), eos, True, 10,
-                      1)
+    config = synth.runtime.config
+    eos = torch.zeros(1 + config.num_codebooks, 1, dtype=torch.long)
+    eos[0] = config.eos_token_id
+    empty = Generated(torch.zeros(config.num_codebooks, 0, dtype=torch.long), eos, True, 10, 1)
     monkeypatch.setattr(RowBatch, "leave", lambda self, r: empty)  # the row ended at once
     with pytest.raises(GenerationError, match="before producing any audio"):
         synth.tts("Nothing comes out.", **FAST)
@@ -215,7 +216,7 @@ def test_takes_equal_single_runs_with_consecutive_seeds(synth, voice):
         assert len(take.segments) == len(single.segments) >= 2
         assert torch.equal(take.codes, single.codes)
         assert torch.equal(take.waveform, single.waveform)
-        check_timeline(take, synth.codec.frame_length)
+        check_timeline(take, synth.runtime.codec.frame_length)
         assert take.segments == [dataclasses.replace(t, seconds=s.seconds)
                                  for t, s in zip(single.segments, take.segments)]
     assert not torch.equal(takes[0].codes[:, :4], takes[1].codes[:, :4])
@@ -232,7 +233,7 @@ def test_dialogue_takes_and_tracks(synth, voice):
         single = synth.dialogue(script, voices, turn_by_turn=True, seed=5 + k, **FAST)
         assert torch.equal(take.codes, single.codes)
         assert [s.speaker for s in take.segments] == [0, 1, 0]
-        check_timeline(take, synth.codec.frame_length)
+        check_timeline(take, synth.runtime.codec.frame_length)
         tracks = take.tracks(4)
         assert tracks.shape == (4, take.waveform.shape[0])
         assert torch.equal(tracks.sum(dim=0), take.waveform)  # exact: one non-zero per sample
@@ -247,7 +248,7 @@ def test_tracks_with_pauses_and_mixed_batches(synth, voice):
     voices = {"Alice": voice, "Bob": voice}
     paused = synth.dialogue(script, voices, pause=0.1, seed=2, **FAST)
     gap = round(0.1 * paused.sample_rate)
-    check_timeline(paused, synth.codec.frame_length, pause_samples=gap)
+    check_timeline(paused, synth.runtime.codec.frame_length, pause_samples=gap)
     assert torch.equal(paused.tracks(2).sum(dim=0), paused.waveform)
     flowing = synth.dialogue(script, voices, seed=2, **FAST)  # one batch for both turns
     assert [s.speaker for s in flowing.segments] == [None]
@@ -278,8 +279,11 @@ def test_timeline_json_has_one_shape(synth, voice):
 def test_codec_precision_default_and_choice(synth, ckpt_dir):
     """The codec loads in codec_dtypes_for(device) (fp32 on the CPU) unless ``codec_dtype``
     names one precision for both paths (a name or a torch dtype)."""
-    assert (synth.codec.encode_dtype, synth.codec.decode_dtype) == (torch.float32, torch.float32)
+    def dtypes(made):
+        return made.runtime.codec.encode_dtype, made.runtime.codec.decode_dtype
+
+    assert dtypes(synth) == (torch.float32, torch.float32)
     half = Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", codec_dtype="fp16")
-    assert (half.codec.encode_dtype, half.codec.decode_dtype) == (torch.float16, torch.float16)
+    assert dtypes(half) == (torch.float16, torch.float16)
     with pytest.raises(ValueError, match="precision must be one of"):
         Synthesizer.from_pretrained(ckpt_dir, device="cpu", dtype="fp32", codec_dtype="fp12")

@@ -191,7 +191,7 @@ def test_speed_scales_the_times(synth, speed):
     pytest.importorskip("pedalboard")
     speech = synth.tts("Quick brown foxes jump.", seed=1, words=True, speed=speed, **FAST)
     segment = speech.segments[0]
-    made = segment.frames * synth.codec.frame_length
+    made = segment.frames * synth.runtime.codec.frame_length
     scale = (segment.end_sample - segment.start_sample) / made
     assert scale == pytest.approx(1 / speed, rel=1e-3)
     same_places(starts(speech), expected(speech, scale))

@@ -41,7 +41,8 @@ def finish_note(speech) -> str:
 
 def compile_note(args, synth) -> None:
     """``--compile auto``: say once which mode it kept and why (stderr)."""
-    choice = getattr(getattr(synth, "engine", None), "compile_choice", "")
+    runtime = getattr(synth, "runtime", None)  # a local model (a remote one has no engine here)
+    choice = runtime.engine.compile_choice if runtime is not None else ""
     if getattr(args, "compile", None) == "auto" and choice.startswith("auto: "):
         print(f"--compile auto kept {choice.removeprefix('auto: ')}", file=sys.stderr)
 

@@ -283,7 +283,8 @@ def load_voices(args, synth) -> list:
     """The voices ``--voice``/``--ref-audio`` name: voice files read, clips encoded."""
     from ..speech.voices import Voice
 
-    config = getattr(synth, "config", None)  # a local model: check the files against its sizes
+    runtime = getattr(synth, "runtime", None)  # a local model: check the files against its sizes
+    config = runtime.config if runtime is not None else None
     sizes = (config.num_codebooks, config.codebook_size) if config is not None else ()
     voices = []
     for path, text in voice_sources(args):

@@ -50,7 +50,7 @@ from torch import Tensor
 
 from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
                       random_seed)
-from .runner import cache_length
+from .runner import Engine, cache_length
 from .sampling import RAS_WINDOW
 
 
@@ -139,7 +139,7 @@ class RowBatch:
     to go on."""
 
     @torch.inference_mode()
-    def __init__(self, engine, rows: int):
+    def __init__(self, engine: Engine, rows: int):
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
         engine.follow_model()
@@ -345,7 +345,7 @@ class RowBatch:
                                   "released) while these rows were decoding")
 
 
-def first_draws(engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Tensor]:
+def first_draws(engine: Engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Tensor]:
     """The random numbers of ``n`` joining prompts' first frames (drawn by the prefill):
     ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast."""
     c, dtype, device = engine.config, engine.dtype, engine.device
@@ -369,7 +369,9 @@ def check_settings(params, seed, seeds) -> None:
         check_seed(s, f"seeds[{i}]")
 
 
-def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[SamplingParams]]:
+def check_requests(engine: Engine, prompts: Tensor | Sequence[Tensor],
+                   params: SamplingParams | Sequence[SamplingParams]
+                   ) -> tuple[list[Tensor], list[SamplingParams]]:
     """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and pair
     them with their SamplingParams (one for all, or one each)."""
     prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
@@ -390,7 +392,8 @@ def check_requests(engine, prompts, params) -> tuple[list[Tensor], list[Sampling
     return prompts, params
 
 
-def sampling_tensors(engine, params: list[SamplingParams]) -> tuple[Tensor, Tensor, Tensor]:
+def sampling_tensors(engine: Engine, params: list[SamplingParams]
+                     ) -> tuple[Tensor, Tensor, Tensor]:
     """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
     def column(name, dtype):
         return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
@@ -429,7 +432,7 @@ def trim(columns: Tensor, steps: int, prompt_length: int, seed: int | None, stop
 
 
 @torch.inference_mode()
-def generate(engine, prompts: Tensor | Sequence[Tensor],
+def generate(engine: Engine, prompts: Tensor | Sequence[Tensor],
              params: SamplingParams | Sequence[SamplingParams] = SamplingParams(), *,
              seed: int | None = None, seeds: Sequence[int] | None = None,
              generator: torch.Generator | None = None,

@@ -89,6 +89,16 @@ def decode_batches(codec, codes: Sequence[torch.Tensor], first_frames: int = FIR
     return torch.cat(chunks) if chunks else torch.zeros(0)
 
 
+def job_batches(text: str | Sequence[Batch], max_bytes: int) -> list[Batch]:
+    """A job's text batches: ``text`` planned into batches of at most ``max_bytes``, or the
+    ready ``Batch``es given."""
+    if isinstance(text, str):
+        if not text.strip():
+            raise ValueError("text is empty: nothing to say")
+        return [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
+    return list(text)
+
+
 class SpeechJob:
     """One take of one request, generated text batch by text batch and decoded as it goes.
 
@@ -110,18 +120,11 @@ class SpeechJob:
                  emit: Callable[[torch.Tensor], None] | None = None,
                  deadline: float | None = None, streaming: bool = True, keep: bool = False,
                  clip_per_batch: bool = False, end_batch: Callable[[], None] | None = None):
-        if isinstance(text, str):
-            if not text.strip():
-                raise ValueError("text is empty: nothing to say")
-            batches = [Batch(b) for b in textplan.plan_batches(text, max_bytes)]
-        else:
-            batches = list(text)
+        self.batches = job_batches(text, max_bytes)
         self.history_turns = history_turns
         self.runtime = runtime
         self.params = params
-        self.batches = batches
         self.system = runtime.system_turn(runtime.references(voices))  # [1 + K, P]
-        self.prefix = self.system.shape[1]  # the voice prefix (its KV is reused across prompts)
         self.seed = random_seed() if seed is None else seed
         self.chunking = (first_frames, chunk_frames)
         self.decoder = ChunkDecoder(runtime.require_codec(), first_frames, chunk_frames)
@@ -134,9 +137,18 @@ class SpeechJob:
         self.error: Exception | None = None  # why it failed, when it did
         self.results: list[BatchResult] = []  # one per generated batch
         self.batch_waves: list[list[torch.Tensor]] = []  # with keep: the chunks of each batch
-        self.frames = 0  # frames decoded, all batches
 
     # ---------------------------------------------------------------- state
+    @property
+    def prefix(self) -> int:
+        """The voice prefix's length (its KV is reused across prompts)."""
+        return self.system.shape[1]
+
+    @property
+    def frames(self) -> int:
+        """Frames generated, all batches."""
+        return sum(result.frames for result in self.results)
+
     @property
     def done(self) -> bool:
         return self.batch >= len(self.batches)
@@ -205,7 +217,6 @@ class SpeechJob:
         if self.end_batch is not None:
             self.end_batch()
         self.results.append(BatchResult(self.batches[self.batch], gen, seconds))
-        self.frames += gen.codes.shape[1]
         self.batch += 1
         if self.done and self.frames == 0 and not self.clip_per_batch:
             raise GenerationError(f"the model ended the speech (seed {self.seed}) before "

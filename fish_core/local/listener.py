@@ -80,16 +80,8 @@ class Listener:
         warning."""
         from ..hearing.transcription import transcribe_clip
 
-        from ..loading.hub import ModelNotFound
-
         wave, rate = clip_samples(audio, sample_rate)
-        try:
-            recognizer = self.load()
-        except ModelNotFound as e:
-            raise ModelNotFound(f"reference transcript: none given, and the speech recogniser "
-                                f"that would hear it is not here: {e}. Or give the words "
-                                "spoken in the clip") from None
-        heard = transcribe_clip(recognizer, wave, rate, language=language)
+        heard = transcribe_clip(self.reference_recognizer(), wave, rate, language=language)
         text = heard.text.strip()
         if not text:
             raise ValueError("reference transcript: no words were heard in the reference "
@@ -98,6 +90,18 @@ class Listener:
             warnings.warn("the reference clip's transcript ran out of tokens before the clip "
                           "ended: check it", stacklevel=2)
         return text
+
+    def reference_recognizer(self):
+        """The recogniser, loaded now, for a reference clip given without its transcript: when
+        it is not here, an error that also asks for the clip's words."""
+        from ..loading.hub import ModelNotFound
+
+        try:
+            return self.load()
+        except ModelNotFound as e:
+            raise ModelNotFound(f"reference transcript: none given, and the speech recogniser "
+                                f"that would hear it is not here: {e}. Or give the words "
+                                "spoken in the clip") from None
 
     def check(self, waves: list[torch.Tensor], sample_rate: int, text: str,
               language: str | None = None) -> list:

@@ -9,7 +9,8 @@
     takes = synth.tts("Take it again.", seed=7, takes=4)     # 4 Speech: seeds 7, 8, 9, 10
 
 The Synthesizer is the public API over a ``runtime.Runtime`` (the engine, codec, tokenizer and
-prompts of the loaded model). Every method runs through the one generation driver (``driver``:
+prompts of the loaded model), held as ``synth.runtime``: the one way to those parts, which the
+facade does not re-export. Every method runs through the one generation driver (``driver``:
 ``SpeechJob`` in the rows of one decode): a take is a job, the takes of a request are generated
 together (their rows join together, text batch by text batch), so take k of ``takes=N`` with
 seed s is exactly a single run with seed ``s + k``.
@@ -56,16 +57,13 @@ class Synthesizer(Front):
         loaded ``hearing.ForcedAligner``, or None for the official checkpoint in
         ``models_dir`` (downloaded on first use when ``download``); loaded on the first
         request that asks for words, on the model's device, freed with the model."""
-        r = self.runtime = Runtime(model, tokenizer, codec, compile=compile,
-                                   context_length=context_length, compile_cache=compile_cache,
-                                   prefix_cache_mb=prefix_cache_mb)
-        # The loaded parts, for scripts and tools to read (the runtime owns and uses them).
-        self.model, self.config, self.tokenizer = r.model, r.config, r.tokenizer
-        self.encoder, self.codec, self.engine = r.encoder, r.codec, r.engine
-        if isinstance(aligner, (str, Path)):
-            from ..hearing.hub import resolve_aligner
-
-            aligner = resolve_aligner(aligner, download=False)  # a wrong folder: said now
+        # The loaded model's parts (engine, codec, tokenizer, prompts): the runtime owns them,
+        # and scripts and tools reach them there (``synth.runtime.engine``), never here.
+        self.runtime: Runtime = Runtime(model, tokenizer, codec, compile=compile,
+                                        context_length=context_length,
+                                        compile_cache=compile_cache,
+                                        prefix_cache_mb=prefix_cache_mb)
+        aligner = named_aligner(aligner)  # a wrong folder: said now
         device = next(model.parameters()).device
         self.timer = AlignerTimer(aligner, models_dir, device, download=download)
         # The speech recogniser, loaded when first needed (a clip without its transcript,
@@ -98,42 +96,19 @@ class Synthesizer(Front):
                         compile_cache: str | None = None,
                         prefix_cache_mb: float | None = None, threads=None,
                         aligner=None, asr=None) -> "Synthesizer":
-        """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id.
-        ``dtype`` is a precision name (``device.PRECISIONS``) or a torch dtype.
-        ``context_length`` caps prompt + generated tokens (default: the model's 32768).
-        ``prefix_cache_mb`` bounds the KV kept of recent voice prefixes, reused by the next
-        prompt in the same voice (default 512 MB; 0 = off).
-        ``codec_dtype``: the codec's precision (a name or a torch dtype) for encode and decode;
-        default (None or ``"auto"``) ``codec_dtypes_for(device)``: fp32 on the CPU, on a GPU
-        fp32 encode and fp16 decode (within 40 dB SNR of fp32: docs/gpu.md). ``threads``: torch's
-        CPU threads,
-        set for the whole process by the CLI's policy (``engine/threads.py``): None or 0 picks
-        the free physical cores unless ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise;
-        N sets N; False leaves torch's threads as they are (the ComfyUI nodes: the loader's
-        ``threads`` input decides). ``aligner``: the word aligner's folder (``words=``; None:
-        the official one, downloaded into ``models_dir`` on the first request for words).
-        ``asr``: a Qwen3-ASR folder for the transcripts of reference clips given without one
-        and for checked takes (default: Qwen3-ASR-0.6B in ``models_dir``, downloaded when
-        first needed unless ``download`` is False)."""
-        from ..engine import threads as thread_policy
+        """Load a checkpoint folder, a variant name (``s2-pro``) or a Hugging Face repo id:
+        ``device``, ``dtype``, ``quantization`` and ``codec_dtype`` as ``load_parts`` takes
+        them, ``threads`` as ``set_threads``; ``compile``, ``prefix_cache_mb`` (default 512 MB;
+        0 = off) and ``aligner`` as the constructor. ``context_length`` caps prompt + generated
+        tokens (default: the model's 32768). ``asr``: a Qwen3-ASR folder for the transcripts
+        of reference clips given without one and for checked takes (default: Qwen3-ASR-0.6B
+        in ``models_dir``, downloaded when first needed unless ``download`` is False)."""
         from ..loading.hub import resolve
 
-        if threads is not False:
-            thread_policy.apply(threads)  # checked (and set) before anything loads
+        set_threads(threads)  # checked (and set) before anything loads
         folder = resolve(spec, models_dir=models_dir, download=download)
-        if isinstance(aligner, (str, Path)):
-            from ..hearing.hub import resolve_aligner
-
-            aligner = resolve_aligner(aligner, download=False)  # before the model loads
-        device = resolve_device(device)
-        dtype = resolve_dtype(dtype, device)
-        encode, decode = (codec_dtypes_for(device) if codec_dtype in (None, "auto")
-                          else (resolve_dtype(codec_dtype),) * 2)  # checked before loading
-        model = load_model(folder, device, dtype, quantization)
-        tokenizer = FishTokenizer.from_dir(folder)
-        codec = None
-        if (folder / CHECKPOINT_NAME).is_file():
-            codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
+        aligner = named_aligner(aligner)  # before the model loads
+        model, tokenizer, codec = load_parts(folder, device, dtype, quantization, codec_dtype)
         made = cls(model, tokenizer, codec, compile=compile, context_length=context_length,
                    compile_cache=compile_cache, prefix_cache_mb=prefix_cache_mb,
                    aligner=aligner, models_dir=models_dir, download=download)
@@ -229,3 +204,44 @@ class Synthesizer(Front):
         """Codes ``[num_codebooks, frames]`` → float32 waveform ``[frames * frame_length]`` on
         the CPU, decoded as a job decodes one text batch."""
         return decode_batches(self.require_codec(), [codes])
+
+
+def named_aligner(aligner):
+    """``aligner``, a folder named by a string or a path found now (a wrong folder is said
+    before anything loads); a loaded aligner or None as given."""
+    if isinstance(aligner, (str, Path)):
+        from ..hearing.hub import resolve_aligner
+
+        return resolve_aligner(aligner, download=False)
+    return aligner
+
+
+def set_threads(threads) -> None:
+    """torch's CPU threads, set for the whole process by the CLI's policy
+    (``engine/threads.py``): None or 0 picks the free physical cores unless
+    ``SAILFISH_THREADS``/``OMP_NUM_THREADS`` say otherwise; N sets N; False leaves torch's
+    threads as they are (the ComfyUI nodes: the loader's ``threads`` input decides)."""
+    if threads is not False:
+        from ..engine import threads as thread_policy
+
+        thread_policy.apply(threads)
+
+
+def load_parts(folder: Path, device="auto", dtype="auto", quantization: str | None = None,
+               codec_dtype=None) -> tuple[DualAR, FishTokenizer, Codec | None]:
+    """The model in ``folder``, its tokenizer and its codec (None: the folder has none), each
+    setting checked before the first load. ``dtype`` is a precision name
+    (``device.PRECISIONS``) or a torch dtype. ``codec_dtype``: the codec's precision (a name
+    or a torch dtype) for encode and decode; default (None or ``"auto"``)
+    ``codec_dtypes_for(device)``: fp32 on the CPU, on a GPU fp32 encode and fp16 decode
+    (within 40 dB SNR of fp32: docs/gpu.md)."""
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    encode, decode = (codec_dtypes_for(device) if codec_dtype in (None, "auto")
+                      else (resolve_dtype(codec_dtype),) * 2)
+    model = load_model(folder, device, dtype, quantization)
+    tokenizer = FishTokenizer.from_dir(folder)
+    codec = None
+    if (folder / CHECKPOINT_NAME).is_file():
+        codec = Codec.from_file(folder, device, encode, decode_dtype=decode)
+    return model, tokenizer, codec

@@ -12,16 +12,22 @@ off the model's worker. Runs on the scheduler's thread: the codec encodes refere
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ..local.driver import SpeechJob
 from ..speech.front import check_timer
 from ..speech.request import Request
 from ..speech.voices import Voice
+from ..speech.words import Timer
 from ..text.lexicon import Lexicon
 from .request import SpeechRequest
 from .limits import Limits
 from .voicelib import VoiceLibrary
 from .http.errors import ApiError, detail
+
+if TYPE_CHECKING:  # the loaded model's parts: imported with the model, not with the service
+    from ..local.runtime import Runtime
+    from ..local.synthesizer import Synthesizer
 
 
 class Jobs:
@@ -32,7 +38,7 @@ class Jobs:
         self.default_voice = default_voice
         self.lexicon = lexicon
 
-    def voice(self, runtime, request: SpeechRequest) -> list[Voice]:
+    def voice(self, runtime: Runtime, request: SpeechRequest) -> list[Voice]:
         """The request's voice: its saved voice (or the server's default) and its references,
         as one ``Voice`` (none: the model's own voice)."""
         c = runtime.config
@@ -49,14 +55,14 @@ class Jobs:
         return [Voice(saved.name if saved else "references", clips, runtime.sample_rate,
                       lexicon=saved.lexicon if saved else None)]
 
-    def request(self, runtime, request: SpeechRequest) -> Request:
+    def request(self, runtime: Runtime, request: SpeechRequest) -> Request:
         """The wire request's checked ``Request`` in its voice, with the operator's lexicon."""
         speech = request.speech
         finishing = replace(speech.finishing, lexicon=self.lexicon)
         return replace(speech, voices=tuple(self.voice(runtime, request)),
                        settings=replace(speech.settings, finishing=finishing))
 
-    def start(self, synth, task) -> SpeechJob:
+    def start(self, synth: Synthesizer, task) -> SpeechJob:
         """``task``'s job (``task.job``, built by the local backend), its ``start`` event
         sent; a whole answer's finishing left for the handler (``task.answer``)."""
         request = self.request(synth.runtime, task.request)
@@ -77,7 +83,7 @@ class Jobs:
         return task.job
 
 
-def word_timer(synth):
+def word_timer(synth: Synthesizer) -> Timer:
     """The model's word aligner, its folder found (or fetched) now: a 503 naming ``words``
     when this server has none."""
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..audio.stretch import SpeedError, import_pedalboard
 from ..params import DEFAULTS, SAMPLING_RULES, FieldError, RequestError, Rule
@@ -21,6 +22,9 @@ from ..speech.request import Request, spoken_text
 from .http.errors import ApiError, bad, detail
 from .http.fields import audio_bytes, decode_reference, integer, number, outside, text_field
 from .limits import Limits
+
+if TYPE_CHECKING:  # the loaded model's: imported with the model, not with the service
+    from ..local.runtime import Runtime
 
 REPETITION_PENALTY = Rule(0.9, 2.0)  # both dialects accept it and check it; S2 samples with RAS
 
@@ -34,14 +38,14 @@ class Reference:
     # every sentence with the same Reference objects, so each is encoded once per session.
     _encoded: tuple = field(default=(), repr=False, compare=False)
 
-    def clips(self, synth, limits: Limits) -> list:
-        """The reference encoded by ``synth``'s codec (on the scheduler's thread), once per
+    def clips(self, runtime: Runtime, limits: Limits) -> list:
+        """The reference encoded by ``runtime``'s codec (on the scheduler's thread), once per
         model: a model loaded again (ComfyUI's Free memory) encodes it again."""
-        if self._encoded and self._encoded[0]() is synth:
+        if self._encoded and self._encoded[0]() is runtime:
             return self._encoded[1]
         wave, sample_rate = decode_reference(self.audio, self.param, limits)
-        clips = synth.encode_voice(wave, self.text, sample_rate=sample_rate).clips
-        self._encoded = (weakref.ref(synth), clips)
+        clips = runtime.encode_voice(wave, self.text, sample_rate=sample_rate).clips
+        self._encoded = (weakref.ref(runtime), clips)
         return clips
 
 
