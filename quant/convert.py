@@ -148,14 +148,21 @@ class Converter:
             if reason:
                 raise QuantizationError(f"{mode} with SAILFISH_INT_KERNEL=triton cannot run on "
                                         f"{self.device}: {reason}. Use SAILFISH_INT_KERNEL=torchao")
-        self.configs = {}  # torchao mode → its config
-        if mode in torchao_modes.MODES and not self.cpu_layers:
-            for m in {mode, *(m for _, m in self.mixed)} - {"none"}:
-                torchao_modes.check(m, self.device, dtype)
-                self.configs[m] = torchao_modes.config_for(m)
+        self.configs = self.torchao_configs()  # torchao mode → its config
         self.scales: dict[str, Tensor] = {}  # weight name → scale, for layers kept as e4m3
         self.layers: dict[str, Callable] = {}  # weight name → its module from the held codes
         self.left_bf16: list[str] = []  # targets the mode's kernel cannot take
+
+    def torchao_configs(self) -> dict:
+        """The torchao configs of the mode and its ``mixed`` modes (each checked to run here);
+        none when our own layers hold the weights."""
+        if self.mode not in torchao_modes.MODES or self.cpu_layers:
+            return {}
+        configs = {}
+        for m in {self.mode, *(m for _, m in self.mixed)} - {"none"}:
+            torchao_modes.check(m, self.device, self.dtype)
+            configs[m] = torchao_modes.config_for(m)
+        return configs
 
     def converts(self, name: str, shape=None) -> bool:
         """Whether ``__call__`` changes the tensor ``name`` (of ``shape``, when known; else it
@@ -227,27 +234,32 @@ class Converter:
         if mode == "none":
             return weight
         if self.cpu_layers:
-            on_cpu = self.int_kernel == "cpu"
-            fits = int_linear.int4_fits if on_cpu else int_linear.int4_gemv_fits
-            if mode == "int4" and not fits(shape):
-                mode = "int8"  # K not a multiple of the group: the next precision up
-            if mode == "int4" and not on_cpu:
-                codes, params = int_linear.quantize_int4(weight, self.dtype)
-                self.layers[name] = lambda q: int_linear.Int4GemvLinear.holding(q, params)
-                return int_gemv.pack(codes)
-            if mode == "int4":
-                codes, params = int_linear.quantize_int4(weight, self.dtype)
-                self.layers[name] = lambda q: int_linear.Int4Linear.holding(q, params)
-                return int_linear.pack_int4(codes)
-            codes, scale = int_linear.quantize_int8(weight, self.dtype)
-            self.layers[name] = lambda q: int_linear.Int8Linear.holding(q, scale)
-            if self.device.type == "cpu":
-                cpu_gemv.prepare()  # built now (once per machine), not in the first frame
-            return codes
+            return self._our_codes(name, weight, mode)
         if not torchao_modes.fits(mode, shape):
             self.left_bf16.append(name)
             return weight
         return torchao_modes.quantize_weight(weight, self.configs[mode])
+
+    def _our_codes(self, name: str, weight: Tensor, mode: str) -> Tensor:
+        """The codes of our int8/int4 layer (``int_kernel``: the CPU's, or the Triton GEMV's)
+        for ``weight``; the layer itself is built by ``finish``."""
+        on_cpu = self.int_kernel == "cpu"
+        fits = int_linear.int4_fits if on_cpu else int_linear.int4_gemv_fits
+        if mode == "int4" and not fits(tuple(weight.shape)):
+            mode = "int8"  # K not a multiple of the group: the next precision up
+        if mode == "int4" and not on_cpu:
+            codes, params = int_linear.quantize_int4(weight, self.dtype)
+            self.layers[name] = lambda q: int_linear.Int4GemvLinear.holding(q, params)
+            return int_gemv.pack(codes)
+        if mode == "int4":
+            codes, params = int_linear.quantize_int4(weight, self.dtype)
+            self.layers[name] = lambda q: int_linear.Int4Linear.holding(q, params)
+            return int_linear.pack_int4(codes)
+        codes, scale = int_linear.quantize_int8(weight, self.dtype)
+        self.layers[name] = lambda q: int_linear.Int8Linear.holding(q, scale)
+        if self.device.type == "cpu":
+            cpu_gemv.prepare()  # built now (once per machine), not in the first frame
+        return codes
 
     def finish(self, model: nn.Module) -> nn.Module:
         """Swap every Linear (embedding) holding e4m3 codes for an ``FP8Linear``
@@ -304,6 +316,17 @@ def quantize_model(model: nn.Module, mode: str = "fp8", skip=DEFAULT_SKIP,
     return converter.finish(model)
 
 
+def joinable(first: nn.Module, second: nn.Module) -> bool:
+    """Whether ``join_rows`` may try the two layers: one kind, the same inputs, no bias, plain
+    parameters of one dtype (no torchao tensor subclass, no oneDNN packing)."""
+    if (type(first) is not type(second) or first.in_features != second.in_features
+            or getattr(first, "bias", None) is not None
+            or getattr(second, "bias", None) is not None):
+        return False
+    w1, w3 = first.weight, second.weight
+    return type(w1) is nn.Parameter and not w1.is_mkldnn and w1.dtype == w3.dtype
+
+
 def join_rows(first: nn.Module, second: nn.Module) -> nn.Module | None:
     """One bias-free Linear computing ``cat([first(x), second(x)], -1)`` (a SwiGLU's ``w1`` and
     ``w3`` as one ``w13`` GEMV: one kernel, one launch), or None where the two cannot be joined
@@ -312,26 +335,38 @@ def join_rows(first: nn.Module, second: nn.Module) -> nn.Module | None:
     Every kind here is quantized row by row (FP8 and int8 a scale per row, int4 a (scale, zero)
     per group of a row), so the joined layer holds exactly both layers' codes and parameters:
     its rows concatenated, their scales with them."""
-    kind = type(first)
-    if (kind is not type(second) or first.in_features != second.in_features
-            or getattr(first, "bias", None) is not None
-            or getattr(second, "bias", None) is not None):
+    join = _JOINS.get(type(first))
+    if join is None or not joinable(first, second):
         return None
-    w1, w3 = first.weight, second.weight
-    if type(w1) is not nn.Parameter or w1.is_mkldnn or w1.dtype != w3.dtype:
-        return None
+    return join(first, second)
+
+
+def _join_linear(first: nn.Linear, second: nn.Linear) -> nn.Linear:
     rows = first.out_features + second.out_features
-    if kind is nn.Linear:
-        joined = nn.Linear(first.in_features, rows, bias=False, device="meta")
-        joined.weight = nn.Parameter(torch.cat([w1, w3]), requires_grad=False)
-        return joined
-    if kind is FP8Linear:
-        joined = FP8Linear(first.in_features, rows, first.path, device="meta")
-        joined.set_quantized(torch.cat([w1, w3]), torch.cat([first.scale, second.scale]))
-        return joined
-    if kind is int_linear.Int8Linear:
-        return kind.holding(torch.cat([w1, w3]), torch.cat([first.scale, second.scale]))
-    if kind is int_linear.Int4GemvLinear:  # parameters [K / GROUP, N, 2]: rows are dim 1
-        return kind.holding(torch.cat([w1, w3]),
-                            torch.cat([first.scales_and_zeros, second.scales_and_zeros], 1))
-    return None
+    joined = nn.Linear(first.in_features, rows, bias=False, device="meta")
+    joined.weight = nn.Parameter(torch.cat([first.weight, second.weight]), requires_grad=False)
+    return joined
+
+
+def _join_fp8(first: FP8Linear, second: FP8Linear) -> FP8Linear:
+    rows = first.out_features + second.out_features
+    joined = FP8Linear(first.in_features, rows, first.path, device="meta")
+    joined.set_quantized(torch.cat([first.weight, second.weight]),
+                         torch.cat([first.scale, second.scale]))
+    return joined
+
+
+def _join_int8(first: nn.Module, second: nn.Module) -> nn.Module:
+    return type(first).holding(torch.cat([first.weight, second.weight]),
+                               torch.cat([first.scale, second.scale]))
+
+
+def _join_int4_gemv(first: nn.Module, second: nn.Module) -> nn.Module:
+    """Parameters ``[K / GROUP, N, 2]``: rows are dim 1."""
+    return type(first).holding(torch.cat([first.weight, second.weight]),
+                               torch.cat([first.scales_and_zeros, second.scales_and_zeros], 1))
+
+
+# the kinds join_rows joins, and how
+_JOINS = {nn.Linear: _join_linear, FP8Linear: _join_fp8, int_linear.Int8Linear: _join_int8,
+          int_linear.Int4GemvLinear: _join_int4_gemv}

@@ -249,23 +249,30 @@ def _build():
     try:
         why = _cannot_build()
         if why is None:
-            from torch.utils.cpp_extension import load_inline
-
-            _clear_stale_lock()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                module = load_inline(NAME, cpp_sources=[DECLARATIONS, SOURCE],
-                                     functions=["supported", "int8_gemv"],
-                                     extra_cflags=FLAGS,
-                                     extra_ldflags=["-fopenmp"], verbose=False)
-            if not module.supported():
-                module, why = None, "this CPU has no AVX-512 VNNI"
+            module, why = _compile()
     except Exception as e:  # noqa: BLE001 - a failed build, an unwritable cache, ...
         text = str(e).strip()
         first = text.splitlines()[0][:200] if text else ""
         module, why = None, f"could not be built ({type(e).__name__}: {first})"
     _state.update(module=module, why=why)
     return module
+
+
+def _compile():
+    """(the module, None), or (None, why) where this CPU cannot run it: compiled by
+    ``load_inline`` (its warnings held back)."""
+    from torch.utils.cpp_extension import load_inline
+
+    _clear_stale_lock()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = load_inline(NAME, cpp_sources=[DECLARATIONS, SOURCE],
+                             functions=["supported", "int8_gemv"],
+                             extra_cflags=FLAGS,
+                             extra_ldflags=["-fopenmp"], verbose=False)
+    if not module.supported():
+        return None, "this CPU has no AVX-512 VNNI"
+    return module, None
 
 
 def prepare() -> None:

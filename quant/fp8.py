@@ -292,6 +292,14 @@ def _refusal(layer: FP8Linear, path: str, dtype: torch.dtype) -> str | None:
     if path == "scaled_mm" and (w.shape[0] % 16 or w.shape[1] % 16):
         _settled[key] = "_scaled_mm needs K and N multiples of 16"
         return _settled[key]
+    _settled[key] = _probe(layer, path, dtype)
+    return _settled[key]
+
+
+def _probe(layer: FP8Linear, path: str, dtype: torch.dtype) -> str | None:
+    """Run ``layer`` on ``path`` once against the dequantized matmul: None when it agrees, else
+    why not."""
+    w = layer.weight
     x = torch.randn(1, w.shape[1], device=w.device).to(dtype)  # [1, K], batch-1 decode
     previous = layer.path
     try:
@@ -301,14 +309,12 @@ def _refusal(layer: FP8Linear, path: str, dtype: torch.dtype) -> str | None:
             ref = F.linear(x.float(), dequantize_rows(w, layer.scale, torch.float32))
         rel = float((y - ref).norm() / ref.norm().clamp(min=1e-30))
         ok = rel <= PROBE_REL_ERR[path]
-        _settled[key] = (None if ok else
-                         f"result off the dequantized matmul (relative error {rel:.3g})")
+        return None if ok else f"result off the dequantized matmul (relative error {rel:.3g})"
     except Exception as e:  # noqa: BLE001 - any refusal (compile error, unsupported shape) → dequant
         first = str(e).splitlines()[0] if str(e) else ""
-        _settled[key] = f"{type(e).__name__}: {first[:200]}"
+        return f"{type(e).__name__}: {first[:200]}"
     finally:
         layer.path = previous
-    return _settled[key]
 
 
 def fastest_path(layer: FP8Linear, batch: int = 1, repeats: int = 20,

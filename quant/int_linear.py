@@ -206,6 +206,14 @@ class Int8Linear(IntLinear):
 
 
 # ---------------------------------------------------------------------------- int4
+def _int4_step(k: int, device: torch.device, ratios: int) -> int:
+    """Rows of ``K`` columns quantized at a time by ``quantize_int4`` with ``ratios`` ratios."""
+    step = quantize_rows(k, device)
+    if device.type == "cpu":  # R copies of each temporary: keep each under QUANTIZE_BYTES
+        step = max(1, step // ratios)
+    return step
+
+
 def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
                   ) -> tuple[Tensor, Tensor]:
     """``w [N, K]`` → (codes ``[N, K]`` int32 in 0..15, ``scales_and_zeros [K / GROUP, N, 2]``
@@ -219,9 +227,7 @@ def quantize_int4(w: Tensor, dtype: torch.dtype, clip_ratios=CLIP_RATIOS
     params = torch.empty(k // GROUP, n, 2, dtype=dtype, device=w.device)
     # every ratio at once (a leading dim): the same numbers, a third of the kernels
     ratios = torch.tensor(clip_ratios, dtype=torch.float32, device=w.device).view(-1, 1, 1, 1)
-    step = quantize_rows(k, w.device)
-    if w.device.type == "cpu":  # R copies of each temporary: keep each under QUANTIZE_BYTES
-        step = max(1, step // len(clip_ratios))
+    step = _int4_step(k, w.device, len(clip_ratios))
     for i in range(0, n, step):
         g = w[i: i + step].float().reshape(-1, k // GROUP, GROUP)  # [r, G, GROUP]
         lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)

@@ -52,20 +52,23 @@ def planned_bytes(model: nn.Module, mode: str, skip=(), quantize_embeddings: boo
         quantize_embeddings = EMBEDDINGS_BY_MODE[mode]
     tables = {n: s for n, s in embedding_weights(model).items()
               if quantize_embeddings and not skipped(n, skip)}
-    total = 0
-    for name, p in model.named_parameters():
-        plain = p.numel() * p.element_size()
-        if name in tables:
-            total += fp8_rows_bytes(tables[name])
-        elif name not in linears or mode == "none":
-            total += plain
-        elif mode == "fp8":
-            total += fp8_rows_bytes(linears[name])
-        else:
-            total += quantized_bytes(layer_mode(name, mode), linears[name], p.element_size(),
-                                     mode in CPU_LAYERS and int_kernel(device) != "torchao",
-                                     int_kernel(device) == "triton")
-    return total
+    return sum(stored_bytes(name, p, mode, linears, tables, device)
+               for name, p in model.named_parameters())
+
+
+def stored_bytes(name: str, p: nn.Parameter, mode: str, linears: dict, tables: dict,
+                 device: str) -> int:
+    """The bytes of parameter ``name`` in ``planned_bytes``: ``tables`` (FP8 rows) and
+    ``linears`` (quantized with ``mode``) are the weights that change, by name → shape."""
+    if name in tables:
+        return fp8_rows_bytes(tables[name])
+    if name not in linears or mode == "none":
+        return p.numel() * p.element_size()
+    if mode == "fp8":
+        return fp8_rows_bytes(linears[name])
+    return quantized_bytes(layer_mode(name, mode), linears[name], p.element_size(),
+                           mode in CPU_LAYERS and int_kernel(device) != "torchao",
+                           int_kernel(device) == "triton")
 
 
 def quantized_bytes(mode: str, shape: tuple[int, int], plain_size: int, cpu: bool,

@@ -83,11 +83,13 @@ class CodecConfig:
         window = encoder.get("window_size", general.get("window_size"))
         if window is not None:
             out["encoder_window"] = window
+        out.update(self._quantizer_json(data.get("quantizer") or {}, name))
+        return replace(self, **out)
 
-        quant = data.get("quantizer") or {}
-        for key in ("n_codebooks", "codebook_size", "semantic_codebook_size", "codebook_dim"):
-            if key in quant:
-                out[key] = quant[key]
+    def _quantizer_json(self, quant: dict, name: str) -> dict:
+        """The fields a config's ``quantizer`` section overrides."""
+        out = {k: quant[k] for k in ("n_codebooks", "codebook_size", "semantic_codebook_size",
+                                     "codebook_dim") if k in quant}
         if "downsample_factor" in quant:
             out["downsample_factors"] = tuple(quant["downsample_factor"])
         if isinstance(quant.get("pre_module"), dict):
@@ -97,7 +99,7 @@ class CodecConfig:
                 raise CodecLoadError(f"{name}: quantizer pre_module and post_module must have the "
                                      f"same shape and window")
             out["quantizer_transformer"] = pre
-        return replace(self, **out)
+        return out
 
 
 def _transformer_from_json(module: dict, base: TransformerConfig) -> TransformerConfig:

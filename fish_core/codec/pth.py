@@ -110,14 +110,7 @@ def read_state_dict(path: str | Path):
     read by the restricted machine (module docstring); ``CodecLoadError`` otherwise."""
     path = Path(path)
     if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
-            head = f.read(2)
-        if head[:1] == b"\x80":
-            raise Refused(f"refusing to load {path}: it is in torch's legacy format (saved by "
-                          "torch before 1.6 or with _use_new_zipfile_serialization=False), "
-                          "which Sailfish does not read; save it again in the zip format")
-        raise CodecLoadError(f"cannot read {path}: it is not a torch checkpoint (a zip "
-                             "archive); corrupt or truncated?")
+        raise not_a_zip(path)
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -135,6 +128,19 @@ def read_state_dict(path: str | Path):
     except MemoryError:
         raise CodecLoadError(f"cannot read {path}: it needs more memory than this machine "
                              "has") from None
+
+
+def not_a_zip(path: Path) -> CodecLoadError:
+    """Why ``path``, not a zip archive, is not read: torch's legacy (pickle) format is refused,
+    anything else is no torch checkpoint."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head[:1] == b"\x80":
+        return Refused(f"refusing to load {path}: it is in torch's legacy format (saved by "
+                       "torch before 1.6 or with _use_new_zipfile_serialization=False), "
+                       "which Sailfish does not read; save it again in the zip format")
+    return CodecLoadError(f"cannot read {path}: it is not a torch checkpoint (a zip "
+                          "archive); corrupt or truncated?")
 
 
 class Archive:
@@ -179,6 +185,24 @@ class Archive:
         """The ``size`` bytes of entry ``info``, checked against what the file holds before
         anything is allocated, then read a chunk at a time (the zip's CRC is checked at the
         end)."""
+        self.admit(info)
+        name = info.filename
+        buffer = bytearray(size)
+        view, got = memoryview(buffer), 0
+        with self.archive.open(info) as f:
+            while got < size:
+                piece = f.read(min(CHUNK, size - got))
+                if not piece:
+                    break
+                view[got:got + len(piece)] = piece
+                got += len(piece)
+            if got != size or f.read(1):
+                raise CodecLoadError(f"{self.name}: {name} ends early (truncated?)")
+        return buffer
+
+    def admit(self, info: zipfile.ZipInfo) -> None:
+        """Refuse entry ``info`` unless it is plain (stored or deflated, not encrypted), lies
+        inside the file, and inflates within the archive's allowance (then charged to it)."""
         name = info.filename
         if info.flag_bits & 0x61:  # encrypted, strongly encrypted, or a patch
             raise self.refused(f"{name} is encrypted or patched (general purpose flags "
@@ -200,18 +224,6 @@ class Archive:
                     f"deflated entries may grow past twice their size by "
                     f"{INFLATE_ALLOWANCE >> 20} MiB in all (torch.save stores them uncompressed)")
             self.inflate_left -= growth
-        buffer = bytearray(size)
-        view, got = memoryview(buffer), 0
-        with self.archive.open(info) as f:
-            while got < size:
-                piece = f.read(min(CHUNK, size - got))
-                if not piece:
-                    break
-                view[got:got + len(piece)] = piece
-                got += len(piece)
-            if got != size or f.read(1):
-                raise CodecLoadError(f"{self.name}: {name} ends early (truncated?)")
-        return buffer
 
     def storage(self, kind: Global, key, location, numel) -> Storage:
         """The storage a persistent id names, checked against its archive entry."""
@@ -357,6 +369,19 @@ class Machine:
 
     def tensor(self, storage, offset, size, stride, requires_grad, hooks, metadata=None):
         """``_rebuild_tensor_v2``: a view of ``storage``, every argument checked."""
+        self._check_tensor(storage, offset, size, stride, requires_grad, hooks, metadata)
+        count = self._view_count(storage, offset, size, stride)
+        data = self.archive.data(storage)  # its declared size checked against the file
+        nbytes = count * data.element_size()
+        if nbytes > self.archive.views_left:
+            self._bad_tensor(f"views of more bytes in all than the file holds ({self.archive.size}"
+                             " bytes; at most twice that plus "
+                             f"{VIEW_ALLOWANCE >> 20} MiB)")
+        self.archive.views_left -= nbytes
+        return data.as_strided(size, stride, offset)
+
+    def _check_tensor(self, storage, offset, size, stride, requires_grad, hooks, metadata):
+        """The arguments' types: a storage, integers in range, no grad flag, hooks or metadata."""
         if not isinstance(storage, Storage):
             self._bad_tensor("a first argument that is not a storage")
         ints = ((offset, *size, *stride) if isinstance(size, tuple) and
@@ -372,6 +397,10 @@ class Machine:
             self._bad_tensor("backward hooks (a state dict has none)")
         if metadata is not None and metadata != {}:
             self._bad_tensor("tensor metadata (a state dict has none)")
+
+    def _view_count(self, storage: Storage, offset: int, size: tuple, stride: tuple) -> int:
+        """How many values the view holds, checked to lie inside ``storage`` and not to repeat
+        its elements."""
         count = 1
         for n in size:
             count *= n
@@ -384,14 +413,7 @@ class Machine:
             self._bad_tensor(f"a view of {count} values over storage {storage.key}, which "
                              f"holds {storage.numel} (a state dict's tensors are views inside "
                              "their storage, never repeating it)")
-        data = self.archive.data(storage)  # its declared size checked against the file
-        nbytes = count * data.element_size()
-        if nbytes > self.archive.views_left:
-            self._bad_tensor(f"views of more bytes in all than the file holds ({self.archive.size}"
-                             " bytes; at most twice that plus "
-                             f"{VIEW_ALLOWANCE >> 20} MiB)")
-        self.archive.views_left -= nbytes
-        return data.as_strided(size, stride, offset)
+        return count
 
     def persistent(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"

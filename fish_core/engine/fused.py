@@ -291,6 +291,36 @@ def _rows(t: Tensor, width: int) -> Tensor:
     return t.contiguous().view(-1, width)
 
 
+def _rms_norm_fake(x, weight, eps):
+    return torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype),
+                       device=x.device)
+
+
+def _add_rms_norm_fake(x, delta, weight, eps):
+    return torch.empty_like(x), _rms_norm_fake(x, weight, eps)
+
+
+def _qk_rope_fake(qk, q_weight, k_weight, rotation, heads, eps):
+    return torch.empty(qk.shape, dtype=qk.dtype, device=qk.device)
+
+
+def _silu_mul_fake(a, b):
+    return torch.empty(a.shape, dtype=a.dtype, device=a.device)
+
+
+def _qk_rope_store_fake(qkv, q_weight, k_weight, rotation, heads, eps, k_cache, v_cache, slots,
+                        start):
+    return qkv.new_empty(qkv.shape[0], qkv.shape[1], heads, qkv.shape[3])
+
+
+# name, the function, its fake (shapes for torch.compile), the arguments it writes
+_OPS = (("rms_norm", _rms_norm, _rms_norm_fake, ()),
+        ("add_rms_norm", _add_rms_norm, _add_rms_norm_fake, ()),
+        ("qk_rope", _qk_rope, _qk_rope_fake, ()),
+        ("silu_mul", _silu_mul, _silu_mul_fake, ()),
+        ("qk_rope_store", _qk_rope_store, _qk_rope_store_fake, ("k_cache", "v_cache")))
+
+
 def _register():
     """The ``torch.ops.sailfish`` ops, registered once per process (the pack may be imported
     under two package names: ComfyUI's and the tests')."""
@@ -300,24 +330,9 @@ def _register():
                 ops.qk_rope_store)
     except (AttributeError, RuntimeError):
         pass
-    rms = torch.library.custom_op("sailfish::rms_norm", _rms_norm, mutates_args=())
-    rms.register_fake(lambda x, weight, eps: torch.empty(
-        x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device))
-    add = torch.library.custom_op("sailfish::add_rms_norm", _add_rms_norm, mutates_args=())
-    add.register_fake(lambda x, delta, weight, eps: (
-        torch.empty_like(x),
-        torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype),
-                    device=x.device)))
-    rope = torch.library.custom_op("sailfish::qk_rope", _qk_rope, mutates_args=())
-    rope.register_fake(lambda qk, q_weight, k_weight, rotation, heads, eps: torch.empty(
-        qk.shape, dtype=qk.dtype, device=qk.device))
-    silu = torch.library.custom_op("sailfish::silu_mul", _silu_mul, mutates_args=())
-    silu.register_fake(lambda a, b: torch.empty(a.shape, dtype=a.dtype, device=a.device))
-    store = torch.library.custom_op("sailfish::qk_rope_store", _qk_rope_store,
-                                    mutates_args=("k_cache", "v_cache"))
-    store.register_fake(lambda qkv, q_weight, k_weight, rotation, heads, eps, k_cache, v_cache,
-                        slots, start: qkv.new_empty(qkv.shape[0], qkv.shape[1], heads,
-                                                    qkv.shape[3]))
+    for name, function, fake, mutates in _OPS:
+        op = torch.library.custom_op(f"sailfish::{name}", function, mutates_args=mutates)
+        op.register_fake(fake)
     return ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul, ops.qk_rope_store
 
 

@@ -158,18 +158,8 @@ class Attention(nn.Module):
         ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
         if cache is not None and getattr(cache, "index", None) is None and fused.routed(x):
-            # one kernel: QK-norm, RoPE and the KV write (the cache, or a view of its rows)
-            qkv = self.wqkv(x).view(B, S, -1, self.head_dim)
-            q = fused.qk_rope_store(
-                qkv, None if self.q_norm is None else self.q_norm.weight,
-                None if self.k_norm is None else self.k_norm.weight, rope, self.n_head,
-                0.0 if self.q_norm is None else self.q_norm.eps, cache.k, cache.v,
-                None if isinstance(pos, int) else pos, pos if isinstance(pos, int) else 0)
-            q = q.transpose(1, 2)
-            end = pos + S if isinstance(pos, int) else S
+            q, keys, values = self.project_store(x, rope, pos, mask, cache)
             k = v = None
-            keys, values = ((cache.k, cache.v) if mask is not None
-                            else (cache.k[:, :, :end], cache.v[:, :, :end]))
         else:
             q, k, v = self.project(x, rope)
             keys, values = (k, v) if cache is None else cache.write(pos, k, v)
@@ -182,6 +172,24 @@ class Attention(nn.Module):
                                                values if v is None else v, is_causal=S > 1,
                                                enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(B, S, -1))
+
+    def project_store(self, x: Tensor, rope: Tensor, pos: Tensor | int, mask: Tensor | None,
+                      cache: KVCache) -> tuple[Tensor, Tensor, Tensor]:
+        """``project`` and the KV write in one kernel (QK-norm, RoPE and the store into the
+        cache, or a view of its rows): the queries ``[B, H, S, Dh]`` and the keys and values to
+        attend to, the whole cache with a ``mask``, else its slots up to the last one written."""
+        B, S, _ = x.shape
+        qkv = self.wqkv(x).view(B, S, -1, self.head_dim)
+        q = fused.qk_rope_store(
+            qkv, None if self.q_norm is None else self.q_norm.weight,
+            None if self.k_norm is None else self.k_norm.weight, rope, self.n_head,
+            0.0 if self.q_norm is None else self.q_norm.eps, cache.k, cache.v,
+            None if isinstance(pos, int) else pos, pos if isinstance(pos, int) else 0)
+        q = q.transpose(1, 2)
+        end = pos + S if isinstance(pos, int) else S
+        keys, values = ((cache.k, cache.v) if mask is not None
+                        else (cache.k[:, :, :end], cache.v[:, :, :end]))
+        return q, keys, values
 
 
 def grouped_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:

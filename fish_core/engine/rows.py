@@ -197,32 +197,35 @@ class RowBatch:
                   seed: int | None = None, generator: torch.Generator | None = None,
                   stop_on_eos: bool = True) -> tuple[list[int], Tensor]:
         """Prefill the prompts (each ``[1 + K, T]``) together into the lowest free rows; returns
-        the rows and their first columns ``[B, 1 + K]`` (CPU). ``seeds``/``seed``/``generator``
-        as in ``generate``; ``prefixes``: each prompt's voice-prefix length (0: none), its KV
-        reused from or kept in the prefix cache; ``stop_on_eos=False`` runs every row to its
-        length limit (benchmarks)."""
+        the rows and their first columns ``[B, 1 + K]`` (CPU). ``seeds``/``seed``/``generator``,
+        ``prefixes`` (0: none) and ``stop_on_eos`` as in ``generate``."""
         engine = self.engine
         self.check()
         prompts, params = check_requests(engine, prompts, params)
-        if prefixes is not None and len(prefixes) != len(prompts):
-            raise GenerationError(f"prefixes must hold one length per prompt: got "
-                                  f"{len(prefixes)} for {len(prompts)} prompts")
+        check_prefixes(prefixes, prompts)
         rows = self.free_rows(len(prompts))
         draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
         self.read()
         self.fit(max(lengths) + max(steps))
-        at = index(rows, engine.device)
-        sampling = sampling_tensors(engine, params)
-        for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
-            state[at] = value
+        sampling = self.set_sampling(rows, params)
         column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling,
                                      *first_draws(engine, draws, len(prompts)))
         joined = [Row(n, T, s, stop_on_eos) for n, T, s in zip(steps, lengths, row_seeds)]
         host = self.place(rows, column, joined)
         self.draws += draws
         return rows, host
+
+    def set_sampling(self, rows: list[int], params: list[SamplingParams]
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+        """Put the joining rows' settings in the batch's state; returns them (``[B, 1]`` each,
+        ``sampling_tensors``)."""
+        at = index(rows, self.engine.device)
+        sampling = sampling_tensors(self.engine, params)
+        for state, value in zip((self.temperature, self.top_p, self.top_k), sampling):
+            state[at] = value
+        return sampling
 
     def free_rows(self, n: int) -> list[int]:
         """The lowest ``n`` free rows (a joining request keeps the busy prefix short)."""
@@ -284,10 +287,16 @@ class RowBatch:
         self.window[:n] = window
         self.pos += self.advance
         self.count_frame(running)
-        if self.pending and self.pending[-1][0].shape[0] != n:
+        return self.hold(column, running, read)
+
+    def hold(self, column: Tensor, running: list[int], read: bool) -> Tensor | None:
+        """Keep a frame's columns ``[n, 1 + K]`` (of the ``running`` rows) to be read; held
+        frames of another row count are read first. Read them now with ``read`` (returned), or
+        once ``Engine.check_every`` frames are held (None returned, as when they wait)."""
+        if self.pending and self.pending[-1][0].shape[0] != column.shape[0]:
             self.read()
         self.pending.append((column, running))
-        if read or len(self.pending) >= engine.check_every:
+        if read or len(self.pending) >= self.engine.check_every:
             last = self.read()
             return last if read else None
         return None
@@ -374,9 +383,7 @@ def check_requests(engine: Engine, prompts: Tensor | Sequence[Tensor],
                    ) -> tuple[list[Tensor], list[SamplingParams]]:
     """Validate the prompts (each ``[1 + K, T]``, shorter than the engine's context) and pair
     them with their SamplingParams (one for all, or one each)."""
-    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
-    if not prompts:
-        raise GenerationError("prompts must hold at least one prompt")
+    prompts = prompt_list(prompts)
     params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     if len(params) != len(prompts):
         raise GenerationError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
@@ -390,6 +397,21 @@ def check_requests(engine: Engine, prompts: Tensor | Sequence[Tensor],
         raise GenerationError(f"prompt is too long: {longest} tokens, the context "
                               f"length is {engine.max_context}")
     return prompts, params
+
+
+def prompt_list(prompts: Tensor | Sequence[Tensor]) -> list[Tensor]:
+    """One prompt or several, as a list of at least one."""
+    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
+    if not prompts:
+        raise GenerationError("prompts must hold at least one prompt")
+    return prompts
+
+
+def check_prefixes(prefixes: Sequence[int] | None, prompts: list[Tensor]) -> None:
+    """``prefixes``, when given, holds one voice-prefix length per prompt."""
+    if prefixes is not None and len(prefixes) != len(prompts):
+        raise GenerationError(f"prefixes must hold one length per prompt: got "
+                              f"{len(prefixes)} for {len(prompts)} prompts")
 
 
 def sampling_tensors(engine: Engine, params: list[SamplingParams]
@@ -442,30 +464,37 @@ def generate(engine: Engine, prompts: Tensor | Sequence[Tensor],
              stop_on_eos: bool = True,
              prefixes: Sequence[int] | None = None) -> list[Generated]:
     """One prompt ``[1 + K, T]`` or several, joining one ``RowBatch`` together and decoding
-    until each has ended (``run_to_end``).
+    until each has ended (``decode_rows``).
 
     Randomness: ``seed`` (or a ready ``generator``) drives the whole batch; ``seeds`` (one per
     prompt) gives each row its own generator, so row b draws exactly what a one-prompt run with
-    ``seed=seeds[b]`` draws. With none of them a random seed is used. ``on_frame(done, total)``
-    reports progress; ``on_column(column)`` receives each new column ``[B, 1 + K]`` (CPU, the
-    first one from the prefill; one host sync per frame) for streaming — a row's columns past
-    its own end are dropped from its result. ``cancel()`` returning True raises Cancelled.
-    ``stop_on_eos=False`` runs every row to its ``max_new_tokens`` (for benchmarks).
-    ``prefixes``: each prompt's voice-prefix length (``Engine.prefill``), whose KV is reused
-    from, or kept in, the prefix cache."""
-    prompts = [prompts] if isinstance(prompts, Tensor) else list(prompts)
-    if not prompts:
-        raise GenerationError("prompts must hold at least one prompt")
+    ``seed=seeds[b]`` draws; with none of them, a random seed. ``on_frame``, ``on_column`` and
+    ``cancel`` as in ``decode_rows``. ``stop_on_eos=False`` runs every row to its
+    ``max_new_tokens`` (for benchmarks). ``prefixes``: each prompt's voice-prefix length
+    (``Engine.prefill``), whose KV is reused from, or kept in, the prefix cache."""
+    prompts = prompt_list(prompts)
     check_settings(params, seed, seeds)  # the engine's own door (a Request came checked)
     batch = RowBatch(engine, len(prompts))
     rows, column = batch.join_many(prompts, params, seeds, prefixes, seed=seed,
                                    generator=generator, stop_on_eos=stop_on_eos)
+    decode_rows(batch, rows, column, on_frame, on_column, cancel)
+    return [batch.leave(r) for r in rows]
+
+
+def decode_rows(batch: RowBatch, rows: list[int], column: Tensor,
+                on_frame: Callable[[int, int], None] | None,
+                on_column: Callable[[Tensor], None] | None,
+                cancel: Callable[[], bool] | None) -> None:
+    """Decode the joined ``rows`` (first columns ``column``) until each has ended
+    (``run_to_end``). ``on_frame(done, total)`` reports progress; ``on_column(column)`` receives
+    each new column ``[B, 1 + K]`` (CPU, the first one from the prefill; one host sync per
+    frame) for streaming — a row's columns past its own end are dropped from its result.
+    ``cancel()`` returning True raises Cancelled."""
     show = on_column or (lambda column: None)
     show(column)
     total = max(batch.slots[r].steps for r in rows)
     run_to_end(lambda: show(batch.step(read=on_column is not None)),
                lambda: not all(batch.ended(r) for r in rows), total, on_frame, cancel)
-    return [batch.leave(r) for r in rows]
 
 
 def run_to_end(step: Callable[[], object], running: Callable[[], bool], total: int,

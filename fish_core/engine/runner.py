@@ -28,6 +28,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
+from .config import ModelConfig
 from .cuda_graph import FrameGraph
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
@@ -52,6 +53,14 @@ def packed_weights(model: torch.nn.Module) -> bool:
     return any(p.is_mkldnn for p in model.parameters())
 
 
+def sampled_rows(c: ModelConfig) -> list[int]:
+    """Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
+    vocabulary order. Logits are computed for these rows only; every other row carries the
+    reference's -inf bias, so its probability is exactly 0 and it can never be drawn."""
+    return sorted({c.eos_token_id, *range(c.semantic_start_token_id,
+                                          c.semantic_end_token_id + 1)})
+
+
 class Engine:
     """Runs one ``DualAR`` model: its decode step and its KV cache. Not thread-safe: one decode
     at a time (``claim``).
@@ -67,13 +76,22 @@ class Engine:
                  prefix_cache_mb: float | None = None):
         self.model = model
         self.config = c = model.config
-        # Rows of the tied head that can be sampled: <|im_end|> and the semantic range, in
-        # vocabulary order. Logits are computed for these rows only; every other row carries the
-        # reference's -inf bias, so its probability is exactly 0 and it can never be drawn.
-        self.allowed = sorted({c.eos_token_id, *range(c.semantic_start_token_id,
-                                                       c.semantic_end_token_id + 1)})
+        self.allowed = sampled_rows(c)
         self.max_context = min(max_context or c.text.max_seq_len, c.text.max_seq_len)
         self.eos_check_every = eos_check_every
+        self.empty_state()
+        # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
+        self.prefixes = PrefixCache(megabytes(prefix_cache_mb))
+        self.follow_model()
+        self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
+        self.choose_step(compile)
+        self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
+        # from a CUDA graph per row (``first_column``); off after a failed capture.
+        self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
+
+    def empty_state(self) -> None:
+        """What a new engine starts with: no caches, graphs, weights seen, claim or fallback."""
         self.caches: Caches | None = None
         self._views: dict[int, CacheRows] = {}  # rows 0 .. n - 1 of the caches, by n
         self._graphs: dict[int, FrameGraph] = {}  # by row count, for these caches and weights
@@ -86,15 +104,6 @@ class Engine:
         self.lock = threading.RLock()
         self.graph_captures = 0
         self.fallbacks: list[str] = []
-        # Reference-prefix KV reuse (prefix_cache.py): None = the default budget, 0 = off.
-        self.prefixes = PrefixCache(megabytes(prefix_cache_mb))
-        self.follow_model()
-        self.compile_cache = compile_cache or os.environ.get("SAILFISH_COMPILE_CACHE")
-        self.choose_step(compile)
-        self.cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
-        # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
-        # from a CUDA graph per row (``first_column``); off after a failed capture.
-        self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
 
     def choose_step(self, compile: bool | str) -> None:
         """The decode step: eager (``None``), compiled, or measured and picked (``"auto"``).
@@ -293,7 +302,7 @@ class Engine:
 
         ``rand_main``/``rand_high`` ``[B, V]`` (full vocabulary, as the reference draws them),
         ``rand_fast`` ``[K - 1, B, C]``; ``window [B, W]`` or None (prefill: no RAS)."""
-        c, model = self.config, self.model
+        c = self.config
         caches = self.caches if caches is None else caches
         main = self.main_token(hidden, window, temperature, top_p, top_k, rand_main, rand_high)
 
@@ -302,7 +311,14 @@ class Engine:
         # The codebooks' settings are made ready once and their random numbers' logs taken in
         # one kernel (``sampling.draw``).
         settings = prepare(temperature, top_p, top_k, c.codebook_size)
-        log_fast = torch.log(rand_fast)
+        codes = self.fast_codes(hidden, main, settings, torch.log(rand_fast), caches)
+        return torch.stack([main, *codes], dim=1)
+
+    def fast_codes(self, hidden: Tensor, main: Tensor, settings, log_fast: Tensor,
+                   caches: Caches | CacheRows) -> list[Tensor]:
+        """The fast AR's codes ``K x [B]`` after the main token ``[B]``: the semantic code c0,
+        then one drawn per codebook (``log_fast [K - 1, B, C]``)."""
+        c, model = self.config, self.model
         code = torch.clamp(main - c.semantic_start_token_id, 0, c.codebook_size - 1)
         codes = [code]
         x = torch.stack([hidden, model.fast_embeddings(code)], dim=1)  # [B, 2, D]
@@ -313,7 +329,7 @@ class Engine:
             if k + 1 < c.num_codebooks:
                 x = model.fast_embeddings(code).unsqueeze(1)
                 logits = model.fast_forward(x, k + 1, caches)[:, -1]
-        return torch.stack([main, *codes], dim=1)
+        return codes
 
     def main_token(self, hidden: Tensor, window: Tensor | None, temperature: Tensor,
                    top_p: Tensor, top_k: Tensor, rand_main: Tensor, rand_high: Tensor) -> Tensor:
@@ -395,35 +411,37 @@ class Engine:
     def prefill(self, prompts: Tensor, lengths: Tensor | Sequence[int],
                 prefixes: Sequence[int] | None = None,
                 rows: Sequence[int] | None = None) -> Tensor:
-        """Run the right-padded prompts ``[B, 1 + K, T]`` (on the CPU or the device) into cache
-        rows ``rows`` (default ``0 .. B - 1``); returns each prompt's last hidden state
-        ``[B, D]``. Padding sits after the real tokens, so causal attention never sees it, and
-        its cache slots are overwritten by the generated frames before any query can reach them.
+        """Run the right-padded prompts ``[B, 1 + K, T]`` (CPU or device) into cache rows
+        ``rows`` (default ``0 .. B - 1``); returns each prompt's last hidden state ``[B, D]``.
+        Padding sits after the real tokens: causal attention never sees it, and generated frames
+        overwrite its cache slots before any query can reach them.
 
         ``prefixes`` (one length per prompt, 0 = none) marks each prompt's voice prefix: its KV
         is put in the row's first slots first (``load_prefixes``: reused, or run on its own) and
         only the rest of the prompt is run after it, attending through a per-row mask. The
         prompts with a prefix and those without run apart, each kind in one batch, so how a
         prompt is prefilled never depends on the prompts it joins with."""
-        B = prompts.shape[0]
-        rows = list(range(B)) if rows is None else list(rows)
+        rows = list(range(prompts.shape[0])) if rows is None else list(rows)
         lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
         starts = self.load_prefixes(prompts, lengths, prefixes, rows)
         on_device = prompts.to(self.device)
-        hidden = None
-        for group in ([b for b in range(B) if not starts[b]], [b for b in range(B) if starts[b]]):
-            if not group:
-                continue
-            run = self.prefill_after if starts[group[0]] else self.prefill_whole
-            part = run(on_device if len(group) == B else on_device[group],
-                       [lengths[b] for b in group], [starts[b] for b in group],
-                       self.cache_rows([rows[b] for b in group]))
-            if len(group) == B:
-                return part
-            if hidden is None:
-                hidden = part.new_empty(B, part.shape[-1])
+        groups = prefill_groups(starts)
+        parts = [self.prefill_group(on_device, group, lengths, starts, rows) for group in groups]
+        if len(parts) == 1:
+            return parts[0]
+        hidden = parts[0].new_empty(prompts.shape[0], parts[0].shape[-1])
+        for group, part in zip(groups, parts):
             hidden[group] = part
         return hidden
+
+    def prefill_group(self, prompts: Tensor, group: list[int], lengths: list[int],
+                      starts: list[int], rows: list[int]) -> Tensor:
+        """The last hidden states ``[G, D]`` of the prompts ``group`` (all with a prefix, or
+        all without) of ``prompts [B, 1 + K, T]``, run into their cache rows."""
+        run = self.prefill_after if starts[group[0]] else self.prefill_whole
+        return run(prompts if len(group) == prompts.shape[0] else prompts[group],
+                   [lengths[b] for b in group], [starts[b] for b in group],
+                   self.cache_rows([rows[b] for b in group]))
 
     def prefill_whole(self, prompts: Tensor, lengths: list[int], starts: list[int],
                       caches: Caches | CacheRows) -> Tensor:
@@ -455,18 +473,24 @@ class Engine:
             if key in done:
                 self.copy_prefix(done[key], row, length)
             else:
-                entry = self.prefixes.get(key, ids) if self.prefixes.enabled else None
-                if entry is not None:
-                    for cache, keys, values in zip(self.caches.slow, entry.keys, entry.values):
-                        cache.k[row, :, :length] = keys
-                        cache.v[row, :, :length] = values
-                else:
-                    self.run_prefix(prompts[b:b + 1, :, :length].to(self.device), row)
-                    if self.prefixes.enabled:
-                        self.prefixes.put(key, self.kept_prefix(ids, row))
+                self.place_prefix(key, ids, prompts[b:b + 1, :, :length], row)
                 done[key] = row
             starts[b] = length
         return starts
+
+    def place_prefix(self, key: tuple, ids: Tensor, prefix: Tensor, row: int) -> None:
+        """Put the KV of one prefix ``prefix [1, 1 + K, P]`` (``ids`` on the CPU) in cache row
+        ``row``: the kept copy when the prefix cache holds it, else run (and kept when on)."""
+        entry = self.prefixes.get(key, ids) if self.prefixes.enabled else None
+        if entry is not None:
+            length = ids.shape[-1]
+            for cache, keys, values in zip(self.caches.slow, entry.keys, entry.values):
+                cache.k[row, :, :length] = keys
+                cache.v[row, :, :length] = values
+            return
+        self.run_prefix(prefix.to(self.device), row)
+        if self.prefixes.enabled:
+            self.prefixes.put(key, self.kept_prefix(ids, row))
 
     def run_prefix(self, prefix: Tensor, row: int) -> None:
         """The slow AR's KV of one prefix ``[1, 1 + K, P]``, run alone from slot 0 into cache
@@ -504,6 +528,13 @@ class Engine:
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
         last = torch.tensor(rest, device=self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
+
+
+def prefill_groups(starts: list[int]) -> list[list[int]]:
+    """The prompts without a voice prefix, then those with one (``starts``: 0 = none), each
+    kind when there is any."""
+    groups = ([b for b, s in enumerate(starts) if not s], [b for b, s in enumerate(starts) if s])
+    return [group for group in groups if group]
 
 
 def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:

@@ -44,11 +44,10 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     with ``quantization`` (``quant.MODES``; None = "none").
 
     An FP8 checkpoint stays FP8 unless a torchao mode is asked for. ``fp8_path`` picks how FP8
-    Linear layers run (``quant.fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``);
-    ``skip`` lists fnmatch patterns of module names (Linear layers, embedding tables) kept in
-    bf16. ``quantize_embeddings`` stores the embedding tables as FP8 rows (None: the mode's
-    default, ``quant.EMBEDDINGS_BY_MODE``; tables stored as FP8 in the checkpoint stay FP8
-    unless it is False)."""
+    Linear layers run (``quant.fp8.PATHS``; default ``$SAILFISH_FP8_PATH`` or ``auto``); ``skip``
+    lists fnmatch patterns of module names (Linear layers, embedding tables) kept in bf16.
+    ``quantize_embeddings`` stores the embedding tables as FP8 rows (None: the mode's default,
+    ``quant.EMBEDDINGS_BY_MODE``; tables stored as FP8 stay FP8 unless it is False)."""
     folder, device = Path(folder), torch.device(device)
     mode = quant.normalize_mode(quantization)
     config = config or ModelConfig.from_file(folder)
@@ -56,6 +55,17 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
     fp8_stored = is_fp8_checkpoint(folder)
     converter = choose_converter(model, folder, mode, device, dtype, fp8_stored, fp8_path, skip,
                                  quantize_embeddings)
+    load_weights(model, folder, device, dtype, converter, fp8_stored)
+    model = converter.finish(model) if converter else model
+    if device.type == "cuda":  # launch-bound decode: w1 and w3 as one GEMV
+        join_feed_forwards(model)
+    return model.eval()
+
+
+def load_weights(model: DualAR, folder: Path, device: torch.device, dtype: torch.dtype,
+                 converter, fp8_stored: bool) -> None:
+    """Fill the meta ``model`` with ``folder``'s weights (FP8 or plain), through ``converter``,
+    and make its buffers on ``device``."""
     with separate_large_buffers():
         if fp8_stored:
             load_fp8(model, folder, device, dtype, converter,
@@ -63,10 +73,6 @@ def load_model(folder: str | Path, device: str | torch.device = "cpu",
         else:
             load_plain(model, folder, device, dtype, converter)
     model.reset_buffers(device)
-    model = converter.finish(model) if converter else model
-    if device.type == "cuda":  # launch-bound decode: w1 and w3 as one GEMV
-        join_feed_forwards(model)
-    return model.eval()
 
 
 def join_feed_forwards(model: DualAR) -> int:

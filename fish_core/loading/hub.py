@@ -65,10 +65,7 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
     Hugging Face repo id (``owner/name``). Downloads into ``models_dir/<name>`` when needed."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        if not is_model_dir(path):
-            raise ModelNotFound(f"{path} is not an S2 checkpoint folder (needs config.json and "
-                                "tokenizer.json, and codec.pth for audio)")
-        return path
+        return checked_folder(path)
     spec = str(spec)
     variant = VARIANTS.get(spec)
     models = Path(models_dir or DEFAULT_MODELS_DIR).expanduser()
@@ -87,6 +84,14 @@ def resolve(spec: str | os.PathLike, models_dir: str | os.PathLike | None = None
     if not download:
         raise ModelNotFound(f"model {spec!r} is not in {target.parent} and downloading is off")
     return fetch(variant, target)
+
+
+def checked_folder(path: Path) -> Path:
+    """``path``, a folder, when it is an S2 checkpoint folder."""
+    if not is_model_dir(path):
+        raise ModelNotFound(f"{path} is not an S2 checkpoint folder (needs config.json and "
+                            "tokenizer.json, and codec.pth for audio)")
+    return path
 
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
@@ -136,12 +141,25 @@ def fetch(variant: Variant, target: Path, required: tuple[str, ...] = REQUIRED_F
     (``yours``; the hub's own retry warnings are held back). ``required``: the files the
     folder must hold afterwards (an S2 checkpoint's by default); ``flag`` is named in the
     announcement as the way to use a folder instead."""
-    import logging
     import sys
 
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
+    refuse_download(variant, target, yours)
+    print(announce(variant, target, flag), file=sys.stderr, flush=True)
+    download(variant, target, yours)
+    if not all((target / f).is_file() for f in required):
+        raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
+                            f"{' / '.join(required)}")
+    return target
 
+
+def could_not(variant: Variant, target: Path) -> str:
+    """The start of a failed download's line."""
+    return f"could not download {variant.name} ({variant.repo_id}) into {target}"
+
+
+def refuse_download(variant: Variant, target: Path, yours: str) -> None:
+    """Raise ``ModelNotFound`` when ``variant`` is not to be downloaded (a built-in one with no
+    reviewed revision) or cannot be (``HF_HUB_OFFLINE``, the hub unreachable)."""
     if VARIANTS.get(variant.name) is variant and not variant.revision:
         raise ModelNotFound(
             f"model {variant.name!r} ({variant.repo_id}): this release pins no reviewed "
@@ -153,12 +171,20 @@ def fetch(variant: Variant, target: Path, required: tuple[str, ...] = REQUIRED_F
         raise ModelNotFound(
             f"model {variant.name!r} ({variant.repo_id}) is not in {target.parent} and "
             f"HF_HUB_OFFLINE is set, so it cannot be downloaded: {yours}.")
-    failed = f"could not download {variant.name} ({variant.repo_id}) into {target}"
     why = unreachable(endpoint())
     if why:
-        raise ModelNotFound(f"{failed}: {why}. Offline, {yours}; HF_HUB_OFFLINE=1 skips the "
-                            "attempt.")
-    print(announce(variant, target, flag), file=sys.stderr, flush=True)
+        raise ModelNotFound(f"{could_not(variant, target)}: {why}. Offline, {yours}; "
+                            "HF_HUB_OFFLINE=1 skips the attempt.")
+
+
+def download(variant: Variant, target: Path, yours: str) -> None:
+    """``snapshot_download`` of the variant's files into ``target``; a failure is one
+    ``ModelNotFound`` line (the hub's own retry warnings are held back)."""
+    import logging
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import HfHubHTTPError, LocalEntryNotFoundError
+
     hub_log = logging.getLogger("huggingface_hub")
     level = hub_log.level
     hub_log.setLevel(logging.ERROR)  # its "Retrying in 2s [Retry 2/5]" lines
@@ -168,11 +194,7 @@ def fetch(variant: Variant, target: Path, required: tuple[str, ...] = REQUIRED_F
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         reason = next((line.strip() for line in str(e).splitlines() if line.strip()),
                       type(e).__name__)
-        raise ModelNotFound(f"{failed}: {reason[:200]}. {yours[0].upper()}{yours[1:]}."
-                            ) from None
+        raise ModelNotFound(f"{could_not(variant, target)}: {reason[:200]}. "
+                            f"{yours[0].upper()}{yours[1:]}.") from None
     finally:
         hub_log.setLevel(level)
-    if not all((target / f).is_file() for f in required):
-        raise ModelNotFound(f"{variant.repo_id} downloaded into {target} but it lacks "
-                            f"{' / '.join(required)}")
-    return target
