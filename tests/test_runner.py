@@ -493,3 +493,29 @@ def test_graph_capture_failure_falls_back(model, golden, monkeypatch):
     assert not engine.cuda_graph and engine.graph_captures == 0
     assert engine.fallbacks == ["CUDA graph capture failed (RuntimeError: operation not permitted "
                                 "when stream is capturing); decoding without CUDA graphs"]
+
+
+def test_a_join_with_a_voice_prefix_attends_over_the_filled_slots_only(model, clone_prompt,
+                                                                        monkeypatch):
+    """The rest of a prompt after its voice prefix attends to the slots filled so far (up to the
+    longest prompt's end), not to the whole static cache; its last hidden state is the one of
+    the prompt run whole."""
+    import fish_core.engine.model as model_module
+
+    engine = Engine(model)
+    T = clone_prompt.shape[-1]
+    P = T - 5
+    engine.ensure_cache(1, engine.max_context)  # as in a running decode: longer than the join
+    assert engine.caches.shape[1] > 2 * T
+    whole = engine.prefill(clone_prompt[None], [T])
+    widths = []
+    real = model_module.grouped_attention
+
+    def recording(q, k, v, bias):
+        widths.append((k.shape[2], bias.shape[-1]))
+        return real(q, k, v, bias)
+
+    monkeypatch.setattr(model_module, "grouped_attention", recording)
+    joined = engine.prefill(clone_prompt[None], [T], prefixes=[P])
+    assert len(widths) == model.config.text.n_layer and set(widths) == {(T, T)}  # not the cache's
+    torch.testing.assert_close(joined, whole, rtol=1e-5, atol=1e-5)

@@ -152,8 +152,8 @@ class Attention(nn.Module):
                 cache: KVCache | None = None) -> Tensor:
         """Attention of ``x [B, S, D]`` at ``pos`` (see ``KVCache.write``).
 
-        With ``mask [B, 1, S, L]`` (an additive ``attention_bias``): over the whole cache
-        (decode). Without: a
+        With ``mask [B, 1, S, W]`` (an additive ``attention_bias``): over the cache's first
+        ``W`` slots (the whole cache for a decode step, the filled ones for a join). Without: a
         causal run from slot 0 (a prompt; the fast AR's first pass) or one query at static slot
         ``pos`` attending to every slot up to it (the fast AR's later codebooks)."""
         B, S, _ = x.shape
@@ -163,8 +163,9 @@ class Attention(nn.Module):
         else:
             q, k, v = self.project(x, rope)
             keys, values = (k, v) if cache is None else cache.write(pos, k, v)
-        if mask is not None:  # each row picks its slots from the whole cache
-            y = grouped_attention(q, keys, values, mask)
+        if mask is not None:  # each row picks its slots from the first mask-width ones
+            width = mask.shape[-1]
+            y = grouped_attention(q, keys[:, :, :width], values[:, :, :width], mask)
         elif isinstance(pos, int):  # static slots: attend to the cache up to them
             y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
         else:  # a prompt from slot 0: attend to itself (the slots it was stored in)

@@ -513,7 +513,8 @@ class Engine:
     def prefill_after(self, prompts: Tensor, lengths: list[int], starts: list[int],
                       caches: Caches | CacheRows) -> Tensor:
         """Run each prompt from slot ``starts[b]`` on (the slots before it are already in the
-        cache), attending through a per-row causal mask over the whole cache."""
+        cache), attending through a per-row causal mask over the slots filled so far (up to
+        the longest prompt's end), not the whole cache."""
         B, L = prompts.shape[0], caches.shape[1]
         start = torch.tensor(starts, device=self.device)
         rest = [n - s for n, s in zip(lengths, starts)]  # tokens left to run, per prompt
@@ -523,8 +524,8 @@ class Engine:
             tokens[b, :, :n] = prompts[b, :, s:s + n]
         # Padding goes to the last slot (never read before a generated frame overwrites it).
         pos = (start[:, None] + torch.arange(S, device=self.device)).clamp(max=L - 1)
-        slots = torch.arange(L, device=self.device)
-        mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, L]
+        slots = torch.arange(max(lengths), device=self.device)  # a padded query sees fewer
+        mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, max(lengths)]
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
         last = torch.tensor(rest, device=self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
