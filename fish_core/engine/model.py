@@ -178,7 +178,8 @@ class Attention(nn.Module):
                       cache: KVCache) -> tuple[Tensor, Tensor, Tensor]:
         """``project`` and the KV write in one kernel (QK-norm, RoPE and the store into the
         cache, or a view of its rows): the queries ``[B, H, S, Dh]`` and the keys and values to
-        attend to, the whole cache with a ``mask``, else its slots up to the last one written."""
+        attend to: the whole cache with a ``mask`` (``forward`` keeps its first mask-width slots),
+        else its slots up to the last one written."""
         B, S, _ = x.shape
         qkv = self.wqkv(x).view(B, S, -1, self.head_dim)
         q = fused.qk_rope_store(
