@@ -322,17 +322,17 @@ _OPS = (("rms_norm", _rms_norm, _rms_norm_fake, ()),
 
 
 def _register():
-    """The ``torch.ops.sailfish`` ops, registered once per process (the pack may be imported
-    under two package names: ComfyUI's and the tests')."""
+    """The ``torch.ops.sailfish`` ops, each defined once per process (the pack may be imported
+    under two package names: ComfyUI's and the tests'; defining one again would leave the
+    first copy's handle dangling). ``quant/ops.py`` does the same for quant's ops: the engine
+    may not import quant."""
     ops = torch.ops.sailfish
-    try:
-        return (ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul,
-                ops.qk_rope_store)
-    except (AttributeError, RuntimeError):
-        pass
     for name, function, fake, mutates in _OPS:
-        op = torch.library.custom_op(f"sailfish::{name}", function, mutates_args=mutates)
-        op.register_fake(fake)
+        try:
+            getattr(ops, name)
+        except (AttributeError, RuntimeError):
+            op = torch.library.custom_op(f"sailfish::{name}", function, mutates_args=mutates)
+            op.register_fake(fake)
     return ops.rms_norm, ops.add_rms_norm, ops.qk_rope, ops.silu_mul, ops.qk_rope_store
 
 
