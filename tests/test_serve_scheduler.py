@@ -144,3 +144,25 @@ def test_a_providers_own_refusal_reaches_every_waiting_task(tmp_path):
         assert error.message.startswith("no model: ")
     scheduler.close()
     assert answers.empty()
+
+
+def test_checked_answers_and_voice_uploads_on_a_model_that_cannot_load_are_the_same_503(
+        lazy_server):
+    """The two routes that hold the model outside the queue (a checked answer's recogniser, a
+    voice upload's encoder) answer a failed load as every other route does."""
+    import io
+
+    import soundfile as sf
+    import torch
+
+    running, loader = lazy_server
+    loader.tries = 1  # no wait for a queue
+    response = httpx.post(running.url + "/v1/audio/speech", json={**SPEECH, "check": True},
+                          timeout=ANSWERED_WITHIN)
+    unavailable(response, loader.folder)
+    clip = io.BytesIO()
+    sf.write(clip, torch.sin(torch.arange(8000) * 0.05).numpy(), 16000, format="WAV")
+    response = httpx.post(running.url + "/v1/audio/voices", data={"name": "me", "text": "Hi."},
+                          files={"audio": ("me.wav", clip.getvalue(), "audio/wav")},
+                          timeout=ANSWERED_WITHIN)
+    unavailable(response, loader.folder)

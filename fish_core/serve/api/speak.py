@@ -108,7 +108,7 @@ def heard(service: Service, speech: SpeechRequest, finished) -> dict:
     speech request takes it."""
     from ...speech.results import check_dict
 
-    with service.scheduler.model() as synth:
+    with service.scheduler.loaded() as synth:
         if not getattr(synth.accepts, "hears", False):
             raise ApiError(422, "this server's engine cannot hear its answers", "check")
         [checked] = synth.check_takes(speech.speech, [finished])

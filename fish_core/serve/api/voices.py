@@ -40,7 +40,7 @@ def encode_and_save(service: Service, name: str, audio: bytes, text: str | None,
     """The voice encoded and saved; without ``text``, its transcript heard (and logged)."""
     service.voices.check_free(name, param)
     wave, sample_rate = decode_reference(audio, "audio", service.limits)
-    with service.scheduler.model() as synth:
+    with service.scheduler.loaded() as synth:
         voice = synth.encode_voice(wave, text, name=name, sample_rate=sample_rate)
     if text is None:
         log.info("voice %r: transcript recognised by Qwen3-ASR: %s", name, voice.clips[0].text)
