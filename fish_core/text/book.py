@@ -27,6 +27,7 @@ import posixpath
 import re
 import unicodedata
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -121,15 +122,20 @@ def markdown_chapters(text: str, title: str = "Book") -> Book:
     return Book(title, out)
 
 
-def chapter_level(lines: list[str]) -> int:
-    """The heading level that starts a chapter: the highest one used more than once, else the
-    highest used (0: no heading). Headings inside code fences do not count."""
-    fenced, levels = False, []
+def unfenced(lines: list[str]) -> Iterator[str]:
+    """The lines outside code fences (the fences' own lines left out)."""
+    fenced = False
     for line in lines:
         if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and (m := HEADING.match(line)):
-            levels.append(len(m.group(1)))
+        elif not fenced:
+            yield line
+
+
+def chapter_level(lines: list[str]) -> int:
+    """The heading level that starts a chapter: the highest one used more than once, else the
+    highest used (0: no heading). Headings inside code fences do not count."""
+    levels = [len(m.group(1)) for line in unfenced(lines) if (m := HEADING.match(line))]
     repeated = [lv for lv in sorted(set(levels)) if levels.count(lv) > 1]
     return repeated[0] if repeated else (min(levels) if levels else 0)
 
@@ -138,13 +144,7 @@ def markdown_sections(lines: list[str], level: int, title: str) -> tuple[list[li
     """[name, lines] of each chapter (the first: the text before the first chapter heading),
     and the book's title (a heading above ``level``, else ``title``). Code is not read aloud."""
     chapters: list[list] = [["", []]]
-    fenced = False
-    for line in lines:
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
+    for line in unfenced(lines):
         m = HEADING.match(line)
         if m and len(m.group(1)) == level:
             chapters.append([plain_markdown(m.group(2)), []])

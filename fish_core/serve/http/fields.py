@@ -50,8 +50,7 @@ def text_field(body: dict, name: str, limits: Limits, required: bool = True,
     value, param = body.get(name), param or name
     if value is None and not required:
         return None
-    if not isinstance(value, str):
-        raise bad(param, f"must be a string, got {type(value).__name__}")
+    value = string({param: value}, param)
     if not value.strip():
         raise bad(param, "must not be empty")
     check_unicode(value, param)
