@@ -67,6 +67,13 @@ fraction of the copy bandwidth measured in preflight (bytes per frame / frame ti
 bytes read + written per second of a device-to-device copy), VRAM after the build and peak while
 decoding, and what really ran: compiled?, CUDA graph?, graph captures, FP8 kernel per layer,
 fallbacks and warnings.
+
+Last, the defaults this run decides (issue 46, item 5; ``decisions`` in the JSON, a table
+printed): for int8 and int4 on CUDA, our Triton GEMV (``int8-gemv``/``int4-gemv``) against
+torchao (``int8``/``int4``), both in graph mode — ours becomes ``quant/convert.py``'s
+``AUTO_INT_KERNEL`` where it is faster; compile on by default only if ``bf16-compiled-warm``
+reaches its first frame within ``WARM_START_LIMIT_S`` (15 s) and ``bf16-compiled`` is faster
+than ``bf16-graph``. A default whose stages did not run stays undecided, with the reason.
 """
 
 from __future__ import annotations
@@ -933,8 +940,11 @@ def drive(args) -> dict:
             write(out_path, report)
             print(f"[{report['elapsed_s']:6.1f} s] {stage.name}: "
                   f"{report['stages'][stage.name]['status']}", flush=True)
+    report["decisions"] = decisions(report)
+    write(out_path, report)
     print_table(report)
     print_diagnosis(report)
+    print_decisions(report)
     print(f"JSON: {out_path}")
     return report
 
@@ -964,6 +974,63 @@ def write(path: Path, report: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))
     tmp.replace(path)
+
+
+# Issue 46, item 5: the defaults this run decides (the code holds them: quant/convert.py
+# AUTO_INT_KERNEL for int8/int4 on CUDA; the nodes' and CLI's compile default, off today).
+WARM_START_LIMIT_S = 15.0  # compile on by default only if a warm second start is this quick
+INT_RACES = (("int8", "int8-gemv", "int8"), ("int4", "int4-gemv", "int4"))
+
+
+def fps(report: dict, stage: str) -> float | None:
+    entry = report["stages"].get(stage, {})
+    return entry.get("result", {}).get("frames_per_s") if entry.get("status") == "ok" else None
+
+
+def int_decision(report: dict, mode: str, ours: str, torchao: str) -> dict:
+    """Our Triton GEMV becomes the CUDA default for ``mode`` when it beats torchao in the same
+    (graph) mode; undecided when either did not run."""
+    from quant.convert import AUTO_INT_KERNEL
+
+    a, b = fps(report, ours), fps(report, torchao)
+    out = {"ours_frames_per_s": a, "torchao_frames_per_s": b, "current": AUTO_INT_KERNEL}
+    if a is None or b is None:
+        out.update(decided=None, reason=f"{ours if a is None else torchao} did not run")
+    else:
+        out.update(decided="triton" if a > b else "torchao", speedup=round(a / b, 3))
+    return out
+
+
+def compile_decision(report: dict) -> dict:
+    """Compile on by default only if a warm second start reaches its first frame within
+    ``WARM_START_LIMIT_S`` and the compiled frame is faster than the graphed one."""
+    warm = report["stages"].get("bf16-compiled-warm", {}).get("result", {})
+    first = warm.get("process_to_first_frame_s")
+    graph, compiled = fps(report, "bf16-graph"), fps(report, "bf16-compiled")
+    out = {"warm_first_frame_s": first, "limit_s": WARM_START_LIMIT_S,
+           "graph_frames_per_s": graph, "compiled_frames_per_s": compiled, "current": "off"}
+    if None in (first, graph, compiled):
+        out.update(decided=None, reason="bf16-graph, bf16-compiled or its warm start did not run")
+    else:
+        quick, faster = first <= WARM_START_LIMIT_S, compiled > graph
+        out.update(decided="on" if quick and faster else "off", warm_start_ok=quick,
+                   compiled_faster=faster)
+    return out
+
+
+def decisions(report: dict) -> dict:
+    out = {mode: int_decision(report, mode, ours, torchao) for mode, ours, torchao in INT_RACES}
+    out["compile"] = compile_decision(report)
+    return out
+
+
+def print_decisions(report: dict) -> None:
+    print("| default | current | decided by this run | inputs |")
+    print("|---|---|---|---|")
+    for name, d in report["decisions"].items():
+        inputs = {k: v for k, v in d.items() if k not in ("current", "decided")}
+        print(f"| {name} | {d['current']} | {d['decided'] or 'undecided'} | "
+              f"{json.dumps(inputs)[:200]} |")
 
 
 def print_table(report: dict) -> None:

@@ -62,10 +62,13 @@ def test_dry_run_reports_every_stage_even_after_one_fails(tmp_path):
 
 
 def test_stages_past_the_budget_are_skipped_with_a_reason(tmp_path):
-    report, _ = run(tmp_path, "--stages", "codec,bf16-compiled", "--budget", "1")
+    report, stdout = run(tmp_path, "--stages", "codec,bf16-compiled", "--budget", "1")
     for name in ("codec", "bf16-compiled"):
         entry = report["stages"][name]
         assert entry["status"] == "skipped" and entry["reason"].startswith("budget:")
+    # nothing measured, nothing decided: the defaults' table says so
+    assert all(d["decided"] is None for d in report["decisions"].values())
+    assert "| compile | off | undecided |" in stdout
 
 
 def test_serving_stage_dry_run(tmp_path):
@@ -212,3 +215,39 @@ def test_the_default_run_measures_in_the_issues_order():
     assert "int8-torchao-compiled" in compiled
     assert min(names.index(n) for n in compiled) > names.index("serving")
     assert gpu_first.BY_NAME["int8-torchao-compiled"].env == gpu_first.TORCHAO_INT
+
+
+def test_the_run_writes_the_defaults_it_decides():
+    """Issue 46, item 5: our int8/int4 GEMV becomes the CUDA default where it beats torchao in
+    graph mode; compile goes on only with a warm second start within the limit AND a faster
+    frame; a stage that did not run leaves its default undecided, with the reason."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_first
+    from quant.convert import AUTO_INT_KERNEL
+
+    def ok(**result):
+        return {"status": "ok", "result": result}
+
+    limit = gpu_first.WARM_START_LIMIT_S
+    report = {"stages": {
+        "bf16-graph": ok(frames_per_s=100.0), "bf16-compiled": ok(frames_per_s=130.0),
+        "bf16-compiled-warm": ok(process_to_first_frame_s=limit + 1, frames_per_s=130.0),
+        "int8-gemv": ok(frames_per_s=160.0), "int8": ok(frames_per_s=80.0),
+        "int4-gemv": ok(frames_per_s=150.0),
+        "int4": {"status": "skipped", "reason": "torchao does not import here"}}}
+    d = gpu_first.decisions(report)
+    assert d["int8"]["decided"] == "triton" and d["int8"]["speedup"] == 2.0
+    assert d["int8"]["current"] == AUTO_INT_KERNEL
+    assert d["int4"]["decided"] is None and "int4 did not run" in d["int4"]["reason"]
+    assert d["compile"]["decided"] == "off" and d["compile"]["warm_start_ok"] is False
+    assert d["compile"]["compiled_faster"] is True
+
+    report["stages"]["bf16-compiled-warm"] = ok(process_to_first_frame_s=limit)
+    report["stages"]["int8"] = ok(frames_per_s=170.0)
+    d = gpu_first.decisions(report)
+    assert d["compile"]["decided"] == "on" and d["int8"]["decided"] == "torchao"
+
+    report["stages"]["bf16-compiled"] = ok(frames_per_s=90.0)  # quick, but slower than graph
+    assert gpu_first.decisions(report)["compile"]["decided"] == "off"
+    del report["stages"]["bf16-graph"]
+    assert gpu_first.decisions(report)["compile"]["decided"] is None
