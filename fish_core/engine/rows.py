@@ -36,7 +36,10 @@ round differently).
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
 a streaming job and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
 CPU, every 8 on CUDA); a row's ``<|im_end|>`` is noticed then, and the frames it made after it
-are dropped.
+are dropped. A join waits for the device once: when it reads its first columns (``place``, for
+the caller and the ``<|im_end|>`` check). Its prompts, positions and settings go to the device
+without a wait (``device.to_device``), and frames held unread stay held (``bench/count_ops.py``
+counts a join's syncs).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from torch import Tensor
 
 from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
                       random_seed)
+from .device import to_device
 from .runner import Engine, cache_length
 from .sampling import RAS_WINDOW
 
@@ -233,7 +237,6 @@ class RowBatch:
         draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
-        self.read()
         self.fit(max(lengths) + max(steps))
         sampling = self.set_sampling(rows, params)
         column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling,
@@ -267,7 +270,7 @@ class RowBatch:
         d = self.engine.device
         at = index(rows, d)
         self.column[at] = column
-        self.pos[at] = torch.tensor([row.prompt_length for row in joined], device=d)
+        self.pos[at] = to_device(torch.tensor([row.prompt_length for row in joined]), d)
         self.window[at] = 0
         host = column.cpu()
         eos = (host[:, 0] == self.eos).tolist()
@@ -275,7 +278,7 @@ class RowBatch:
             row.columns.append(host[b])
             row.stopped = row.stop_on_eos and eos[b]
             self.slots[r] = row
-        self.advance[at] = torch.tensor([not row.ended for row in joined], device=d)
+        self.advance[at] = to_device(torch.tensor([not row.ended for row in joined]), d)
         return host
 
     @torch.inference_mode()
@@ -443,8 +446,8 @@ def sampling_tensors(engine: Engine, params: list[SamplingParams]
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
     def column(name, dtype):
-        return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
-                            dtype=dtype)
+        return to_device(torch.tensor([[getattr(p, name)] for p in params], dtype=dtype),
+                         engine.device)
 
     return (column("temperature", engine.dtype), column("top_p", engine.dtype),
             column("top_k", torch.long))
@@ -454,7 +457,7 @@ def index(rows: list[int], device) -> slice | Tensor:
     """``rows`` as an index of the batch's state: a slice when consecutive."""
     if rows == list(range(rows[0], rows[0] + len(rows))):
         return slice(rows[0], rows[0] + len(rows))
-    return torch.tensor(rows, device=device)
+    return to_device(torch.tensor(rows), device)
 
 
 def pad(prompts: list[Tensor]) -> Tensor:

@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
 from .config import ModelConfig
 from .cuda_graph import FrameGraph
+from .device import to_device
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, draw, prepare, ras_select
@@ -424,7 +425,7 @@ class Engine:
         rows = list(range(prompts.shape[0])) if rows is None else list(rows)
         lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
         starts = self.load_prefixes(prompts, lengths, prefixes, rows)
-        on_device = prompts.to(self.device)
+        on_device = to_device(prompts, self.device)
         groups = prefill_groups(starts)
         parts = [self.prefill_group(on_device, group, lengths, starts, rows) for group in groups]
         if len(parts) == 1:
@@ -449,7 +450,7 @@ class Engine:
         B, T = prompts.shape[0], max(lengths)
         pos = torch.arange(T, device=self.device).expand(B, T)
         hidden = self.model.slow_forward(prompts[..., :T], pos, None, caches)
-        last = torch.tensor(lengths, device=self.device) - 1
+        last = to_device(torch.tensor(lengths), self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
 
     def load_prefixes(self, prompts: Tensor, lengths: list[int],
@@ -488,7 +489,7 @@ class Engine:
                 cache.k[row, :, :length] = keys
                 cache.v[row, :, :length] = values
             return
-        self.run_prefix(prefix.to(self.device), row)
+        self.run_prefix(to_device(prefix, self.device), row)
         if self.prefixes.enabled:
             self.prefixes.put(key, self.kept_prefix(ids, row))
 
@@ -516,7 +517,7 @@ class Engine:
         cache), attending through a per-row causal mask over the slots filled so far (up to
         the longest prompt's end), not the whole cache."""
         B, L = prompts.shape[0], caches.shape[1]
-        start = torch.tensor(starts, device=self.device)
+        start = to_device(torch.tensor(starts), self.device)
         rest = [n - s for n, s in zip(lengths, starts)]  # tokens left to run, per prompt
         S = max(rest)
         tokens = torch.zeros(B, prompts.shape[1], S, dtype=prompts.dtype, device=self.device)
@@ -527,7 +528,7 @@ class Engine:
         slots = torch.arange(max(lengths), device=self.device)  # a padded query sees fewer
         mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, max(lengths)]
         hidden = self.model.slow_forward(tokens, pos, mask, caches)
-        last = torch.tensor(rest, device=self.device) - 1
+        last = to_device(torch.tensor(rest), self.device) - 1
         return hidden[torch.arange(B, device=self.device), last]
 
 
