@@ -9,8 +9,9 @@ model is the fixture checkpoint's config widened to S2-Pro's depth (36 slow laye
 with random weights: the count depends on the depth and the code path, not on the widths or
 the values. Reported: ops a decode frame (``rows.generate`` with one frame more, minus one
 frame less: the random draws and the state updates of a frame included) and the top ops; ops
-of a join (prefill of ``--prompt-len`` tokens + its first frame) and of the prefill alone; ops
-of a stream's first codec chunk (``params.FIRST_FRAMES`` frames, the fixture codec).
+of a join (prefill of ``--prompt-len`` tokens + its first frame) and of the prefill alone
+(eager, and padded to its length bucket as CUDA runs it: ``bucketed_prefill``); ops of a
+stream's first codec chunk (``params.FIRST_FRAMES`` frames, the fixture codec).
 ``bench/gpu_first.py`` reports the same frame on CUDA with the profiler's kernel and launch
 counts.
 
@@ -222,8 +223,21 @@ def frame_counts(engine, prompt) -> dict:
         two, three, one = run(2), run(3), run(1)
         with torch.inference_mode():
             prefill = count(lambda: engine.prefill(prompt[None], [prompt.shape[1]]))
+            bucketed = count(lambda: bucketed_prefill(engine, prompt))
     return {"decode_frame": summary(difference(three, two)),
-            "join": summary(one), "prefill": summary(prefill)}
+            "join": summary(one), "prefill": summary(prefill),
+            "prefill_bucketed": summary(bucketed)}
+
+
+def bucketed_prefill(engine, prompt) -> None:
+    """The prefill padded to its length bucket (``Engine.prefill_buckets``, on by default on
+    CUDA), eager: the ops a graph per bucket captures; replayed on CUDA it is one graph launch,
+    the copies of its inputs (tokens, last positions) and of its output."""
+    was, engine.prefill_buckets = engine.prefill_buckets, True
+    try:
+        engine.prefill(prompt[None], [prompt.shape[1]])
+    finally:
+        engine.prefill_buckets = was
 
 
 def codec_chunk_counts(frames: int | None = None, device="cpu") -> dict:
