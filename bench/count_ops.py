@@ -9,10 +9,25 @@ model is the fixture checkpoint's config widened to S2-Pro's depth (36 slow laye
 with random weights: the count depends on the depth and the code path, not on the widths or
 the values. Reported: ops a decode frame (``rows.generate`` with one frame more, minus one
 frame less: the random draws and the state updates of a frame included) and the top ops; ops
-of a join (prefill of ``--prompt-len`` tokens + its first frame) and of the prefill alone; ops
-of a stream's first codec chunk (``params.FIRST_FRAMES`` frames, the fixture codec).
+of a join (prefill of ``--prompt-len`` tokens + its first frame) and of the prefill alone
+(eager, and padded to its length bucket as CUDA runs it: ``bucketed_prefill``); ops of a
+stream's first codec chunk (``params.FIRST_FRAMES`` frames, the fixture codec).
 ``bench/gpu_first.py`` reports the same frame on CUDA with the profiler's kernel and launch
 counts.
+
+Host syncs a join (``join_syncs``): the points where the host would wait for the GPU, counted
+on the CPU for a join into an empty batch and a join into a running one (frames pending, read
+every 8 as on CUDA). On CUDA the host waits when it reads a value (``item``, ``bool``/``int`` of
+a tensor: ``_local_scalar_dense``/``is_nonzero``; ``nonzero``, whose size it must know;
+``equal``) and at every *blocking* copy between host and device, in either direction (PyTorch
+synchronizes the stream after a copy without ``non_blocking``, so even a small host-to-device
+copy waits for every kernel queued before it). On the CPU every tensor is on the host, so a
+copy is seen where the code asks for one: ``.to(device)``/``.cpu()`` (an ``aten.to`` naming a
+device, not ``non_blocking``) and ``torch.tensor(..., device=...)`` (data from Python made on
+the device). This is an upper bound (a ``.to(device)`` of a tensor already there counts too),
+and ``.tolist()``/``.numpy()`` are not seen (the engine calls them on host tensors only).
+A copy from pinned memory with ``non_blocking=True`` (``engine.device.to_device``) is not a
+sync and is not counted.
 """
 
 from __future__ import annotations
@@ -25,6 +40,8 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from contextlib import contextmanager
+
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +80,73 @@ class OpCounter(TorchDispatchMode):
     @property
     def total(self) -> int:
         return sum(self.ops.values())
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts, by name, the ops that make the host wait for the device on CUDA (see the module's
+    docstring); ``tensor(device=)`` counts the ``torch.tensor`` calls that name a device."""
+
+    READS = {"item", "_local_scalar_dense", "is_nonzero", "nonzero", "equal"}
+
+    def __init__(self):
+        super().__init__()
+        self.syncs: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in self.READS or (name in ("to", "_to_copy") and blocking_copy(func, args,
+                                                                              kwargs)):
+            self.syncs[name] += 1
+        return func(*args, **kwargs)
+
+
+def blocking_copy(func, args, kwargs) -> bool:
+    """Whether a ``to``/``_to_copy`` call names a device and is not ``non_blocking``."""
+    names = [a.name for a in func._schema.arguments]
+    bound = {**dict(zip(names, args)), **kwargs}
+    return bound.get("device") is not None and not bound.get("non_blocking", False)
+
+
+@contextmanager
+def counting_syncs():
+    """A ``SyncCounter`` active, and ``torch.tensor(..., device=...)`` counted into it."""
+    real = torch.tensor
+
+    def tensor(data, *args, **kwargs):
+        if kwargs.get("device") is not None:
+            counter.syncs["tensor(device=)"] += 1
+        return real(data, *args, **kwargs)
+
+    with SyncCounter() as counter:
+        torch.tensor = tensor
+        try:
+            yield counter
+        finally:
+            torch.tensor = real
+
+
+def join_syncs(model, prompt) -> dict:
+    """Host syncs of a join (``RowBatch.join``: its prefill, first frame and first column read)
+    into an empty batch, and into a running one (one row busy, frames held unread as on CUDA,
+    ``check_every`` 8)."""
+    from fish_core.engine.rows import RowBatch
+    from fish_core.engine.runner import Engine
+    from fish_core.params import SamplingParams
+
+    params = SamplingParams(max_new_tokens=16)
+    engine = Engine(model, cuda_graph=False, eos_check_every=8)
+    batch = RowBatch(engine, 2)
+    batch.join(prompt, params, 1)  # warm-up: the cache sized
+    batch.leave(0)
+    with counting_syncs() as first:
+        batch.join(prompt, params, 1)
+    for _ in range(3):
+        batch.step(read=False)
+    with counting_syncs() as running:
+        batch.join(prompt, params, 2)
+    return {"join": sum(first.syncs.values()), "join_ops": dict(first.syncs),
+            "join_running": sum(running.syncs.values()), "join_running_ops": dict(running.syncs)}
 
 
 def composite(func) -> bool:
@@ -139,8 +223,21 @@ def frame_counts(engine, prompt) -> dict:
         two, three, one = run(2), run(3), run(1)
         with torch.inference_mode():
             prefill = count(lambda: engine.prefill(prompt[None], [prompt.shape[1]]))
+            bucketed = count(lambda: bucketed_prefill(engine, prompt))
     return {"decode_frame": summary(difference(three, two)),
-            "join": summary(one), "prefill": summary(prefill)}
+            "join": summary(one), "prefill": summary(prefill),
+            "prefill_bucketed": summary(bucketed)}
+
+
+def bucketed_prefill(engine, prompt) -> None:
+    """The prefill padded to its length bucket (``Engine.prefill_buckets``, on by default on
+    CUDA), eager: the ops a graph per bucket captures; replayed on CUDA it is one graph launch,
+    the copies of its inputs (tokens, last positions) and of its output."""
+    was, engine.prefill_buckets = engine.prefill_buckets, True
+    try:
+        engine.prefill(prompt[None], [prompt.shape[1]])
+    finally:
+        engine.prefill_buckets = was
 
 
 def codec_chunk_counts(frames: int | None = None, device="cpu") -> dict:
@@ -211,7 +308,7 @@ def main(argv=None) -> dict:
     engine = Engine(model, cuda_graph=False)
     prompt = prompt_for(config, min(args.prompt_len, engine.max_context // 2))
     report = {"dtype": args.dtype, "depth": list(depth), "prompt_len": prompt.shape[1],
-              **frame_counts(engine, prompt)}
+              **frame_counts(engine, prompt), "host_syncs": join_syncs(model, prompt)}
     if not args.no_codec:
         report["first_codec_chunk"] = codec_chunk_counts()
     report["quantize"] = {mode: quantize_counts(mode) for mode in ("int4", "int8")}

@@ -38,6 +38,10 @@ def test_a_decode_frame_of_s2_pro_depth_is_at_most_900_kernels():
     products = sum(n for name, n in frame["top"].items() if name in ("mm", "addmm", "bmm"))
     assert products == 4 * (slow + (K - 1) * fast) + K, frame["top"]
     assert counts["prefill"]["ops"] < counts["join"]["ops"]
+    # padded to its bucket (as CUDA runs it, where a graph per bucket replays it): the same
+    # kernels, and the padding of the host's prompt
+    assert counts["prefill"]["ops"] <= counts["prefill_bucketed"]["ops"] <= (
+        counts["prefill"]["ops"] + 1), (counts["prefill"], counts["prefill_bucketed"])
 
 
 def test_int4_quantize_of_s2_pro_is_at_most_10000_kernels():
@@ -46,3 +50,29 @@ def test_int4_quantize_of_s2_pro_is_at_most_10000_kernels():
     slow, fast = count_ops.s2_pro_depth()  # 5 Linears a layer; the fast AR and its head int8
     assert int4["layers"] == {"int4": 5 * slow, "int8": 5 * fast + 1}
     assert 0 < int4["ops"] <= INT4_QUANTIZE_KERNELS, int4
+
+
+JOIN_SYNCS = 1  # issue 46: from 8 (9 into a running batch) to the first columns' read
+
+
+def test_a_join_waits_for_the_device_only_to_read_its_first_columns():
+    """A join (prefill, first frame, first columns read) into an empty batch and into a running
+    one (frames held unread) makes one host sync: the read of its first columns
+    (``RowBatch.place``). Its prompt, positions and settings reach the device without one."""
+    config = count_ops.widened_config((2, 1))
+    model = count_ops.random_model(config, torch.float32)
+    syncs = count_ops.join_syncs(model, count_ops.prompt_for(config, 24))
+    assert syncs["join"] == syncs["join_running"] == JOIN_SYNCS, syncs
+    assert syncs["join_ops"] == syncs["join_running_ops"] == {"to": 1}, syncs
+
+
+def test_the_sync_counter_sees_blocking_copies_and_value_reads():
+    """What ``count_ops`` counts as a host sync, on the CPU: a blocking ``.to(device)`` or
+    ``.cpu()``, ``torch.tensor(..., device=...)``, ``item``/``bool``/``nonzero``; not a
+    ``non_blocking`` copy nor a tensor made on the host."""
+    x = torch.arange(4)
+    with torch.inference_mode(), count_ops.counting_syncs() as counter:
+        x.cpu(), x.to("cpu", non_blocking=True), torch.tensor([1, 2])
+        torch.tensor([1, 2], device="cpu"), x[1].item(), bool(x[1]), x.nonzero()
+    assert counter.syncs == {"to": 1, "tensor(device=)": 1, "item": 1, "is_nonzero": 1,
+                             "nonzero": 1}, counter.syncs

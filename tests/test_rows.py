@@ -7,8 +7,9 @@ import threading
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from fish_core.engine.rows import RowBatch, generate, row_bucket
+from fish_core.engine.rows import Draws, RowBatch, generate, rand_views, row_bucket
 from fish_core.engine.runner import Engine
 from fish_core.params import GenerationError, SamplingParams
 from fish_core.local.driver import JobRows, SpeechJob
@@ -224,6 +225,39 @@ def test_rows_on_the_graph_path_are_exact_and_capture_once_per_cache(tiny_synth,
     batch.step()
     assert CpuFrameGraph.captures == len(buckets) + 1
     assert CpuFrameGraph.released == len(buckets) and engine.graph_rows == [1]
+
+
+class Launches(TorchDispatchMode):
+    """The ATen ops run while active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n", [1, 3])
+def test_a_frame_draws_in_one_launch_the_reference_numbers(dtype, n):
+    """A generator's frame is one ``torch.rand`` launch; its rows read the numbers the
+    reference's 11 draws give, in the same order: ``[n, V]`` normal, ``[n, V]`` high, then
+    ``[n, C]`` per fast codebook (one row, or rows sharing one generator)."""
+    V, C, fast = 13, 5, 9
+    want = torch.Generator().manual_seed(7)
+    main, high = (torch.rand(n, V, generator=want, dtype=dtype) for _ in range(2))
+    codebooks = torch.stack([torch.rand(n, C, generator=want, dtype=dtype) for _ in range(fast)])
+    rand = torch.full((n + 2, 2 * V + fast * C), -1.0, dtype=dtype)  # rows 1 .. n of a batch
+    draws = Draws(torch.Generator().manual_seed(7), slice(1, n + 1), slice(0, n))
+    with Launches() as launches:
+        draws(rand[draws.rows], V, C)
+    assert sum(op in ("rand", "uniform_") for op in launches.ops) == 1, launches.ops
+    got = rand_views(rand, V, C)
+    assert torch.equal(got[0][1:n + 1], main) and torch.equal(got[1][1:n + 1], high)
+    assert torch.equal(got[2][:, 1:n + 1], codebooks)
+    assert (rand[0] == -1).all() and (rand[n + 1] == -1).all()  # other rows untouched
 
 
 def test_row_buckets():

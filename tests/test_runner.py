@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fish_core.loading.checkpoint import load_model
-from fish_core.engine.runner import Engine, cache_length
+from fish_core.engine.runner import PREFILL_BUCKET, Engine, cache_length, prefill_bucket
 from fish_core.engine.rows import generate
 from fish_core.engine.sampling import draw
 from fish_core.params import (MAX_SEED, Cancelled, GenerationError, SamplingParams, check_seed,
@@ -364,7 +364,7 @@ class CpuFrameGraph:
 
     captures = released = 0
 
-    def __init__(self, fn, args):
+    def __init__(self, fn, args, pool=None):
         type(self).captures += 1
         self.fn, self.inputs = fn, [a.clone() for a in args]
         self.outputs = [t.clone() for t in fn(*self.inputs)]
@@ -440,21 +440,26 @@ def test_prefill_first_frame_samples_only_what_it_uses(model, golden, monkeypatc
     assert torch.equal(result.columns, want)
 
 
-def test_prefill_first_frame_graph_failure_falls_back(model, golden, monkeypatch):
+@pytest.mark.parametrize("graph, message", [("prefill_graph", "first frames without a graph"),
+                                            ("bucket_graphs", "prefilling without graphs")])
+def test_prefill_graph_failure_falls_back(model, golden, monkeypatch, graph, message):
+    """A first frame's or a bucketed prefill's capture that fails: eager from then on,
+    recorded, the golden unchanged."""
     import fish_core.engine.runner as runner
 
-    def broken(fn, args):
+    def broken(fn, args, pool=None):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(runner, "FrameGraph", broken)
-    engine = Engine(model)
-    engine.prefill_graph = True
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "one pool")
+    engine = Engine(model, prefill_buckets=graph == "bucket_graphs")
+    setattr(engine, graph, True)
     prompt = golden.tensors("prompts")["b_clone.batch0.prompt"]
-    with pytest.warns(UserWarning, match="first frames without a graph"):
+    with pytest.warns(UserWarning, match=message):
         result = generate(engine, prompt, greedy(21))[0]
     want = golden.tensors("generation")["b_clone.batch0.raw_new_columns"]
     assert torch.equal(result.columns, want)
-    assert not engine.prefill_graph and engine.first_captures == 0
+    assert not getattr(engine, graph) and engine.first_captures == engine.prefill_captures == 0
 
 
 def test_graph_is_dropped_when_a_weight_moves_and_released_with_the_engine(ckpt_dir, golden,
@@ -519,3 +524,75 @@ def test_a_join_with_a_voice_prefix_attends_over_the_filled_slots_only(model, cl
     joined = engine.prefill(clone_prompt[None], [T], prefixes=[P])
     assert len(widths) == model.config.text.n_layer and set(widths) == {(T, T)}  # not the cache's
     torch.testing.assert_close(joined, whole, rtol=1e-5, atol=1e-5)
+
+
+# A bucketed prefill's logits against the unbucketed ones (fp32, the CPU): the matrix products
+# give each row the same bits whatever the row count, but the CPU's flash attention reduces a
+# query's softmax over one block as long as the keys (below 512), so the padded (masked) keys
+# change the summation order: a few ulps (measured <= 3e-6 on logits of magnitude ~5).
+BUCKET_LOGITS_ATOL = 1e-5
+
+
+def prefill_logits(engine, prompt, prefix=None):
+    T = prompt.shape[1]
+    engine.ensure_cache(1, cache_length(T + 64, engine.max_context))
+    with torch.inference_mode():
+        hidden = engine.prefill(prompt[None], [T], None if prefix is None else [prefix])
+        return torch.nn.functional.linear(hidden, engine.head)
+
+
+def test_prefill_buckets():
+    assert prefill_bucket(1, 4096) == PREFILL_BUCKET and prefill_bucket(65, 4096) == 128
+    assert prefill_bucket(128, 4096) == 128 and prefill_bucket(300, 384) == 384
+
+
+@pytest.mark.parametrize("with_prefix", [False, True])
+def test_a_bucketed_prefill_gives_the_unbucketed_logits(model, golden, with_prefix):
+    """Every golden prompt, padded to its bucket (and, after a voice prefix, attending over a
+    bucket of slots): the same logits within BUCKET_LOGITS_ATOL, the same greedy token."""
+    plain = Engine(model, prefix_cache_mb=0)
+    bucketed = Engine(model, prefix_cache_mb=0, prefill_buckets=True)
+    assert not plain.prefill_buckets  # the CPU default: no padding to pay for
+    for key, prompt in golden.tensors("prompts").items():
+        if key.endswith(".prompt"):
+            prefix = prompt.shape[1] // 2 if with_prefix else None
+            want, got = prefill_logits(plain, prompt, prefix), prefill_logits(bucketed, prompt,
+                                                                              prefix)
+            assert torch.allclose(got, want, rtol=0, atol=BUCKET_LOGITS_ATOL), key
+            assert torch.equal(got.argmax(-1), want.argmax(-1)), key
+
+
+def test_bucketed_prefill_keeps_the_greedy_and_seeded_goldens(model, golden):
+    engine = Engine(model, prefill_buckets=True)
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    for prompt_key, raw_key, max_new in greedy_cases(golden):
+        result = generate(engine, prompts[prompt_key], greedy(max_new))[0]
+        assert torch.equal(result.columns, gen[raw_key]), prompt_key
+    params, meta = sampled(golden), golden.json("generation")["sampled_b_seed42"]
+    result = generate(engine, prompts["b_clone.batch0.prompt"], params, seed=meta["seed"])[0]
+    assert torch.equal(result.columns, gen["sampled_b_seed42.raw_new_columns"])
+
+
+def test_bucketed_prefill_graph_is_captured_once_per_row_and_bucket(model, golden,
+                                                                    monkeypatch):
+    """With graphs (the CPU stand-in), a one-row bucketed prefill replays a graph per (row,
+    bucket) in one shared pool: the goldens hold, a prompt of the same bucket reuses it, a
+    new cache frees it."""
+    import fish_core.engine.runner as runner
+
+    monkeypatch.setattr(runner, "FrameGraph", CpuFrameGraph)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "one pool")
+    CpuFrameGraph.captures = CpuFrameGraph.released = 0
+    engine = Engine(model, prefill_buckets=True)
+    engine.bucket_graphs = True
+    prompts, gen = golden.tensors("prompts"), golden.tensors("generation")
+    cases = {k: (r, n) for k, r, n in greedy_cases(golden)}
+    buckets = set()
+    for key in ("b_clone.batch0.prompt", "d_multi_batch.batch0.prompt", "a_plain.batch0.prompt"):
+        raw, max_new = cases[key]
+        assert torch.equal(generate(engine, prompts[key], greedy(max_new))[0].columns, gen[raw])
+        buckets.add(prefill_bucket(prompts[key].shape[1], engine.caches.shape[1]))
+    assert engine.prefill_captures == CpuFrameGraph.captures == len(buckets)
+    generate(engine, prompts["b_clone.batch0.prompt"], greedy(400), stop_on_eos=False)
+    assert CpuFrameGraph.released == len(buckets) and not engine.fallbacks
+

@@ -16,8 +16,11 @@ from torch import Tensor
 
 
 class FrameGraph:
-    def __init__(self, fn: Callable[..., Sequence[Tensor]], args: Sequence[Tensor]):
-        """Capture ``fn(*args)``. ``fn`` must not sync with the host or allocate on the CPU."""
+    def __init__(self, fn: Callable[..., Sequence[Tensor]], args: Sequence[Tensor],
+                 pool=None):
+        """Capture ``fn(*args)``. ``fn`` must not sync with the host or allocate on the CPU.
+        ``pool`` (``torch.cuda.graph_pool_handle()``): a memory pool shared with other graphs
+        that never replay at the same time (a prefill per length bucket)."""
         self.inputs = [a.clone() for a in args]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -26,7 +29,7 @@ class FrameGraph:
                 fn(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, pool=pool):
             self.outputs = list(fn(*self.inputs))
         # Check once: the replay must give exactly what the function gives on the same input.
         direct = [t.clone() for t in fn(*self.inputs)]

@@ -84,3 +84,22 @@ def codec_dtypes_for(device: torch.device) -> tuple[torch.dtype, torch.dtype]:
     on the CPU (reduced-precision convolutions are slow there) and ``CODEC_FAST_DECODE`` on a
     GPU."""
     return torch.float32, torch.float32 if device.type == "cpu" else CODEC_FAST_DECODE
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` (a small CPU tensor: a prompt, positions, settings) on ``device`` without the
+    host waiting for the device. A blocking copy (``.to(device)``, ``torch.tensor(...,
+    device=...)``) is a host sync on CUDA: PyTorch synchronizes the stream after it, so it waits
+    for every kernel queued before it. Here, on CUDA, the tensor is pinned and copied
+    asynchronously (ordered on the stream before every kernel that reads it; PyTorch's pinned
+    allocator keeps the block until the copy is done); on the CPU it is the tensor itself;
+    elsewhere a plain copy. If pinning fails, the plain copy."""
+    if host.device.type == device.type == "cpu":
+        return host
+    if device.type == "cuda" and host.device.type == "cpu":
+        try:
+            pinned = host.pin_memory()
+        except RuntimeError:  # no pinned memory to be had: copy as usual (and wait)
+            return host.to(device)
+        return pinned.to(device, non_blocking=True)
+    return host.to(device)

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from . import fused
 from .config import ModelConfig
+from .device import to_device
 from .layers import FeedForward, RMSNorm, apply_rope, rope_rotations
 
 
@@ -116,7 +117,7 @@ class CacheRows:
             if rows == list(range(rows[0], rows[0] + len(rows))):
                 rows = slice(rows[0], rows[0] + len(rows))
             else:
-                rows = torch.tensor(rows, device=caches.slow[0].k.device)
+                rows = to_device(torch.tensor(rows), caches.slow[0].k.device)
         count = (len(range(*rows.indices(caches.shape[0]))) if isinstance(rows, slice)
                  else rows.shape[0])
         self.slow = [KVRows(c, rows) for c in caches.slow]

@@ -36,7 +36,10 @@ round differently).
 Host syncs: the frames' columns are copied to the host when a caller reads them (``step()``, as
 a streaming job and ``on_column`` do), else every ``Engine.check_every`` frames (each frame on a
 CPU, every 8 on CUDA); a row's ``<|im_end|>`` is noticed then, and the frames it made after it
-are dropped.
+are dropped. A join waits for the device once: when it reads its first columns (``place``, for
+the caller and the ``<|im_end|>`` check). Its prompts, positions and settings go to the device
+without a wait (``device.to_device``), and frames held unread stay held (``bench/count_ops.py``
+counts a join's syncs).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from torch import Tensor
 
 from ..params import (Cancelled, Generated, GenerationError, SamplingParams, check_seed,
                       random_seed)
+from .device import to_device
 from .runner import Engine, cache_length
 from .sampling import RAS_WINDOW
 
@@ -81,19 +85,45 @@ class Draws:
     """The random numbers of the rows one generator drives, each frame in the reference's order
     and dtype: ``[V]`` normal, ``[V]`` high-temperature, then ``[C]`` per fast codebook. A row
     with its own generator draws ``[1, n]``, exactly as a one-prompt run does; rows sharing one
-    (consecutive rows) draw ``[rows, n]`` together, every frame while any of them runs."""
+    (consecutive rows) draw ``[rows, n]`` together, every frame while any of them runs.
+
+    A frame's numbers are ONE ``torch.rand`` launch per generator (``rand_views``: a row's
+    numbers lie side by side in one buffer). On the CPU one draw of ``2V + (K - 1)C`` numbers
+    gives bit for bit the numbers of the reference's 11 draws, so the seeded goldens hold; on
+    CUDA the Philox offsets of one launch differ from those of 11, so a seed gives other
+    (equally random) numbers there than the reference's eager loop (no golden is on CUDA)."""
 
     def __init__(self, generator: torch.Generator, rows: slice, joined: slice):
         self.generator = generator
         self.rows = rows  # its rows of the batch
         self.joined = joined  # the same rows among the prompts of their join
 
-    def __call__(self, main: Tensor, high: Tensor, fast: Tensor) -> None:
-        """Draw into ``main``, ``high`` ``[n, V]`` and ``fast`` ``[K - 1, n, C]`` (its rows)."""
-        torch.rand(main.shape, generator=self.generator, out=main)
-        torch.rand(high.shape, generator=self.generator, out=high)
-        for codebook in fast:
-            torch.rand(codebook.shape, generator=self.generator, out=codebook)
+    def __call__(self, rand: Tensor, vocab: int, codebook: int) -> None:
+        """Draw into ``rand [n, 2V + (K - 1)C]``, its rows of a frame's buffer (``rand_views``).
+        One row: one draw straight into its numbers. Rows sharing the generator: one draw in
+        the reference's order (all rows' normal, then high, then each codebook), copied into
+        the rows' views."""
+        if rand.shape[0] == 1:
+            torch.rand(rand.shape, generator=self.generator, out=rand)
+            return
+        drawn = torch.rand(rand.numel(), generator=self.generator, dtype=rand.dtype,
+                           device=rand.device)
+        for view in rand_views(rand, vocab, codebook):
+            view.copy_(drawn[:view.numel()].view(view.shape))
+            drawn = drawn[view.numel():]
+
+
+def rand_width(config) -> int:
+    """The random numbers of one row's frame: ``[V]`` normal, ``[V]`` high, ``[C]`` per fast
+    codebook."""
+    return 2 * config.text.vocab_size + (config.num_codebooks - 1) * config.codebook_size
+
+
+def rand_views(rand: Tensor, vocab: int, codebook: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A frame's random numbers ``rand [n, 2V + (K - 1)C]`` (row by row) as what the frame
+    reads: ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast (views)."""
+    fast = rand[:, 2 * vocab:].unflatten(1, (-1, codebook)).transpose(0, 1)
+    return rand[:, :vocab], rand[:, vocab:2 * vocab], fast
 
 
 def make_draws(device, rows: list[int], seed, seeds, generator) -> tuple[list[Draws], list]:
@@ -159,11 +189,11 @@ class RowBatch:
         self.temperature = torch.ones(rows, 1, dtype=dtype, device=d)
         self.top_p = torch.ones(rows, 1, dtype=dtype, device=d)
         self.top_k = torch.ones(rows, 1, dtype=torch.long, device=d)
-        # Every frame's random numbers, drawn in place (a free row's are stale: never read).
-        self.rand_main = torch.zeros(rows, c.text.vocab_size, dtype=dtype, device=d)
-        self.rand_high = torch.zeros(rows, c.text.vocab_size, dtype=dtype, device=d)
-        self.rand_fast = torch.zeros(c.num_codebooks - 1, rows, c.codebook_size, dtype=dtype,
-                                     device=d)
+        # Every frame's random numbers, drawn in place (a free row's are stale: never read):
+        # one buffer, a row's numbers side by side (``Draws``), read through fixed views.
+        self.rand = torch.zeros(rows, rand_width(c), dtype=dtype, device=d)
+        self.rand_main, self.rand_high, self.rand_fast = rand_views(
+            self.rand, c.text.vocab_size, c.codebook_size)
 
     # ---------------------------------------------------------------- rows
     @property
@@ -207,7 +237,6 @@ class RowBatch:
         draws, row_seeds = make_draws(engine.device, rows, seed, seeds, generator)
         lengths = [p.shape[1] for p in prompts]
         steps = [min(p.max_new_tokens, engine.max_context - T) for p, T in zip(params, lengths)]
-        self.read()
         self.fit(max(lengths) + max(steps))
         sampling = self.set_sampling(rows, params)
         column = engine.prefill_rows(pad(prompts), lengths, rows, prefixes, *sampling,
@@ -241,7 +270,7 @@ class RowBatch:
         d = self.engine.device
         at = index(rows, d)
         self.column[at] = column
-        self.pos[at] = torch.tensor([row.prompt_length for row in joined], device=d)
+        self.pos[at] = to_device(torch.tensor([row.prompt_length for row in joined]), d)
         self.window[at] = 0
         host = column.cpu()
         eos = (host[:, 0] == self.eos).tolist()
@@ -249,7 +278,7 @@ class RowBatch:
             row.columns.append(host[b])
             row.stopped = row.stop_on_eos and eos[b]
             self.slots[r] = row
-        self.advance[at] = torch.tensor([not row.ended for row in joined], device=d)
+        self.advance[at] = to_device(torch.tensor([not row.ended for row in joined]), d)
         return host
 
     @torch.inference_mode()
@@ -303,9 +332,10 @@ class RowBatch:
 
     def draw(self) -> None:
         """This frame's random numbers, in place, for the generators of rows still running."""
+        c = self.engine.config
         for d in self.draws:
             if any(row is not None and not row.ended for row in self.slots[d.rows]):
-                d(self.rand_main[d.rows], self.rand_high[d.rows], self.rand_fast[:, d.rows])
+                d(self.rand[d.rows], c.text.vocab_size, c.codebook_size)
 
     def count_frame(self, running: list[int]) -> None:
         """Rows ``running`` made a frame; one that reached its limit stops moving on."""
@@ -356,14 +386,12 @@ class RowBatch:
 
 def first_draws(engine: Engine, draws: list[Draws], n: int) -> tuple[Tensor, Tensor, Tensor]:
     """The random numbers of ``n`` joining prompts' first frames (drawn by the prefill):
-    ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast."""
-    c, dtype, device = engine.config, engine.dtype, engine.device
-    rand = (torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
-            torch.empty(n, c.text.vocab_size, dtype=dtype, device=device),
-            torch.empty(c.num_codebooks - 1, n, c.codebook_size, dtype=dtype, device=device))
+    ``[n, V]`` normal, ``[n, V]`` high-temperature, ``[K - 1, n, C]`` fast (``rand_views``)."""
+    c = engine.config
+    rand = torch.empty(n, rand_width(c), dtype=engine.dtype, device=engine.device)
     for d in draws:
-        d(rand[0][d.joined], rand[1][d.joined], rand[2][:, d.joined])
-    return rand
+        d(rand[d.joined], c.text.vocab_size, c.codebook_size)
+    return rand_views(rand, c.text.vocab_size, c.codebook_size)
 
 
 def check_settings(params, seed, seeds) -> None:
@@ -418,8 +446,8 @@ def sampling_tensors(engine: Engine, params: list[SamplingParams]
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """temperature and top_p ``[B, 1]`` in the model dtype, top_k ``[B, 1]`` long."""
     def column(name, dtype):
-        return torch.tensor([[getattr(p, name)] for p in params], device=engine.device,
-                            dtype=dtype)
+        return to_device(torch.tensor([[getattr(p, name)] for p in params], dtype=dtype),
+                         engine.device)
 
     return (column("temperature", engine.dtype), column("top_p", engine.dtype),
             column("top_k", torch.long))
@@ -429,7 +457,7 @@ def index(rows: list[int], device) -> slice | Tensor:
     """``rows`` as an index of the batch's state: a slice when consecutive."""
     if rows == list(range(rows[0], rows[0] + len(rows))):
         return slice(rows[0], rows[0] + len(rows))
-    return torch.tensor(rows, device=device)
+    return to_device(torch.tensor(rows), device)
 
 
 def pad(prompts: list[Tensor]) -> Tensor:

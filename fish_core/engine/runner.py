@@ -5,7 +5,8 @@ followed by the fast AR over the codebooks. ``Engine.decode_frame`` is that whol
 function: static shapes, no host sync, no data-dependent Python branches, so it compiles with
 ``fullgraph=True`` (and, on CUDA, is captured as a CUDA graph). The engine runs it (``frame``:
 compiled, CUDA graph and their recorded fallbacks), prefills prompts into rows of its cache
-(``prefill_rows``, reusing kept voice prefixes) and sizes the cache (``ensure_cache``, in
+(``prefill_rows``, reusing kept voice prefixes; padded to a length bucket and graphed per
+bucket on CUDA: ``run_prefill``) and sizes the cache (``ensure_cache``, in
 ``cache_length`` buckets). It schedules nothing and knows nothing of the floor above it: which
 rows run, with which random numbers, and for how long is decided by the one decode loop,
 ``rows.RowBatch`` (``rows.generate`` runs prompts to their ends).
@@ -30,12 +31,14 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
 from .config import ModelConfig
 from .cuda_graph import FrameGraph
+from .device import to_device
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
 from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, draw, prepare, ras_select
 
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
+PREFILL_BUCKET = 64  # a bucketed prefill runs a power of two of tokens, at least this many
 PACKED_NO_COMPILE = ("bf16 weights packed for oneDNN do not compile; on a CPU the eager step "
                      "with them is the faster one")
 
@@ -46,6 +49,13 @@ def cache_length(needed: int, limit: int) -> int:
     length = max(CACHE_BUCKET, -(-needed // CACHE_BUCKET) * CACHE_BUCKET)
     length = 1 << (length - 1).bit_length()
     return max(needed, min(length, -(-limit // 8) * 8))
+
+
+def prefill_bucket(tokens: int, limit: int) -> int:
+    """The tokens a bucketed prefill of ``tokens`` runs: the next power of two from
+    ``PREFILL_BUCKET``, at most ``limit`` (the cache length), so that a prefill sees few shapes
+    (``Engine.prefill_buckets``)."""
+    return max(tokens, min(limit, max(PREFILL_BUCKET, 1 << (tokens - 1).bit_length())))
 
 
 def packed_weights(model: torch.nn.Module) -> bool:
@@ -73,7 +83,7 @@ class Engine:
     def __init__(self, model: DualAR, compile: bool | str = False,
                  eos_check_every: int | None = None, max_context: int | None = None,
                  compile_cache: str | os.PathLike | None = None, cuda_graph: bool | None = None,
-                 prefix_cache_mb: float | None = None):
+                 prefix_cache_mb: float | None = None, prefill_buckets: bool | None = None):
         self.model = model
         self.config = c = model.config
         self.allowed = sampled_rows(c)
@@ -89,6 +99,10 @@ class Engine:
         # The first frame of a one-prompt join (fast AR + samplers after the prefill) replayed
         # from a CUDA graph per row (``first_column``); off after a failed capture.
         self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
+        # A prompt's tokens padded to a ``prefill_bucket`` (few shapes), and with CUDA graphs
+        # each one-row bucketed prefill replayed from a graph (``run_prefill``).
+        self.prefill_buckets = self.prefill_graph if prefill_buckets is None else prefill_buckets
+        self.bucket_graphs = self.prefill_graph
 
     def empty_state(self) -> None:
         """What a new engine starts with: no caches, graphs, weights seen, claim or fallback."""
@@ -97,6 +111,9 @@ class Engine:
         self._graphs: dict[int, FrameGraph] = {}  # by row count, for these caches and weights
         self._first_graphs: dict[int, FrameGraph] = {}  # by cache row (``first_column``)
         self.first_captures = 0
+        self._prefill_graphs: dict[tuple, tuple] = {}  # (graph, its caches) by row and shape
+        self._prefill_pool = None  # the memory pool they share
+        self.prefill_captures = 0
         self._weights = None
         self._claims = 0  # the decode that holds the caches now (``claim``)
         # Held through a decode's frame or prefill (``rows.owning``) and a release: one
@@ -219,10 +236,13 @@ class Engine:
                           type(wqkv).__name__, type(wqkv.weight).__name__)
 
     def release_graph(self) -> None:
-        for graph in [*self._graphs.values(), *self._first_graphs.values()]:
+        for graph in [*self._graphs.values(), *self._first_graphs.values(),
+                      *(graph for graph, _ in self._prefill_graphs.values())]:
             graph.release()
         self._graphs.clear()
         self._first_graphs.clear()
+        self._prefill_graphs.clear()
+        self._prefill_pool = None
 
     def release(self) -> None:
         """Free the KV caches and the CUDA graph (and its memory pool); both are re-made, sized
@@ -424,7 +444,7 @@ class Engine:
         rows = list(range(prompts.shape[0])) if rows is None else list(rows)
         lengths = lengths.tolist() if isinstance(lengths, Tensor) else list(lengths)
         starts = self.load_prefixes(prompts, lengths, prefixes, rows)
-        on_device = prompts.to(self.device)
+        on_device = to_device(self.bucket_padded(prompts, max(lengths)), self.device)
         groups = prefill_groups(starts)
         parts = [self.prefill_group(on_device, group, lengths, starts, rows) for group in groups]
         if len(parts) == 1:
@@ -441,16 +461,58 @@ class Engine:
         run = self.prefill_after if starts[group[0]] else self.prefill_whole
         return run(prompts if len(group) == prompts.shape[0] else prompts[group],
                    [lengths[b] for b in group], [starts[b] for b in group],
-                   self.cache_rows([rows[b] for b in group]))
+                   [rows[b] for b in group])
 
     def prefill_whole(self, prompts: Tensor, lengths: list[int], starts: list[int],
-                      caches: Caches | CacheRows) -> Tensor:
-        """Prompts without a voice prefix: one causal run from slot 0."""
-        B, T = prompts.shape[0], max(lengths)
-        pos = torch.arange(T, device=self.device).expand(B, T)
-        hidden = self.model.slow_forward(prompts[..., :T], pos, None, caches)
-        last = torch.tensor(lengths, device=self.device) - 1
-        return hidden[torch.arange(B, device=self.device), last]
+                      rows: list[int]) -> Tensor:
+        """Prompts without a voice prefix: one causal run from slot 0 (of ``bucket(T)`` tokens
+        when bucketed: the padding after the real ones, which causal attention keeps from
+        them)."""
+        caches = self.cache_rows(rows)
+        B, T = prompts.shape[0], self.bucket(max(lengths), caches)
+        last = to_device(torch.tensor(lengths), self.device) - 1
+
+        def run(tokens: Tensor, last: Tensor) -> Tensor:
+            pos = torch.arange(T, device=self.device).expand(B, T)
+            hidden = self.model.slow_forward(tokens, pos, None, caches)
+            return hidden[torch.arange(B, device=self.device), last]
+
+        return self.run_prefill(run, ("whole", tuple(rows), T), caches, prompts[..., :T], last)
+
+    def bucket(self, tokens: int, caches: Caches | CacheRows) -> int:
+        """The tokens a prefill of ``tokens`` runs: ``prefill_bucket`` when bucketing."""
+        return prefill_bucket(tokens, caches.shape[1]) if self.prefill_buckets else tokens
+
+    def bucket_padded(self, prompts: Tensor, longest: int) -> Tensor:
+        """``prompts [B, 1 + K, T]`` right-padded (zeros) to the bucket of ``longest`` tokens
+        when bucketing, so that every prefill's slice of them is there."""
+        width = self.bucket(longest, self.caches)
+        if width <= prompts.shape[-1]:
+            return prompts
+        return torch.nn.functional.pad(prompts, (0, width - prompts.shape[-1]))
+
+    def run_prefill(self, run, key: tuple, caches: Caches | CacheRows, *args: Tensor) -> Tensor:
+        """``run(*args)``, a prefill's slow AR (the last hidden states ``[B, D]``). Bucketed on
+        CUDA with graphs on, a one-row prefill replays a graph captured once per (row, shapes)
+        ``key`` for these caches and weights, the graphs sharing one memory pool (at most
+        rows x buckets of them; the replay's output is copied out, the next replay of another
+        graph may reuse its memory). A failed capture or self-check: eager from then on,
+        recorded."""
+        if not (self.prefill_buckets and self.bucket_graphs and len(key[1]) == 1):
+            return run(*args)
+        entry = self._prefill_graphs.get(key)
+        if entry is None:
+            try:
+                self._prefill_pool = self._prefill_pool or torch.cuda.graph_pool_handle()
+                graph = FrameGraph(lambda *a: (run(*a),), args, pool=self._prefill_pool)
+            except Exception as e:  # noqa: BLE001 - no graph: prefill eagerly
+                self.fall_back("CUDA graph capture of a bucketed prefill", e,
+                               "prefilling without graphs")
+                self.bucket_graphs = False
+                return run(*args)
+            entry = self._prefill_graphs[key] = (graph, caches)  # caches kept: the graph's
+            self.prefill_captures += 1
+        return entry[0](*args)[0].clone()
 
     def load_prefixes(self, prompts: Tensor, lengths: list[int],
                       prefixes: Sequence[int] | None, rows: list[int]) -> list[int]:
@@ -488,7 +550,7 @@ class Engine:
                 cache.k[row, :, :length] = keys
                 cache.v[row, :, :length] = values
             return
-        self.run_prefix(prefix.to(self.device), row)
+        self.run_prefix(to_device(prefix, self.device), row)
         if self.prefixes.enabled:
             self.prefixes.put(key, self.kept_prefix(ids, row))
 
@@ -511,24 +573,40 @@ class Engine:
             cache.v[row, :, :length] = cache.v[source, :, :length]
 
     def prefill_after(self, prompts: Tensor, lengths: list[int], starts: list[int],
-                      caches: Caches | CacheRows) -> Tensor:
+                      rows: list[int]) -> Tensor:
         """Run each prompt from slot ``starts[b]`` on (the slots before it are already in the
         cache), attending through a per-row causal mask over the slots filled so far (up to
-        the longest prompt's end), not the whole cache."""
+        the longest prompt's end), not the whole cache. Bucketed, the tokens run and the
+        slots attended are each a ``prefill_bucket``."""
+        caches = self.cache_rows(rows)
         B, L = prompts.shape[0], caches.shape[1]
-        start = torch.tensor(starts, device=self.device)
         rest = [n - s for n, s in zip(lengths, starts)]  # tokens left to run, per prompt
-        S = max(rest)
-        tokens = torch.zeros(B, prompts.shape[1], S, dtype=prompts.dtype, device=self.device)
-        for b, (s, n) in enumerate(zip(starts, rest)):
-            tokens[b, :, :n] = prompts[b, :, s:s + n]
-        # Padding goes to the last slot (never read before a generated frame overwrites it).
-        pos = (start[:, None] + torch.arange(S, device=self.device)).clamp(max=L - 1)
-        slots = torch.arange(max(lengths), device=self.device)  # a padded query sees fewer
-        mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, max(lengths)]
-        hidden = self.model.slow_forward(tokens, pos, mask, caches)
-        last = torch.tensor(rest, device=self.device) - 1
-        return hidden[torch.arange(B, device=self.device), last]
+        S, width = self.bucket(max(rest), caches), self.bucket(max(lengths), caches)
+        tokens = rest_tokens(prompts, starts, rest, S)
+        start = to_device(torch.tensor(starts), self.device)
+        last = to_device(torch.tensor(rest), self.device) - 1
+
+        def run(tokens: Tensor, start: Tensor, last: Tensor) -> Tensor:
+            # Padding goes past the prompt, the last slot at most (never read before a
+            # generated frame overwrites it); a padded query sees slots it never writes.
+            pos = (start[:, None] + torch.arange(S, device=self.device)).clamp(max=L - 1)
+            slots = torch.arange(width, device=self.device)
+            mask = (slots[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, S, width]
+            hidden = self.model.slow_forward(tokens, pos, mask, caches)
+            return hidden[torch.arange(B, device=self.device), last]
+
+        return self.run_prefill(run, ("after", tuple(rows), S, width), caches, tokens, start,
+                                last)
+
+
+def rest_tokens(prompts: Tensor, starts: list[int], rest: list[int], width: int) -> Tensor:
+    """The tokens each prompt of ``prompts [B, 1 + K, T]`` has left after its prefix (``rest[b]``
+    from ``starts[b]``), left-aligned in ``[B, 1 + K, width]`` (zeros after)."""
+    B, rows = prompts.shape[:2]
+    tokens = torch.zeros(B, rows, width, dtype=prompts.dtype, device=prompts.device)
+    for b, (s, n) in enumerate(zip(starts, rest)):
+        tokens[b, :, :n] = prompts[b, :, s:s + n]
+    return tokens
 
 
 def prefill_groups(starts: list[int]) -> list[list[int]]:
