@@ -230,8 +230,9 @@ def frame_counts(engine, prompt) -> dict:
 
 
 def bucketed_prefill(engine, prompt) -> None:
-    """The prefill padded to its length bucket (``Engine.prefill_buckets``, on by default on
-    CUDA), eager: the ops a graph per bucket captures; replayed on CUDA it is one graph launch,
+    """The prefill padded to its length bucket (``Engine.prefill_buckets``; on CUDA by default
+    once a GPU run decides it: ``runner.PREFILL_BUCKETS_ON_CUDA``), eager: the ops a graph per
+    bucket captures; replayed on CUDA it is one graph launch,
     the copies of its inputs (tokens, last positions) and of its output."""
     was, engine.prefill_buckets = engine.prefill_buckets, True
     try:

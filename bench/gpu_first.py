@@ -73,7 +73,9 @@ printed): for int8 and int4 on CUDA, our Triton GEMV (``int8-gemv``/``int4-gemv`
 torchao (``int8``/``int4``), both in graph mode — ours becomes ``quant/convert.py``'s
 ``AUTO_INT_KERNEL`` where it is faster; compile on by default only if ``bf16-compiled-warm``
 reaches its first frame within ``WARM_START_LIMIT_S`` (15 s) and ``bf16-compiled`` is faster
-than ``bf16-graph``. A default whose stages did not run stays undecided, with the reason.
+than ``bf16-graph``; bucketed (graphed) prefills on CUDA (``PREFILL_BUCKETS_ON_CUDA``) only if
+the goldens hold with them (parity ``graph-buckets``) and ``ttfa``'s prefills are quicker with
+them. A default whose stages did not run stays undecided, with the reason.
 """
 
 from __future__ import annotations
@@ -547,9 +549,9 @@ def codec_parity(device, fixtures: Path) -> dict:
 def parity(args) -> dict:
     """The goldens of the official implementation on this device, first (a fast number is worth
     nothing if it is wrong): the fixture's tiny model in fp32 with TF32 off, eager and, on CUDA,
-    through the CUDA graph — greedy columns of every golden batch and the seeded run (the same
-    draws as the reference) — and the codec's encode codes and decode error (tolerance 1e-4,
-    as the tests)."""
+    through the CUDA graph, each with and without bucketed prefills — greedy columns of
+    every golden batch and the seeded run (the same draws as the reference) — and the codec's
+    encode codes and decode error (tolerance 1e-4, as the tests)."""
     import torch
 
     from fish_core.engine.runner import Engine
@@ -562,11 +564,16 @@ def parity(args) -> dict:
     if not golden.is_dir():
         return {"skipped": "the fixture set has no goldens"}
     model = load_model(fixtures / "tiny-s2", device=device, dtype=torch.float32)
-    out = {"eager": llm_parity(Engine(model, cuda_graph=False), golden)}
+    out = {"eager": llm_parity(Engine(model, cuda_graph=False), golden),
+           "eager-buckets": llm_parity(Engine(model, cuda_graph=False, prefill_buckets=True),
+                                       golden)}
     if device.type == "cuda":
-        out["graph"] = llm_parity(Engine(model, cuda_graph=True), golden)
+        out["graph"] = llm_parity(Engine(model, cuda_graph=True, prefill_buckets=False), golden)
+        # prefills padded to their length bucket and replayed from a graph per bucket
+        out["graph-buckets"] = llm_parity(Engine(model, cuda_graph=True, prefill_buckets=True),
+                                          golden)
     out["codec"] = codec_parity(device, fixtures)
-    out["unequal"] = [f"{mode}:{case}" for mode in ("eager", "graph")
+    out["unequal"] = [f"{mode}:{case}" for mode in ("eager", "eager-buckets", "graph", "graph-buckets")
                       for case, equal in out.get(mode, {}).items() if not equal]
     out["unequal"] += [] if out["codec"]["encode_codes_equal"] else ["codec:encode"]
     out["unequal"] += [] if out["codec"]["decode_max_abs_err"] <= 1e-4 else ["codec:decode"]
@@ -736,9 +743,11 @@ def join_profile(engine, prompt, device) -> dict:
 
 def ttfa_stage(args) -> dict:
     """Time to first audio at batch 1 (bf16, CUDA graph on CUDA), median of 3 after a warm-up:
-    prefill + first frame per prompt length, then per first-chunk size (``first_frames``, the
-    setting streams use: ``params.FIRST_FRAMES``) the whole and its parts: prefill + frames,
-    and the codec decode of those frames in the default precisions (``codec_dtypes_for``)."""
+    prefill + first frame per prompt length (as by default, then with bucketed prefills, graphed
+    per bucket on CUDA: their captures in the warm-up), then per first-chunk size
+    (``first_frames``, the setting streams use: ``params.FIRST_FRAMES``) the whole and its
+    parts: prefill + frames, and the codec decode of those frames in the default precisions
+    (``codec_dtypes_for``)."""
     import torch
 
     import bench_decode
@@ -757,12 +766,20 @@ def ttfa_stage(args) -> dict:
 
     one = SamplingParams(max_new_tokens=1)
     lengths = [n for n in TTFA_PROMPT_LENGTHS if n < engine.max_context - 16]
-    prefill = {}
-    for n in lengths:
+    prefill, bucketed = {}, {}
+    for n in lengths:  # as the engine runs by default, then with bucketed (graphed) prefills
         prompt = bench_decode.prompt_for(model.config, n)
         prefill[n] = median_s(lambda: generate(engine, prompt, one, seed=0))
+    default_buckets, engine.prefill_buckets = engine.prefill_buckets, True
+    for n in lengths:
+        prompt = bench_decode.prompt_for(model.config, n)
+        bucketed[n] = median_s(lambda: generate(engine, prompt, one, seed=0))
+    engine.prefill_buckets = default_buckets
     out = {"prefill_first_frame_s": prefill,
            "prefill_tokens_per_s": {n: round(n / t, 1) for n, t in prefill.items()},
+           "prefill_buckets_default": default_buckets,
+           "prefill_first_frame_bucketed_s": bucketed,
+           "prefill_captures": engine.prefill_captures,
            "first_frame_graphs": engine.first_captures}
     prompt = bench_decode.prompt_for(model.config, args.prompt_len)
     out["join_profile"] = join_profile(engine, prompt, device)
@@ -976,8 +993,9 @@ def write(path: Path, report: dict) -> None:
     tmp.replace(path)
 
 
-# Issue 46, item 5: the defaults this run decides (the code holds them: quant/convert.py
-# AUTO_INT_KERNEL for int8/int4 on CUDA; the nodes' and CLI's compile default, off today).
+# Issue 46, items 4-5: the defaults this run decides (the code holds them: quant/convert.py
+# AUTO_INT_KERNEL for int8/int4 on CUDA; the nodes' and CLI's compile default, off today;
+# engine/runner.py PREFILL_BUCKETS_ON_CUDA).
 WARM_START_LIMIT_S = 15.0  # compile on by default only if a warm second start is this quick
 INT_RACES = (("int8", "int8-gemv", "int8"), ("int4", "int4-gemv", "int4"))
 
@@ -1018,9 +1036,29 @@ def compile_decision(report: dict) -> dict:
     return out
 
 
+def buckets_decision(report: dict) -> dict:
+    """Bucketed (graphed) prefills on by default on CUDA (``runner.PREFILL_BUCKETS_ON_CUDA``)
+    only if the goldens hold with them and the prefill + first frame is quicker in total over
+    the prompt lengths measured."""
+    parity = report["stages"].get("parity", {}).get("result", {})
+    ttfa = report["stages"].get("ttfa", {}).get("result", {})
+    plain, bucketed = ttfa.get("prefill_first_frame_s"), ttfa.get("prefill_first_frame_bucketed_s")
+    out = {"current": "off", "graph_buckets_equal": None}
+    if "graph-buckets" in parity:
+        out["graph_buckets_equal"] = all(parity["graph-buckets"].values())
+    if not plain or not bucketed or out["graph_buckets_equal"] is None:
+        out.update(decided=None, reason="parity on CUDA or ttfa did not run")
+        return out
+    plain_s, bucketed_s = sum(plain.values()), sum(bucketed.values())
+    out.update(plain_s=round(plain_s, 4), bucketed_s=round(bucketed_s, 4),
+               decided="on" if out["graph_buckets_equal"] and bucketed_s < plain_s else "off")
+    return out
+
+
 def decisions(report: dict) -> dict:
     out = {mode: int_decision(report, mode, ours, torchao) for mode, ours, torchao in INT_RACES}
     out["compile"] = compile_decision(report)
+    out["prefill_buckets"] = buckets_decision(report)
     return out
 
 

@@ -113,6 +113,11 @@ def test_ttfa_and_codec_precision_stages_dry_run(tmp_path):
     prefill = row["prefill_first_frame_s"]
     assert prefill and all(t > 0 for t in prefill.values())
     assert row["first_frame_graphs"] == 0  # no CUDA graph on the CPU
+    # the same prefills padded to their buckets (graphed per bucket on CUDA: none here)
+    assert row["prefill_buckets_default"] is False
+    assert row["prefill_first_frame_bucketed_s"].keys() == prefill.keys()
+    assert all(t > 0 for t in row["prefill_first_frame_bucketed_s"].values())
+    assert row["prefill_captures"] == 0
     assert row["join_profile"]["aten_ops"] > 0 and row["codec_decode_dtype"] == "float32"
     assert list(row["by_first_frames"]) == ["1", "2", "4", "8"]
     for parts in row["by_first_frames"].values():
@@ -195,6 +200,7 @@ def test_parity_stage_replays_the_goldens_and_bf16_graph_times_a_streams_first_a
     batches = sum(len(v["batches"]) for v in prompts.values()
                   if isinstance(v, dict) and "batches" in v)
     assert len(result["eager"]) == batches + 1 and "sampled_b_seed42" in result["eager"]
+    assert result["eager-buckets"].keys() == result["eager"].keys()  # bucketed prefills too
     assert "graph" not in result  # CUDA graphs: on CUDA only
     assert result["all_equal"] and result["unequal"] == [], result
     assert result["codec"]["encode_codes_equal"] and result["codec"]["decode_max_abs_err"] < 1e-4
@@ -251,3 +257,13 @@ def test_the_run_writes_the_defaults_it_decides():
     assert gpu_first.decisions(report)["compile"]["decided"] == "off"
     del report["stages"]["bf16-graph"]
     assert gpu_first.decisions(report)["compile"]["decided"] is None
+
+    # bucketed prefills: on only if the goldens hold with them on CUDA and they are quicker
+    assert d["prefill_buckets"]["decided"] is None  # no parity on CUDA, no ttfa
+    report["stages"]["parity"] = ok(**{"graph-buckets": {"a": True, "sampled_b_seed42": True}})
+    report["stages"]["ttfa"] = ok(prefill_first_frame_s={"64": 0.02, "256": 0.03},
+                                  prefill_first_frame_bucketed_s={"64": 0.01, "256": 0.02})
+    buckets = gpu_first.decisions(report)["prefill_buckets"]
+    assert buckets["decided"] == "on" and buckets["bucketed_s"] < buckets["plain_s"]
+    report["stages"]["parity"]["result"]["graph-buckets"]["a"] = False
+    assert gpu_first.decisions(report)["prefill_buckets"]["decided"] == "off"

@@ -39,6 +39,10 @@ from .sampling import RAS_HIGH_TEMPERATURE, RAS_HIGH_TOP_P, draw, prepare, ras_s
 
 CACHE_BUCKET = 256  # the KV cache length is rounded up to a multiple of this (then to a power of 2)
 PREFILL_BUCKET = 64  # a bucketed prefill runs a power of two of tokens, at least this many
+# Bucketed prefills by default on CUDA with graphs: off until a GPU run shows them equal to the
+# goldens and quicker to first audio (bench/gpu_first.py: parity "graph-buckets", ttfa, and its
+# decisions). Not bit for bit on the CPU: its attention sums a padded row in another order.
+PREFILL_BUCKETS_ON_CUDA = False
 PACKED_NO_COMPILE = ("bf16 weights packed for oneDNN do not compile; on a CPU the eager step "
                      "with them is the faster one")
 
@@ -100,8 +104,10 @@ class Engine:
         # from a CUDA graph per row (``first_column``); off after a failed capture.
         self.prefill_graph = self.cuda_graph and self.device.type == "cuda"
         # A prompt's tokens padded to a ``prefill_bucket`` (few shapes), and with CUDA graphs
-        # each one-row bucketed prefill replayed from a graph (``run_prefill``).
-        self.prefill_buckets = self.prefill_graph if prefill_buckets is None else prefill_buckets
+        # each one-row bucketed prefill replayed from a graph (``run_prefill``); by default
+        # only where ``PREFILL_BUCKETS_ON_CUDA`` says.
+        self.prefill_buckets = (self.prefill_graph and PREFILL_BUCKETS_ON_CUDA
+                                if prefill_buckets is None else prefill_buckets)
         self.bucket_graphs = self.prefill_graph
 
     def empty_state(self) -> None:
