@@ -36,8 +36,9 @@ from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize
                          read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
-                     State, Stateful, snake)
+                     State, Stateful)
 from .quantizer import Quantizer
+from .snake import snake
 from .transformer import WindowedTransformer
 
 CHECKPOINT_NAME = "codec.pth"
@@ -162,8 +163,10 @@ class Codec(nn.Module):
         return self
 
     def compile_activations(self) -> "Codec":
-        """Run every Snake activation as one kernel compiled by ``torch.compile`` (eager runs it
-        as five passes over the activations; the convolutions are cuDNN's/oneDNN's either way).
+        """Run every Snake activation as one kernel compiled by ``torch.compile``. On CUDA a
+        Snake is already one kernel without it (``snake.py``'s Triton op, no compile wait); on
+        the CPU eager runs it as four passes over the activations, which this fuses (the
+        convolutions are cuDNN's/oneDNN's either way).
         Shapes are dynamic: chunks of any length share the compiled kernel (one per dtype). The
         result is within rounding of eager (the fused kernel's sin and products round in a
         different order). The first call pays the compile. Returns ``self``."""
