@@ -26,6 +26,7 @@ Modules: ``codec_config`` (hyper-parameters, JSON), ``codec_layers`` (causal con
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,6 +36,7 @@ from torch import Tensor, nn
 from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize_keys,
                          read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
+from ..params import CHUNK_FRAMES, FIRST_FRAMES
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
                      State, Stateful)
 from .quantizer import Quantizer
@@ -53,6 +55,54 @@ GPU_CHUNK_FRAMES = 128
 def chunk_frames_for(device: torch.device) -> int:
     """Frames per chunk of an automatically chunked encode/decode on ``device``."""
     return DEFAULT_CHUNK_FRAMES if torch.device(device).type == "cpu" else GPU_CHUNK_FRAMES
+
+
+def _stream_lengths() -> frozenset[int]:
+    """Chunk lengths (frames) a stream and an automatic encode/decode use: ``FIRST_FRAMES``
+    doubling up to ``CHUNK_FRAMES`` (``local.driver.ChunkDecoder``'s rule), and the automatic
+    chunks."""
+    lengths, n = {CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES, GPU_CHUNK_FRAMES}, FIRST_FRAMES
+    while n < CHUNK_FRAMES:
+        lengths.add(n)
+        n *= 2
+    return frozenset(lengths)
+
+
+# cuDNN benchmarks a convolution's algorithms once per shape (the pass costs several runs of
+# each candidate): it pays for shapes that recur, the lengths above, not for a text batch's
+# ragged last chunk (its own length each time: cuDNN's heuristic choice serves it).
+BENCHMARKED_FRAMES = _stream_lengths()
+
+
+def cudnn_benchmark_pays(device: torch.device, frames: int) -> bool:
+    """Whether a chunk of ``frames`` frames on ``device`` runs with ``cudnn.benchmark``: on CUDA
+    for the recurring lengths, unless the caller asked for reproducible algorithms
+    (``cudnn.deterministic``, ``torch.use_deterministic_algorithms``: benchmarking may choose
+    another algorithm on another run)."""
+    return (torch.device(device).type == "cuda" and frames in BENCHMARKED_FRAMES
+            and not torch.backends.cudnn.deterministic
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+@contextmanager
+def convolution_flags(device: torch.device, frames: int):
+    """``cudnn.benchmark`` on around one codec call where it pays, back as it was after; no
+    other flag is touched (a ComfyUI pack leaves the user's global torch settings alone).
+    ``torch.backends.cudnn.flags`` is not used: it sets every flag (reading ``allow_tf32``
+    raises where conv and RNN TF32 were set apart through the newer API). Where the flags are
+    frozen (``torch.backends.disable_global_flags``) the call runs as they are."""
+    cudnn = torch.backends.cudnn
+    switch = cudnn_benchmark_pays(device, frames) and not cudnn.benchmark
+    if switch:
+        try:
+            cudnn.benchmark = True
+        except RuntimeError:  # frozen flags
+            switch = False
+    try:
+        yield
+    finally:
+        if switch:
+            cudnn.benchmark = False
 
 
 class Encoder(Block):
@@ -256,7 +306,8 @@ class Codec(nn.Module):
         if audio.shape[-1] == 0 or audio.shape[-1] % self.frame_length:
             raise ValueError(f"a stream chunk must be a whole number of {self.frame_length}-sample "
                              f"frames, got {audio.shape[-1]} samples")
-        return self.quantizer.encode(self.encoder(audio.to(self.encode_dtype), state), state)
+        with convolution_flags(self.device, audio.shape[-1] // self.frame_length):
+            return self.quantizer.encode(self.encoder(audio.to(self.encode_dtype), state), state)
 
     @torch.no_grad()
     def decode(self, codes: Tensor, chunk_frames: int | str | None = "auto") -> Tensor:
@@ -275,8 +326,9 @@ class Codec(nn.Module):
         return self._decode_clamped(self.clamp_codes(codes), state)
 
     def _decode_clamped(self, codes: Tensor, state: State) -> Tensor:
-        z = self.quantizer.decode(codes.to(self.device), state)
-        return self.decoder(z, state).float()
+        with convolution_flags(self.device, codes.shape[-1]):
+            z = self.quantizer.decode(codes.to(self.device), state)
+            return self.decoder(z, state).float()
 
 
 def build_codec(config: CodecConfig | None = None, device="meta") -> Codec:
