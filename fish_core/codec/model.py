@@ -39,6 +39,7 @@ from .config import CONFIG_NAME, CodecConfig, CodecLoadError
 from ..params import CHUNK_FRAMES, FIRST_FRAMES
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
                      State, Stateful)
+from .graph import FirstChunkGraphs
 from .quantizer import Quantizer
 from .snake import snake
 from .transformer import WindowedTransformer
@@ -159,6 +160,11 @@ class Codec(nn.Module):
         self.encoder = Encoder(self.config)
         self.quantizer = Quantizer(self.config)
         self.decoder = Decoder(self.config)
+        self.first_chunk_graphs = FirstChunkGraphs(self)
+
+    def _apply(self, fn, *args, **kwargs):
+        self.first_chunk_graphs.clear()  # the graphs read the weights being cast or moved
+        return super()._apply(fn, *args, **kwargs)
 
     @property
     def sample_rate(self) -> int:
@@ -210,6 +216,7 @@ class Codec(nn.Module):
         for dtype, modules in groups.items():
             for module in modules if dtype is not None else ():
                 module.to(dtype)
+        self.first_chunk_graphs.clear()
         return self
 
     def compile_activations(self) -> "Codec":
@@ -322,13 +329,24 @@ class Codec(nn.Module):
 
     @torch.no_grad()
     def decode_chunk(self, codes: Tensor, state: State) -> Tensor:
-        """One chunk of a stream: codes [B, 10, k] -> float32 audio [B, 1, k * 2048]."""
-        return self._decode_clamped(self.clamp_codes(codes), state)
+        """One chunk of a stream: codes [B, 10, k] -> float32 audio [B, 1, k * 2048]. On CUDA a
+        stream's first chunk replays a CUDA graph (``graph.FirstChunkGraphs``)."""
+        codes = self.clamp_codes(codes).to(self.device)
+        if not state:
+            with convolution_flags(self.device, codes.shape[-1]):
+                audio = self.first_chunk_graphs.decode(codes, state)
+            if audio is not None:
+                return audio
+        return self._decode_clamped(codes, state)
 
     def _decode_clamped(self, codes: Tensor, state: State) -> Tensor:
         with convolution_flags(self.device, codes.shape[-1]):
-            z = self.quantizer.decode(codes.to(self.device), state)
-            return self.decoder(z, state).float()
+            return self.decode_state(codes.to(self.device), state)
+
+    def decode_state(self, codes: Tensor, state: State) -> Tensor:
+        """In-range codes [B, 10, k] on the device -> float32 audio, ``state`` carried."""
+        z = self.quantizer.decode(codes, state)
+        return self.decoder(z, state).float()
 
 
 def build_codec(config: CodecConfig | None = None, device="meta") -> Codec:
