@@ -170,3 +170,17 @@ def test_replayed_first_chunk_is_a_few_ops(fixtures, monkeypatch):
     graphed = counts["graphed"]
     assert graphed["top"]["graph_replay"] == 1 and graphed["top"]["clone"] == 2
     assert graphed["ops"] <= 12 < counts["ops"], graphed
+
+
+def test_bench_first_chunk_check_dry_run_on_the_cpu(codec, monkeypatch):
+    """``bench/bench_codec.py --first-chunk-check``, the next GPU run's check: on the CPU both
+    ways run eagerly and agree, no graph, the flag as it was."""
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    report = importlib.import_module("bench_codec").first_chunk_check(codec, repeats=1)
+    assert report["graphed_equals_eager"] and report["cudnn_benchmark_restored"]
+    assert report["graphs"] == [] and report["failures"] == {}
+    assert report["snake_error_vs_fp64"]["op"] <= 4 * 2.0 ** -24
+    assert codec.first_chunk_graphs.enabled

@@ -33,13 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..params import CHUNK_FRAMES, FIRST_FRAMES
 from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize_keys,
                          read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
-from ..params import CHUNK_FRAMES, FIRST_FRAMES
+from .graph import FirstChunkGraphs
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
                      State, Stateful)
-from .graph import FirstChunkGraphs
 from .quantizer import Quantizer
 from .snake import snake
 from .transformer import WindowedTransformer
