@@ -184,3 +184,20 @@ def test_bench_first_chunk_check_dry_run_on_the_cpu(codec, monkeypatch):
     assert report["graphs"] == [] and report["failures"] == {}
     assert report["snake_error_vs_fp64"]["op"] <= 4 * 2.0 ** -24
     assert codec.first_chunk_graphs.enabled
+
+
+def test_a_dropped_codec_is_freed_at_once(ckpt_dir):
+    """The graphs hold their codec weakly: no reference cycle keeps a dropped codec's weights
+    (and, on CUDA, its graphs' memory) until the garbage collector runs."""
+    import gc
+    import weakref
+
+    codec = Codec.from_file(ckpt_dir)
+    codec.decode_chunk(codes_for(codec, FIRST_FRAMES), {})
+    ref = weakref.ref(codec)
+    gc.disable()
+    try:
+        del codec
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
 import torch
 from torch import Tensor, nn
 
@@ -46,8 +47,14 @@ class FirstChunk:
     (what a graph captures), and ``layout``, how the packed state unpacks."""
 
     def __init__(self, codec: nn.Module):  # a ``model.Codec``
-        self.codec = codec
+        # weakly: the codec owns its graphs; no reference cycle keeps a dropped codec's weights
+        # and graph memory alive until the garbage collector runs
+        self._codec = weakref.ref(codec)
         self.layout: list[tuple] = []  # (module, kind, shape(s) or value), in state order
+
+    @property
+    def codec(self) -> nn.Module:
+        return self._codec()
 
     def __call__(self, codes: Tensor) -> list[Tensor]:
         state: State = {}
