@@ -88,6 +88,8 @@ def test_packed_state_unpacks_to_the_eager_state(codec):
     got, _ = stream(codec, codes[..., FIRST_FRAMES:], rest, state)
     want, _ = stream(codec, codes[..., FIRST_FRAMES:], rest, eager_state)
     assert torch.equal(got, want)
+    whole = codec.decode(codes, chunk_frames=None)  # streamed = whole, as test_codec states it
+    assert (torch.cat([audio, got], -1) - whole).abs().max().item() <= 1e-5
 
 
 class CpuGraph(CpuFrameGraph):
