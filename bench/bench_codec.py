@@ -12,7 +12,8 @@ inflates much less than wall time. The load average is recorded with the results
     python bench/bench_codec.py --first-chunk-check --config real --precision fp16   # on CUDA
 
 ``--first-chunk-check`` (``first_chunk_check``): a stream's first chunk eager against its CUDA
-graph's replay (equal bit for bit, the next chunks too; capture failures; milliseconds each),
+graph's replay (equal bit for bit, the next chunks too, where eager's cuDNN algorithms are
+deterministic: the graph is captured with deterministic ones; capture failures; ms each),
 the Snake op against the eager formula, and ``cudnn.benchmark`` as it was after. On a CPU the
 eager path runs both ways (no graph): a dry run.
 """
@@ -154,6 +155,8 @@ def first_chunk_check(codec: Codec, repeats: int = 20) -> dict:
             "graphs": [list(map(str, key)) for key in graphs.graphs],
             "failures": {str(key): why for key, why in graphs.failures.items()},
             "graphed_equals_eager": torch.equal(captured, eager) and torch.equal(replayed, eager),
+            "graphed_max_diff": max((captured - eager).abs().max().item(),
+                                    (replayed - eager).abs().max().item()),
             "first_chunk_ms": timing, "snake_error_vs_fp64": errors,
             "cudnn_benchmark_restored": torch.backends.cudnn.benchmark == benchmark}
 

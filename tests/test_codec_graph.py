@@ -98,8 +98,10 @@ class CpuGraph(CpuFrameGraph):
 
     captures = 0
     fail = False
+    deterministic: list = []  # cudnn.deterministic while each capture ran
 
     def __init__(self, fn, args):
+        CpuGraph.deterministic.append(torch.backends.cudnn.deterministic)
         if CpuGraph.fail:
             raise RuntimeError("CUDA graph replay differs from the captured function")
         super().__init__(fn, args)
@@ -112,6 +114,8 @@ def graphed(ckpt_dir, codec, monkeypatch):
     monkeypatch.setattr(codec.first_chunk_graphs, "enabled", False)
     monkeypatch.setattr(cuda_graph, "FrameGraph", CpuGraph)
     monkeypatch.setattr(CpuGraph, "captures", 0)
+    monkeypatch.setattr(CpuGraph, "deterministic", [])
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
     monkeypatch.setattr(codec_graph, "first_chunk_key",
                         lambda device, codes, state, dtype: (
                             None if state or codes.shape[-1] != FIRST_FRAMES
@@ -139,6 +143,8 @@ def test_replayed_first_chunk_equals_eager(graphed, codec):
     assert torch.equal(stream(graphed, batch, [FIRST_FRAMES])[0],
                        stream(codec, batch, [FIRST_FRAMES])[0])
     assert CpuGraph.captures == 2
+    # captured with deterministic algorithms (the check must not fail by chance), flag restored
+    assert CpuGraph.deterministic == [True, True] and not torch.backends.cudnn.deterministic
     graphed.set_precision(decode=torch.float32)  # weights cast: the graphs are dropped
     assert not graphed.first_chunk_graphs.graphs
 

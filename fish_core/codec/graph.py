@@ -1,14 +1,15 @@
 """A stream's first codec chunk as one CUDA graph: the first audio of every stream waits for it.
 
 The first chunk of a stream (``params.FIRST_FRAMES`` frames, an empty ``state``) is the same
-function of its codes every time, its shapes fixed by the batch: about 250 small kernels
-eager (``bench/count_ops.py``). ``FirstChunkGraphs`` captures it once per (batch, frames,
-dtype) with the engine's ``FrameGraph`` (warm-up, capture, and a replay checked equal to the
-direct call on the same codes) and replays it for later streams. The graph's outputs are the
-audio and every tensor of the streaming state it leaves, packed into one buffer
-(``FirstChunk``); after a replay they are copied out (the next replay overwrites them) and the
-state is rebuilt entry by entry, so the next chunks continue from exactly what the eager path
-leaves (``tests/test_codec_graph.py`` checks it on the CPU, where the function runs eagerly).
+function of its codes every time, its shapes fixed by the batch: about 250 small kernels eager
+(``bench/count_ops.py``). ``FirstChunkGraphs`` captures it once per (batch, frames, dtype) with
+the engine's ``FrameGraph`` (warm-up, capture, and a replay checked equal to the direct call on
+the same codes; cuDNN's deterministic algorithms while it captures) and replays it for later
+streams. The graph's outputs are the audio and every tensor of the streaming state it leaves,
+packed into one buffer (``FirstChunk``); after a replay they are copied out (the next replay
+overwrites them) and the state is rebuilt entry by entry, so the next chunks continue from
+exactly the state the checked direct call leaves (``tests/test_codec_graph.py`` checks the
+packing and the replay path on the CPU, where the function runs eagerly).
 
 Anything else (another length, a started stream, the CPU) runs eagerly, as does a key whose
 capture or check failed: the failure is recorded in ``failures`` (and logged once), never
@@ -24,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..params import FIRST_FRAMES
-from .layers import State
+from .layers import State, cudnn_flag
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,11 @@ class FirstChunkGraphs:
         from ..engine.cuda_graph import FrameGraph  # CUDA only
 
         try:
-            graph = FrameGraph(self.function, [codes])
+            # deterministic algorithms while it captures: the replay is checked equal to a
+            # direct call bit for bit, which an algorithm with atomic adds (cuDNN may pick one
+            # for a transposed convolution) would fail by chance; replays run what was captured
+            with cudnn_flag("deterministic", True):
+                graph = FrameGraph(self.function, [codes])
         except Exception as e:  # noqa: BLE001 - a failed capture must never fail the run
             self.failures[key] = f"{type(e).__name__}: {str(e)[:300]}"
             log.warning("codec first chunk %s runs eagerly: CUDA graph capture failed (%s)",

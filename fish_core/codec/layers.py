@@ -7,6 +7,8 @@ norm record its style in ``weight_norm_keys`` (folded at load by ``codec_checkpo
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,6 +20,27 @@ WN_PARAMETRIZATIONS = ("parametrizations.weight.original0", "parametrizations.we
 WN_LEGACY = ("weight_g", "weight_v")
 
 State = dict  # module -> carried left context (tensor, (k, v) pair or position counter)
+
+
+@contextmanager
+def cudnn_flag(name: str, value: bool):
+    """``torch.backends.cudnn.<name> = value`` for the block, back as it was after; no other
+    flag is touched. ``torch.backends.cudnn.flags`` is not used: it sets every flag (reading
+    ``allow_tf32`` raises where conv and RNN TF32 were set apart through the newer API). Where
+    the flags are frozen (``torch.backends.disable_global_flags``) the block runs as they are."""
+    cudnn = torch.backends.cudnn
+    before = getattr(cudnn, name)
+    switch = before != value
+    if switch:
+        try:
+            setattr(cudnn, name, value)
+        except RuntimeError:  # frozen flags
+            switch = False
+    try:
+        yield
+    finally:
+        if switch:
+            setattr(cudnn, name, before)
 
 
 class Stateful:

@@ -26,7 +26,7 @@ Modules: ``codec_config`` (hyper-parameters, JSON), ``codec_layers`` (causal con
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -39,7 +39,7 @@ from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
 from .graph import FirstChunkGraphs
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
-                     State, Stateful)
+                     State, Stateful, cudnn_flag)
 from .quantizer import Quantizer
 from .snake import snake
 from .transformer import WindowedTransformer
@@ -85,25 +85,11 @@ def cudnn_benchmark_pays(device: torch.device, frames: int) -> bool:
             and not torch.are_deterministic_algorithms_enabled())
 
 
-@contextmanager
 def convolution_flags(device: torch.device, frames: int):
-    """``cudnn.benchmark`` on around one codec call where it pays, back as it was after; no
-    other flag is touched (a ComfyUI pack leaves the user's global torch settings alone).
-    ``torch.backends.cudnn.flags`` is not used: it sets every flag (reading ``allow_tf32``
-    raises where conv and RNN TF32 were set apart through the newer API). Where the flags are
-    frozen (``torch.backends.disable_global_flags``) the call runs as they are."""
-    cudnn = torch.backends.cudnn
-    switch = cudnn_benchmark_pays(device, frames) and not cudnn.benchmark
-    if switch:
-        try:
-            cudnn.benchmark = True
-        except RuntimeError:  # frozen flags
-            switch = False
-    try:
-        yield
-    finally:
-        if switch:
-            cudnn.benchmark = False
+    """``cudnn.benchmark`` on around one codec call where it pays (``cudnn_benchmark_pays``),
+    back as it was after, no other flag touched (``layers.cudnn_flag``): a ComfyUI pack leaves
+    the user's global torch settings alone."""
+    return cudnn_flag("benchmark", True) if cudnn_benchmark_pays(device, frames) else nullcontext()
 
 
 class Encoder(Block):
