@@ -159,3 +159,27 @@ def test_snake_eager_is_in_place_on_its_own_buffer():
     copy = x.clone()
     snake_eager(x, alpha, 1 / alpha)
     assert torch.equal(x, copy)  # the input is never written
+
+
+SECOND_IMPORT = r"""
+import sys, types
+import torch
+from fish_core.codec import snake
+pack = types.ModuleType("pack")
+pack.__path__ = [sys.argv[1]]
+sys.modules["pack"] = pack
+import pack.fish_core.codec.snake as again
+assert again is not snake and again.snake_op is snake.snake_op is torch.ops.sailfish.snake
+x, alpha = torch.randn(1, 2, 9), torch.rand(1, 2, 1) + 0.5
+assert torch.equal(again.snake_op(x, alpha, 1 / alpha), snake.snake_eager(x, alpha, 1 / alpha))
+print("ok")
+"""
+
+
+def test_a_second_import_of_the_pack_defines_the_op_once():
+    """ComfyUI imports the pack under its folder's name beside the top-level one: the op is
+    defined once, both copies call it (``tests/test_ops.py`` for the other ops)."""
+    run = subprocess.run([sys.executable, "-c", SECOND_IMPORT, str(ROOT)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["ok"]
