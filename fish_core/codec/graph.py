@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import weakref
 import torch
 from torch import Tensor, nn
@@ -109,6 +110,7 @@ class FirstChunkGraphs:
         self.enabled = True
         self.graphs: dict[tuple, tuple] = {}  # key -> (FrameGraph, layout)
         self.failures: dict[tuple, str] = {}
+        self.lock = threading.Lock()
 
     def decode(self, codes: Tensor, state: State) -> Tensor | None:
         """Decode ``codes`` (clamped, on the codec's device) into ``state`` with a graph, or
@@ -117,17 +119,19 @@ class FirstChunkGraphs:
         key = first_chunk_key(codec.device, codes, state, codec.decode_dtype)
         if not self.enabled or key is None or key in self.failures:
             return None
-        captured = self.graphs.get(key)
-        if captured is None:
-            if len(self.graphs) >= MAX_GRAPHS:
-                return None
-            captured = self._capture(key, codes)
+        with self.lock:  # a replay's outputs are shared until copied out
+            captured = self.graphs.get(key)
             if captured is None:
-                return None
-        graph, layout = captured
-        audio, packed = graph(codes)
-        state.update(FirstChunk.unpack(layout, packed.clone()))
-        return audio.clone()
+                if len(self.graphs) >= MAX_GRAPHS:
+                    return None
+                captured = self._capture(key, codes)
+                if captured is None:
+                    return None
+            graph, layout = captured
+            audio, packed = graph(codes)
+            audio, packed = audio.clone(), packed.clone()
+        state.update(FirstChunk.unpack(layout, packed))
+        return audio
 
     def _capture(self, key: tuple, codes: Tensor) -> tuple | None:
         from ..engine.cuda_graph import FrameGraph  # CUDA only
@@ -148,7 +152,8 @@ class FirstChunkGraphs:
 
     def clear(self) -> None:
         """Drop every graph (the weights they read were cast, moved or replaced)."""
-        for graph, _ in self.graphs.values():
-            graph.release()
-        self.graphs.clear()
-        self.failures.clear()
+        with self.lock:
+            for graph, _ in self.graphs.values():
+                graph.release()
+            self.graphs.clear()
+            self.failures.clear()
