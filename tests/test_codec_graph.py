@@ -209,3 +209,13 @@ def test_a_dropped_codec_is_freed_at_once(ckpt_dir):
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_a_deep_copied_codec_has_graphs_of_its_own(codec):
+    import copy
+
+    twin = copy.deepcopy(codec)
+    assert twin.first_chunk_graphs is not codec.first_chunk_graphs
+    assert twin.first_chunk_graphs.function.codec is twin
+    codes = codes_for(codec, FIRST_FRAMES)
+    assert torch.equal(twin.decode_chunk(codes, {}), codec.decode_chunk(codes, {}))

@@ -112,6 +112,11 @@ class FirstChunkGraphs:
         self.failures: dict[tuple, str] = {}
         self.lock = threading.Lock()
 
+    def __deepcopy__(self, memo) -> FirstChunkGraphs:
+        """A copied codec starts with no graphs of its own (they read the original's weights)."""
+        codec = self.function.codec
+        return FirstChunkGraphs(memo.get(id(codec), codec))
+
     def decode(self, codes: Tensor, state: State) -> Tensor | None:
         """Decode ``codes`` (clamped, on the codec's device) into ``state`` with a graph, or
         None where the eager path runs."""
