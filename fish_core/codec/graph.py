@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 import weakref
+
 import torch
 from torch import Tensor, nn
 
