@@ -9,6 +9,13 @@ inflates much less than wall time. The load average is recorded with the results
     python bench/bench_codec.py --config real --long-repeats 1     # real size, random weights, fp32
     python bench/bench_codec.py --ckpt /path/to/s2-pro             # a real codec.pth
     python bench/bench_codec.py --precision fp32 fp16 bf16 --snr   # per precision, SNR vs fp32
+    python bench/bench_codec.py --first-chunk-check --config real --precision fp16   # on CUDA
+
+``--first-chunk-check`` (``first_chunk_check``): a stream's first chunk eager against its CUDA
+graph's replay (equal bit for bit, the next chunks too, where eager's cuDNN algorithms are
+deterministic: the graph is captured with deterministic ones; capture failures; ms each),
+the Snake op against the eager formula, and ``cudnn.benchmark`` as it was after. On a CPU the
+eager path runs both ways (no graph): a dry run.
 """
 
 import argparse
@@ -104,6 +111,56 @@ def worker(args) -> dict:
             "frames": frames, "vs_fp32": snr}
 
 
+def first_chunk_check(codec: Codec, repeats: int = 20) -> dict:
+    """The codec's CUDA-side first audio on its device: see the module's docstring."""
+    from fish_core.codec.snake import snake_eager, snake_op
+    from fish_core.params import FIRST_FRAMES
+
+    device, graphs = codec.device, codec.first_chunk_graphs
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    benchmark = torch.backends.cudnn.benchmark
+    gen = torch.Generator().manual_seed(0)
+    sizes = torch.tensor([codec.config.semantic_codebook_size]
+                         + [codec.config.codebook_size] * codec.config.n_codebooks)
+    codes = (torch.rand(1, codec.num_codebooks, 3 * FIRST_FRAMES, generator=gen)
+             * sizes[:, None]).long().to(device)
+
+    def stream(graphed: bool) -> torch.Tensor:
+        graphs.enabled, state = graphed, {}
+        first = codec.decode_chunk(codes[..., :FIRST_FRAMES], state)
+        return torch.cat([first, codec.decode_chunk(codes[..., FIRST_FRAMES:], state)], -1)
+
+    def first_chunk_ms(graphed: bool) -> float:
+        graphs.enabled, times = graphed, []
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter()
+            codec.decode_chunk(codes[..., :FIRST_FRAMES], {})
+            sync()
+            times.append(time.perf_counter() - start)
+        return round(1000 * statistics.median(times), 3)
+
+    eager = stream(False)
+    captured, replayed = stream(True), stream(True)
+    timing = {"eager": first_chunk_ms(False), "graphed": first_chunk_ms(True)}
+    graphs.enabled = True
+    x = torch.randn(1, 64, 8192, generator=gen).to(device, codec.decode_dtype) * 3
+    alpha = (torch.rand(1, 64, 1, generator=gen) + 0.05).to(device, codec.decode_dtype)
+    inverse = (alpha.float() + 1e-9).reciprocal().to(codec.decode_dtype)
+    exact = snake_eager(x.double(), alpha.double(), inverse.double())
+    errors = {name: ((y.double() - exact).abs().max() / exact.abs().max()).item()
+              for name, y in (("op", snake_op(x, alpha, inverse)),
+                              ("eager", snake_eager(x, alpha, inverse)))}
+    return {"device": str(device), "dtype": str(codec.decode_dtype),
+            "graphs": [list(map(str, key)) for key in graphs.graphs],
+            "failures": {str(key): why for key, why in graphs.failures.items()},
+            "graphed_equals_eager": torch.equal(captured, eager) and torch.equal(replayed, eager),
+            "graphed_max_diff": max((captured - eager).abs().max().item(),
+                                    (replayed - eager).abs().max().item()),
+            "first_chunk_ms": timing, "snake_error_vs_fp64": errors,
+            "cudnn_benchmark_restored": torch.backends.cudnn.benchmark == benchmark}
+
+
 def measure(args, op: str, seconds: float, chunk_frames: int, repeats: int,
             precision: str = "fp32") -> dict:
     cmd = [sys.executable, __file__, "--worker", "--op", op, "--seconds", str(seconds),
@@ -146,11 +203,20 @@ def main():
     parser.add_argument("--snr", action="store_true",
                         help="also the decode's SNR / encode's equal codes against fp32")
     parser.add_argument("--compile", action="store_true", help="codec.compile_activations()")
+    parser.add_argument("--first-chunk-check", action="store_true",
+                        help="first_chunk_check on --device (the first --precision)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--op", choices=("encode", "decode"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
+    if args.first_chunk_check:
+        codec = load(args).to(args.device)
+        dtype = DTYPES[args.precision[0]]
+        codec.set_precision(decode=dtype)
+        print(json.dumps(first_chunk_check(codec), indent=1))
+        return
     if args.worker:
         args.seconds = args.seconds[0]
         args.precision = args.precision[:1]

@@ -54,9 +54,11 @@ for _layer in set(ALLOWED) - {"budgets", "params", "access", "quant", "pack"}:
     ALLOWED[_layer].add("budgets")
 
 # Edges allowed only to these modules of the imported layer: the codec shares the engine's
-# transformer layers and the loader's streamed weight check, nothing else of either.
+# transformer layers, its fused-op switch (``fused``: Triton on CUDA, the routing) and its CUDA
+# graph capture, and the loader's streamed weight check, nothing else of either.
 NARROW: dict[tuple[str, str], set[str]] = {
-    ("codec", "engine"): {"fish_core.engine.layers"},
+    ("codec", "engine"): {"fish_core.engine.layers", "fish_core.engine.fused",
+                          "fish_core.engine.cuda_graph"},
     ("codec", "loading"): {"fish_core.loading.weights"},
     ("hearing", "engine"): {"fish_core.engine.layers"},
     ("hearing", "loading"): {"fish_core.loading.weights", "fish_core.loading.hub"},

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 
 from conftest import read_sizes
 from fish_core.audio.files import load_audio
-from fish_core.codec.model import (DEFAULT_CHUNK_FRAMES, GPU_CHUNK_FRAMES, Codec, build_codec,
-                                   chunk_frames_for)
+from fish_core.codec.model import (BENCHMARKED_FRAMES, DEFAULT_CHUNK_FRAMES, GPU_CHUNK_FRAMES,
+                                   Codec, build_codec, chunk_frames_for, convolution_flags,
+                                   cudnn_benchmark_pays)
 from fish_core.codec.checkpoint import read_checkpoint
 from fish_core.codec.config import CodecConfig, CodecLoadError
 from fish_core.codec.files import decode_to_file, encode_file
 from fish_core.codec.layers import WN_LEGACY, WN_PARAMETRIZATIONS
+from fish_core.params import CHUNK_FRAMES, FIRST_FRAMES
 from fish_core.engine.device import CODEC_FAST_DECODE, CODEC_FAST_SNR_DB, codec_dtypes_for
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -521,3 +523,64 @@ def test_encode_file_and_decode_to_file(codec, gold, tmp_path):
     back = load_audio(out)
     assert back.numel() == codes.shape[-1] * codec.frame_length
     torch.testing.assert_close(back, gold["decode"], atol=2 / 32768, rtol=0)
+
+
+# --- cudnn.benchmark around the codec's calls on CUDA ----------------------------------------
+
+
+def test_cudnn_benchmark_only_for_recurring_cuda_lengths(monkeypatch):
+    """The stream's chunk lengths and the automatic chunks on CUDA; not a ragged length, not
+    the CPU, not where the caller asked for reproducible algorithms."""
+    assert {FIRST_FRAMES, CHUNK_FRAMES, GPU_CHUNK_FRAMES} <= BENCHMARKED_FRAMES
+    ragged = next(n for n in range(1, 1000) if n not in BENCHMARKED_FRAMES)
+    assert cudnn_benchmark_pays(torch.device("cuda"), FIRST_FRAMES)
+    assert cudnn_benchmark_pays("cuda:0", GPU_CHUNK_FRAMES)
+    assert not cudnn_benchmark_pays("cuda", ragged)
+    assert not cudnn_benchmark_pays("cpu", FIRST_FRAMES)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    assert not cudnn_benchmark_pays("cuda", FIRST_FRAMES)
+
+
+def test_convolution_flags_set_benchmark_for_the_call_only(monkeypatch):
+    cudnn = torch.backends.cudnn
+    monkeypatch.setattr(cudnn, "benchmark", False)
+    with convolution_flags("cuda", FIRST_FRAMES):
+        assert cudnn.benchmark
+    assert cudnn.benchmark is False
+    with convolution_flags("cpu", FIRST_FRAMES):
+        assert cudnn.benchmark is False
+    monkeypatch.setattr(cudnn, "benchmark", True)  # the user's own setting stays
+    with convolution_flags("cuda", FIRST_FRAMES):
+        assert cudnn.benchmark
+    assert cudnn.benchmark is True
+    monkeypatch.setattr(cudnn, "benchmark", False)
+    with pytest.raises(ValueError):  # restored on an error too
+        with convolution_flags("cuda", FIRST_FRAMES):
+            raise ValueError
+    assert cudnn.benchmark is False
+    frozen = torch.backends.flags_frozen.__globals__  # as torch.backends.disable_global_flags()
+    with monkeypatch.context() as patch:
+        patch.setitem(frozen, "__allow_nonbracketed_mutation_flag", False)
+        assert torch.backends.flags_frozen()
+        with convolution_flags("cuda", FIRST_FRAMES):
+            assert cudnn.benchmark is False
+
+
+@pytest.mark.parametrize("user_setting", [False, True])
+def test_cpu_codec_leaves_global_flags_alone(codec, long_codes, monkeypatch, user_setting):
+    """On the CPU the context is a no-op: the flag is the caller's during and after a call."""
+    cudnn = torch.backends.cudnn
+    monkeypatch.setattr(cudnn, "benchmark", user_setting)
+    seen = []
+    hook = codec.decoder.model[0].register_forward_hook(
+        lambda *_: seen.append(cudnn.benchmark))
+    try:
+        codec.decode(long_codes[..., :FIRST_FRAMES], chunk_frames=None)
+        codec.decode_chunk(long_codes[..., :FIRST_FRAMES], {})
+    finally:
+        hook.remove()
+    assert seen == [user_setting, user_setting]
+    assert cudnn.benchmark is user_setting
+    assert torch.equal(codec.encode(torch.zeros(codec.frame_length * FIRST_FRAMES)),
+                       codec.encode(torch.zeros(codec.frame_length * FIRST_FRAMES)))
+    assert cudnn.benchmark is user_setting

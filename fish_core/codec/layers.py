@@ -7,15 +7,40 @@ norm record its style in ``weight_norm_keys`` (folded at load by ``codec_checkpo
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .snake import fused_snake
 
 # Checkpoint key suffixes of the two weight-norm styles: (g, v); weight = g * v / ||v||.
 WN_PARAMETRIZATIONS = ("parametrizations.weight.original0", "parametrizations.weight.original1")
 WN_LEGACY = ("weight_g", "weight_v")
 
 State = dict  # module -> carried left context (tensor, (k, v) pair or position counter)
+
+
+@contextmanager
+def cudnn_flag(name: str, value: bool):
+    """``torch.backends.cudnn.<name> = value`` for the block, back as it was after; no other
+    flag is touched. ``torch.backends.cudnn.flags`` is not used: it sets every flag (reading
+    ``allow_tf32`` raises where conv and RNN TF32 were set apart through the newer API). Where
+    the flags are frozen (``torch.backends.disable_global_flags``) the block runs as they are."""
+    cudnn = torch.backends.cudnn
+    before = getattr(cudnn, name)
+    switch = before != value
+    if switch:
+        try:
+            setattr(cudnn, name, value)
+        except RuntimeError:  # frozen flags
+            switch = False
+    try:
+        yield
+    finally:
+        if switch:
+            setattr(cudnn, name, before)
 
 
 class Stateful:
@@ -91,29 +116,37 @@ class CausalConvTranspose1d(Stateful, nn.Module):
         return self.conv(x)[..., skip:skip + length]
 
 
-def snake(x: Tensor, alpha: Tensor, inverse: Tensor) -> Tensor:
-    """The Snake activation as one expression (what ``Codec.compile_activations`` compiles into
-    one fused kernel); ``inverse`` is 1 / (alpha + 1e-9)."""
-    return x + torch.sin(alpha * x).pow(2) * inverse
-
-
 class Snake(nn.Module):
-    """x + sin(alpha * x)^2 / (alpha + 1e-9), per channel."""
+    """x + sin(alpha * x)^2 / (alpha + 1e-9), per channel: one kernel on CUDA (``snake``), the
+    eager formula on the CPU."""
 
     compiled = None  # torch.compile(snake), set by Codec.compile_activations
 
     def __init__(self, channels: int):
         super().__init__()
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+        self._inverse: tuple | None = None  # (alpha, its version, dtype, 1 / (alpha + 1e-9))
+
+    def inverse_for(self, dtype: torch.dtype) -> Tensor:
+        """``1 / (alpha + 1e-9)`` in ``dtype``, computed once per weights and dtype: again only
+        when ``alpha`` is replaced, cast or moved (``.to``, ``set_precision``, a load) or changed
+        in place through the parameter (its version counter)."""
+        alpha, cached = self.alpha, self._inverse
+        if (cached is None or cached[0].data_ptr() != alpha.data_ptr()
+                or cached[0].device != alpha.device or cached[0].dtype != alpha.dtype
+                or cached[1] != alpha._version or cached[2] != dtype):
+            # 1e-9 in fp32: in fp16 it would round to 0 (and a zero alpha divide by zero)
+            inverse = (alpha.detach().float() + 1e-9).reciprocal().to(dtype)
+            # the detached alpha shares the parameter's storage (kept alive, so its address is
+            # never another alpha's) and its version counter
+            cached = self._inverse = (alpha.detach(), alpha._version, dtype, inverse)
+        return cached[3]
 
     def forward(self, x: Tensor) -> Tensor:  # [B, C, L]
-        # 1e-9 in fp32: in fp16 it would round to 0 (and a zero alpha divide by zero)
-        inverse = (self.alpha.float() + 1e-9).reciprocal().to(x.dtype)
+        inverse = self.inverse_for(x.dtype)
         if self.compiled is not None:
             return self.compiled(x, self.alpha, inverse)
-        y = torch.sin(self.alpha * x)  # eager: in place, two [B, C, L] buffers at most
-        y.pow_(2).mul_(inverse)
-        return y.add_(x)
+        return fused_snake(x, self.alpha, inverse)
 
 
 class ResidualUnit(Block):

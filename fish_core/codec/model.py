@@ -26,18 +26,22 @@ Modules: ``codec_config`` (hyper-parameters, JSON), ``codec_layers`` (causal con
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..params import CHUNK_FRAMES, FIRST_FRAMES
 from .checkpoint import (fold_weight_norm, infer_config, load_weights, normalize_keys,
                          read_checkpoint)
 from .config import CONFIG_NAME, CodecConfig, CodecLoadError
+from .graph import FirstChunkGraphs
 from .layers import (Block, CausalConv1d, CausalConvTranspose1d, Chain, ResidualUnit, Snake,
-                     State, Stateful, snake)
+                     State, Stateful, cudnn_flag)
 from .quantizer import Quantizer
+from .snake import snake
 from .transformer import WindowedTransformer
 
 CHECKPOINT_NAME = "codec.pth"
@@ -52,6 +56,40 @@ GPU_CHUNK_FRAMES = 128
 def chunk_frames_for(device: torch.device) -> int:
     """Frames per chunk of an automatically chunked encode/decode on ``device``."""
     return DEFAULT_CHUNK_FRAMES if torch.device(device).type == "cpu" else GPU_CHUNK_FRAMES
+
+
+def _stream_lengths() -> frozenset[int]:
+    """Chunk lengths (frames) a stream and an automatic encode/decode use: ``FIRST_FRAMES``
+    doubling up to ``CHUNK_FRAMES`` (``local.driver.ChunkDecoder``'s rule), and the automatic
+    chunks."""
+    lengths, n = {CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES, GPU_CHUNK_FRAMES}, FIRST_FRAMES
+    while n < CHUNK_FRAMES:
+        lengths.add(n)
+        n *= 2
+    return frozenset(lengths)
+
+
+# cuDNN benchmarks a convolution's algorithms once per shape (the pass costs several runs of
+# each candidate): it pays for shapes that recur, the lengths above, not for a text batch's
+# ragged last chunk (its own length each time: cuDNN's heuristic choice serves it).
+BENCHMARKED_FRAMES = _stream_lengths()
+
+
+def cudnn_benchmark_pays(device: torch.device, frames: int) -> bool:
+    """Whether a chunk of ``frames`` frames on ``device`` runs with ``cudnn.benchmark``: on CUDA
+    for the recurring lengths, unless the caller asked for reproducible algorithms
+    (``cudnn.deterministic``, ``torch.use_deterministic_algorithms``: benchmarking may choose
+    another algorithm on another run)."""
+    return (torch.device(device).type == "cuda" and frames in BENCHMARKED_FRAMES
+            and not torch.backends.cudnn.deterministic
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+def convolution_flags(device: torch.device, frames: int):
+    """``cudnn.benchmark`` on around one codec call where it pays (``cudnn_benchmark_pays``),
+    back as it was after, no other flag touched (``layers.cudnn_flag``): a ComfyUI pack leaves
+    the user's global torch settings alone."""
+    return cudnn_flag("benchmark", True) if cudnn_benchmark_pays(device, frames) else nullcontext()
 
 
 class Encoder(Block):
@@ -108,6 +146,11 @@ class Codec(nn.Module):
         self.encoder = Encoder(self.config)
         self.quantizer = Quantizer(self.config)
         self.decoder = Decoder(self.config)
+        self.first_chunk_graphs = FirstChunkGraphs(self)
+
+    def _apply(self, fn, *args, **kwargs):
+        self.first_chunk_graphs.clear()  # the graphs read the weights being cast or moved
+        return super()._apply(fn, *args, **kwargs)
 
     @property
     def sample_rate(self) -> int:
@@ -159,11 +202,14 @@ class Codec(nn.Module):
         for dtype, modules in groups.items():
             for module in modules if dtype is not None else ():
                 module.to(dtype)
+        self.first_chunk_graphs.clear()
         return self
 
     def compile_activations(self) -> "Codec":
-        """Run every Snake activation as one kernel compiled by ``torch.compile`` (eager runs it
-        as five passes over the activations; the convolutions are cuDNN's/oneDNN's either way).
+        """Run every Snake activation as one kernel compiled by ``torch.compile``. On CUDA a
+        Snake is already one kernel without it (``snake.py``'s Triton op, no compile wait); on
+        the CPU eager runs it as four passes over the activations, which this fuses (the
+        convolutions are cuDNN's/oneDNN's either way).
         Shapes are dynamic: chunks of any length share the compiled kernel (one per dtype). The
         result is within rounding of eager (the fused kernel's sin and products round in a
         different order). The first call pays the compile. Returns ``self``."""
@@ -253,7 +299,8 @@ class Codec(nn.Module):
         if audio.shape[-1] == 0 or audio.shape[-1] % self.frame_length:
             raise ValueError(f"a stream chunk must be a whole number of {self.frame_length}-sample "
                              f"frames, got {audio.shape[-1]} samples")
-        return self.quantizer.encode(self.encoder(audio.to(self.encode_dtype), state), state)
+        with convolution_flags(self.device, audio.shape[-1] // self.frame_length):
+            return self.quantizer.encode(self.encoder(audio.to(self.encode_dtype), state), state)
 
     @torch.no_grad()
     def decode(self, codes: Tensor, chunk_frames: int | str | None = "auto") -> Tensor:
@@ -268,11 +315,23 @@ class Codec(nn.Module):
 
     @torch.no_grad()
     def decode_chunk(self, codes: Tensor, state: State) -> Tensor:
-        """One chunk of a stream: codes [B, 10, k] -> float32 audio [B, 1, k * 2048]."""
-        return self._decode_clamped(self.clamp_codes(codes), state)
+        """One chunk of a stream: codes [B, 10, k] -> float32 audio [B, 1, k * 2048]. On CUDA a
+        stream's first chunk replays a CUDA graph (``graph.FirstChunkGraphs``)."""
+        codes = self.clamp_codes(codes).to(self.device)
+        if not state:
+            with convolution_flags(self.device, codes.shape[-1]):
+                audio = self.first_chunk_graphs.decode(codes, state)
+            if audio is not None:
+                return audio
+        return self._decode_clamped(codes, state)
 
     def _decode_clamped(self, codes: Tensor, state: State) -> Tensor:
-        z = self.quantizer.decode(codes.to(self.device), state)
+        with convolution_flags(self.device, codes.shape[-1]):
+            return self.decode_state(codes.to(self.device), state)
+
+    def decode_state(self, codes: Tensor, state: State) -> Tensor:
+        """In-range codes [B, 10, k] on the device -> float32 audio, ``state`` carried."""
+        z = self.quantizer.decode(codes, state)
         return self.decoder(z, state).float()
 
 
