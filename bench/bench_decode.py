@@ -168,12 +168,14 @@ def fast_ar_share(engine: Engine, mode: str, prompt, device, steps: int = 16) ->
 
 def time_to_first_audio(engine: Engine, codec, prompt, frames: int, device, repeats: int) -> float:
     """Seconds from the request to the first ``frames`` frames of audio: prefill, ``frames``
-    frames, and the codec decode of those frames (a voice-clone prompt of the same length)."""
+    frames, and the codec decode of those frames as a stream's first chunk (``decode_chunk``
+    from an empty state: a CUDA graph replay on CUDA) (a voice-clone prompt of the same
+    length)."""
     params = SamplingParams(max_new_tokens=frames)
 
     def once():
         gen = generate(engine, prompt, params, seed=0, stop_on_eos=False)[0]
-        return codec.decode(gen.codes.to(device))
+        return codec.decode_chunk(gen.codes[None].to(device), {})
 
     once()  # warm-up
     return statistics.median(timed(once, device)[0] for _ in range(repeats))

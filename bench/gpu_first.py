@@ -22,7 +22,8 @@ others with it; a stage that does not fit in what is left of the budget is skipp
                    prompt lengths (no recompile, one first-frame graph), then prefill + the
                    first chunk's frames + its codec decode (default precisions) for first
                    chunks of 1-8 frames, split into its parts; ops and host syncs of a join
-    codec          codec encode / decode speed (× real time)
+    codec          codec encode / decode speed (× real time); a stream's first chunk eager
+                   against its CUDA graph (equal?, ms each) and the fused Snake's error
     serving        continuous batching (engine rows joining a running decode): frames/s with
                    1 and 8 rows, time to first audio frames at 1 and 8 rows, a voice prefix's
                    join with and without KV reuse
@@ -573,7 +574,8 @@ def parity(args) -> dict:
         out["graph-buckets"] = llm_parity(Engine(model, cuda_graph=True, prefill_buckets=True),
                                           golden)
     out["codec"] = codec_parity(device, fixtures)
-    out["unequal"] = [f"{mode}:{case}" for mode in ("eager", "eager-buckets", "graph", "graph-buckets")
+    modes = ("eager", "eager-buckets", "graph", "graph-buckets")
+    out["unequal"] = [f"{mode}:{case}" for mode in modes
                       for case, equal in out.get(mode, {}).items() if not equal]
     out["unequal"] += [] if out["codec"]["encode_codes_equal"] else ["codec:encode"]
     out["unequal"] += [] if out["codec"]["decode_max_abs_err"] <= 1e-4 else ["codec:decode"]
@@ -615,7 +617,22 @@ def codec_speed(args, seconds: float = 10.0) -> dict:
                                                               lambda: codec.decode(codes))):
         median = statistics.median(bench_decode.timed(run, device)[0] for _ in range(3))
         out[f"{op}_x_realtime"] = round(out["audio_s"] / median, 1)
+    out["first_chunk"] = first_chunk(codec, device)
     return out
+
+
+def first_chunk(codec, device) -> dict:
+    """A stream's first chunk in the device's default decode precision: eager against its CUDA
+    graph's replay, the fused Snake against the eager formula, cudnn.benchmark left as it was
+    (``bench_codec.first_chunk_check``; on a CPU the eager path both ways)."""
+    import bench_codec
+    from fish_core.engine.device import codec_dtypes_for
+
+    try:  # a failure here must not cost the speed figures
+        codec.set_precision(decode=codec_dtypes_for(device)[1])
+        return bench_codec.first_chunk_check(codec, repeats=10)
+    except Exception as e:  # noqa: BLE001 - recorded in the row
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
 REALSIZE_PRECISIONS = ("bf16", "int8", "int4")
@@ -798,6 +815,9 @@ def ttfa_stage(args) -> dict:
                       4)
         rows[frames] = {"ttfa_s": total, "prefill_and_frames_s": generate_s,
                         "codec_decode_s": decode_s}
+    graphs = codec.first_chunk_graphs  # a stream's first chunk: one CUDA graph per shape
+    out.update(codec_first_chunk_graphs=len(graphs.graphs),
+               codec_first_chunk_failures={str(k): v for k, v in graphs.failures.items()})
     out.update(first_frames_setting=FIRST_FRAMES, by_first_frames=rows,
                ttfa_s=rows.get(FIRST_FRAMES, {}).get("ttfa_s"),
                graph_captures=engine.graph_captures, fallbacks=list(engine.fallbacks))

@@ -106,7 +106,7 @@ def test_ttfa_and_codec_precision_stages_dry_run(tmp_path):
     from fish_core.engine.device import CODEC_FAST_SNR_DB
     from fish_core.params import FIRST_FRAMES
 
-    report, stdout = run(tmp_path, "--stages", "ttfa,codec-fast", "--budget", "800")
+    report, stdout = run(tmp_path, "--stages", "ttfa,codec,codec-fast", "--budget", "800")
     ttfa = report["stages"]["ttfa"]
     assert ttfa["status"] == "ok", ttfa
     row = ttfa["result"]
@@ -118,6 +118,7 @@ def test_ttfa_and_codec_precision_stages_dry_run(tmp_path):
     assert row["prefill_first_frame_bucketed_s"].keys() == prefill.keys()
     assert all(t > 0 for t in row["prefill_first_frame_bucketed_s"].values())
     assert row["prefill_captures"] == 0
+    assert row["codec_first_chunk_graphs"] == 0 and row["codec_first_chunk_failures"] == {}
     assert row["join_profile"]["aten_ops"] > 0 and row["codec_decode_dtype"] == "float32"
     assert list(row["by_first_frames"]) == ["1", "2", "4", "8"]
     for parts in row["by_first_frames"].values():
@@ -125,6 +126,11 @@ def test_ttfa_and_codec_precision_stages_dry_run(tmp_path):
         assert parts["codec_decode_s"] > 0
     assert row["first_frames_setting"] == FIRST_FRAMES
     assert row["ttfa_s"] == row["by_first_frames"][str(FIRST_FRAMES)]["ttfa_s"]
+
+    # a stream's first chunk, eager against its graph (on the CPU the eager path both ways)
+    first = report["stages"]["codec"]["result"]["first_chunk"]
+    assert first["graphed_equals_eager"] and first["graphs"] == [] and first["failures"] == {}
+    assert first["cudnn_benchmark_restored"] and first["first_chunk_ms"]["eager"] > 0
 
     codec = report["stages"]["codec-fast"]
     assert codec["status"] == "ok", codec
