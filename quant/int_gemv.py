@@ -124,18 +124,23 @@ def check_int4(x: Tensor, packed: Tensor, params: Tensor) -> None:
         raise GemvError("int4_gemv: " + "; ".join(problems))
 
 
-# int4's (BLOCK_N, BLOCK_K columns, warps, stages) per device class: a byte holds two codes, each
-# unpacked into fp32 with its group's scale and zero, so a thread holds at most 16 bytes of a K
-# step (<= 128 registers, no spills on sm_80-sm_90: ``bench/gemv_registers.py``).
+# int4's (BLOCK_N, BLOCK_K columns, warps, stages, SPLIT_K) per device class: a byte holds two
+# codes, each unpacked into fp32 with its group's scale and zero, so a thread holds at most 16
+# bytes of a K step (<= 128 registers, no spills on sm_80-sm_90: ``bench/gemv_registers.py``).
+# SPLIT_K > 1: K in slices combined by the last program to arrive, as the FP8 GEMV
+# (``fp8_gemv.CLASS_CONFIGS``), tried for N <= ``fp8_gemv.SPLIT_MAX_N``.
 INT4_CLASS_CONFIGS = {
-    "datacenter": [(4, 1024, 8, 4), (2, 2048, 8, 4), (8, 512, 8, 4), (4, 512, 4, 4),
-                   (2, 1024, 4, 4), (2, 2048, 4, 4)],
-    "consumer": [(4, 512, 2, 4), (4, 1024, 8, 3), (2, 1024, 4, 3), (4, 512, 4, 3),
-                 (2, 2048, 4, 3)],
+    "datacenter": [(4, 1024, 8, 4, 1), (2, 2048, 8, 4, 1), (8, 512, 8, 4, 1), (4, 512, 4, 4, 1),
+                   (2, 1024, 4, 4, 1), (2, 2048, 4, 4, 1),
+                   (4, 512, 4, 4, 2), (4, 512, 4, 4, 4), (4, 1024, 8, 4, 4),
+                   (2, 1024, 4, 4, 4)],
+    "consumer": [(4, 512, 2, 4, 1), (4, 1024, 8, 3, 1), (2, 1024, 4, 3, 1), (4, 512, 4, 3, 1),
+                 (2, 2048, 4, 3, 1),
+                 (4, 512, 4, 3, 2), (4, 512, 2, 4, 2)],
 }
 
 
-def class_configs(kernel: str) -> dict[str, list[tuple[int, int, int, int]]]:
+def class_configs(kernel: str) -> dict[str, list[tuple[int, int, int, int, int]]]:
     """The configurations the autotuner may pick for ``kernel`` (``"int8"``: the FP8 GEMV's,
     ``"int4"``), per device class."""
     return INT4_CLASS_CONFIGS if kernel == "int4" else fp8_gemv.CLASS_CONFIGS
@@ -144,44 +149,54 @@ def class_configs(kernel: str) -> dict[str, list[tuple[int, int, int, int]]]:
 if triton is not None:
     def _configs(kernel: str):
         halve_k = kernel == "int4"
-        return [triton.Config({"BLOCK_N": n, "BLOCK_K": k // 2 if halve_k else k}, num_warps=w,
-                              num_stages=st)
-                for rows in class_configs(kernel).values() for n, k, w, st in rows]
+        return [triton.Config({"BLOCK_N": n, "BLOCK_K": k // 2 if halve_k else k, "SPLIT_K": sk},
+                              num_warps=w, num_stages=st)
+                for rows in class_configs(kernel).values() for n, k, w, st, sk in rows]
 
     def _pruner(kernel: str):
         def prune(configs, named_args, **kwargs):
             x = named_args.get("x_ptr")
             cls = fp8_gemv.device_class(x.device) if isinstance(x, Tensor) else "consumer"
             halve = 2 if kernel == "int4" else 1
-            keys = {(n, k // halve, w, st) for n, k, w, st in class_configs(kernel)[cls]}
-            kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"],
-                                           c.num_warps, c.num_stages) in keys]
+            keys = {(n, k // halve, w, st, sk) for n, k, w, st, sk in class_configs(kernel)[cls]}
+            kept = fp8_gemv.split_configs(
+                [c for c in configs if fp8_gemv.config_key(c) in keys], named_args["N"])
             return kept or configs
         return prune
 
     @triton.jit
-    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, N, ROWS, K: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _int8_kernel(x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, ROWS, K: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
         # ROWS: the M bucket (``fp8_gemv.rows_bucket``), only a key of the autotuner's choice
         row = tl.program_id(1)
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         cols = tl.arange(0, BLOCK_K)
         live = outs < N
+        if SPLIT_K == 1:
+            k_lo = 0
+            k_hi = K
+        else:  # this program's slice of K (``fp8_gemv.split_range``)
+            PER: tl.constexpr = (K + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K) * BLOCK_K
+            k_lo = tl.program_id(2) * PER
+            k_hi = k_lo + PER
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + cols
             in_k = ks < K
             x = tl.load(x_ptr + row * K + ks, mask=in_k, other=0.0).to(tl.float32)
             q = tl.load(q_ptr + outs[:, None] * K + ks[None, :],
                         mask=live[:, None] & in_k[None, :], other=0)
             acc += tl.sum(q.to(tl.float32) * x[None, :], axis=1)
-        scale = tl.load(s_ptr + outs, mask=live, other=0.0).to(tl.float32)
-        y = acc * scale
-        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
+        total, keep = fp8_gemv._split_total(acc, part_ptr, count_ptr, outs, live, N, SPLIT_K,
+                                            BLOCK_N)
+        scale = tl.load(s_ptr + outs, mask=keep, other=0.0).to(tl.float32)
+        y = total * scale
+        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=keep)
 
     @triton.jit
-    def _int4_kernel(x_ptr, p_ptr, sz_ptr, y_ptr, N, ROWS, K: tl.constexpr,
-                     GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _int4_kernel(x_ptr, p_ptr, sz_ptr, y_ptr, part_ptr, count_ptr, N, ROWS, K: tl.constexpr,
+                     GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     SPLIT_K: tl.constexpr):
         # BLOCK_K bytes of each row (a multiple of GROUP_SIZE): columns j (low nibble) and
         # j + K / 2 (high nibble). Per group: scale · Σ (q - 8) x + zero · Σ x.
         GROUPS: tl.constexpr = BLOCK_K // GROUP_SIZE  # groups per block, in each half
@@ -189,8 +204,15 @@ if triton is not None:
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         cols = tl.arange(0, BLOCK_K)
         live = outs < N
+        if SPLIT_K == 1:
+            j_lo = 0
+            j_hi = K // 2
+        else:  # this program's slice of the K / 2 bytes
+            PER: tl.constexpr = (K // 2 + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K) * BLOCK_K
+            j_lo = tl.program_id(2) * PER
+            j_hi = j_lo + PER
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
-        for j0 in range(0, K // 2, BLOCK_K):
+        for j0 in range(j_lo, j_hi, BLOCK_K):
             js = j0 + cols
             in_k = js < K // 2
             x_lo = tl.load(x_ptr + row * K + js, mask=in_k, other=0.0).to(tl.float32)
@@ -217,8 +239,9 @@ if triton is not None:
             z_hi = tl.load(sz_ptr + at_hi + 1, mask=ok, other=0.0).to(tl.float32)
             acc += tl.sum(s_lo * dot_lo + z_lo * sum_lo[None, :]
                           + s_hi * dot_hi + z_hi * sum_hi[None, :], axis=1)
-        y = acc
-        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
+        total, keep = fp8_gemv._split_total(acc, part_ptr, count_ptr, outs, live, N, SPLIT_K,
+                                            BLOCK_N)
+        tl.store(y_ptr + row * N + outs, total.to(y_ptr.dtype.element_ty), mask=keep)
 
     _int8_tuned = triton.autotune(
         configs=_configs("int8")[:1] if INTERPRETED else _configs("int8"), key=["N", "K", "ROWS"],
@@ -235,20 +258,23 @@ def _ready(x: Tensor) -> None:
 
 
 def int8_launch(x: Tensor, codes: Tensor, scale: Tensor, config: tuple | None = None) -> Tensor:
-    """The int8 kernel; ``config`` = ``(BLOCK_N, BLOCK_K, warps, stages)`` instead of the tuned
-    choice (tests run every one)."""
+    """The int8 kernel; ``config`` = ``(BLOCK_N, BLOCK_K, warps, stages, SPLIT_K)`` instead of
+    the tuned choice (tests run every one)."""
     check_int8(x, codes, scale)
     _ready(x)
     (m, k), n = x.shape, codes.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    bucket = fp8_gemv.rows_bucket(m)
     if config is None:
-        _int8_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](
-            x, codes, scale, y, n, fp8_gemv.rows_bucket(m), k)
+        parts, count = fp8_gemv.tuned_split_buffers(_int8_tuned.configs, n, m, x.device)
+        _int8_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"], meta["SPLIT_K"])](
+            x, codes, scale, y, parts, count, n, bucket, k)
     else:
-        bn, bk, w, st = config
-        _int8_kernel[fp8_gemv.grid_for(n, m, bn)](x, codes, scale, y, n,
-                                                  fp8_gemv.rows_bucket(m), k, BLOCK_N=bn,
-                                                  BLOCK_K=bk, num_warps=w, num_stages=st)
+        bn, bk, w, st, sk = config
+        parts, count = fp8_gemv.split_buffers(n, m, x.device, sk, bn)
+        _int8_kernel[fp8_gemv.grid_for(n, m, bn, sk)](
+            x, codes, scale, y, parts, count, n, bucket, k, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk,
+            num_warps=w, num_stages=st)
     return y
 
 
@@ -258,15 +284,17 @@ def int4_launch(x: Tensor, packed: Tensor, params: Tensor, config: tuple | None 
     _ready(x)
     (m, k), n = x.shape, packed.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    bucket = fp8_gemv.rows_bucket(m)
     if config is None:
-        _int4_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"])](
-            x, packed, params, y, n, fp8_gemv.rows_bucket(m), k, GROUP)
+        parts, count = fp8_gemv.tuned_split_buffers(_int4_tuned.configs, n, m, x.device)
+        _int4_tuned[lambda meta: fp8_gemv.grid_for(n, m, meta["BLOCK_N"], meta["SPLIT_K"])](
+            x, packed, params, y, parts, count, n, bucket, k, GROUP)
     else:
-        bn, bk, w, st = config
-        _int4_kernel[fp8_gemv.grid_for(n, m, bn)](x, packed, params, y, n,
-                                                  fp8_gemv.rows_bucket(m), k, GROUP,
-                                                  BLOCK_N=bn, BLOCK_K=bk // 2, num_warps=w,
-                                                  num_stages=st)
+        bn, bk, w, st, sk = config
+        parts, count = fp8_gemv.split_buffers(n, m, x.device, sk, bn)
+        _int4_kernel[fp8_gemv.grid_for(n, m, bn, sk)](
+            x, packed, params, y, parts, count, n, bucket, k, GROUP, BLOCK_N=bn,
+            BLOCK_K=bk // 2, SPLIT_K=sk, num_warps=w, num_stages=st)
     return y
 
 

@@ -184,6 +184,66 @@ def test_gemvs_equal_the_fp64_matmul_on_dequantized_weights(ckpt_dir):
         assert err <= 2.0 ** -7, case  # one bf16 rounding of the output (and of x·w in prefill)
 
 
+SPLIT_CHECK = r"""
+import json, sys, torch
+import torch.nn.functional as F
+from quant import fp8_gemv, int_gemv, int_linear
+n, ks = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(3)
+split = {kind: [c for rows in int_gemv.class_configs(kind).values() for c in rows if c[4] > 1]
+         for kind in ("int8", "int4")}
+worst, again = {}, {}
+
+def relative(y, x, w_hat):
+    ref = F.linear(x.double(), w_hat.double())
+    return float(((y.double() - ref).abs() / (x.abs().double() @ w_hat.abs().double().T)).max())
+
+for k in ks:
+    w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+    x = torch.randn(3, k, generator=g)
+    int8 = int_linear.Int8Linear.from_weight(w, torch.float32)
+    int4 = int_linear.Int4GemvLinear.from_weight(w, torch.float32)
+    runs = {"int8": (int_gemv.int8_launch, int8.weight, int8.scale, int8),
+            "int4": (int_gemv.int4_launch, int4.weight, int4.scales_and_zeros, int4)}
+    for kind, (launch, codes, params, layer) in runs.items():
+        for config in split[kind]:
+            for rows in (1, 3):
+                y = launch(x[:rows], codes, params, config)
+                case = f"{kind} {k} {rows} {config}"
+                worst[case] = relative(y, x[:rows], layer.dequantized(torch.float64))
+                again[case] = bool(torch.equal(y, launch(x[:rows], codes, params, config)))
+left = int(sum(int(c.abs().sum()) for c in fp8_gemv._COUNTERS.values()))
+print(json.dumps({"worst": worst, "again": again, "counters": left,
+                  "splits": {kind: len(rows) for kind, rows in split.items()}}))
+"""
+
+
+def test_split_k_configs_equal_the_fp64_matmul(ckpt_dir):
+    """Under Triton's interpreter, every int8 and int4 SPLIT_K > 1 configuration (1 and 3 rows):
+    K = the largest BLOCK_K × SPLIT_K (every slice whole steps) and 256 columns more (short or
+    empty last slices); the fp32 matmul on the dequantized weights, the same bits on a second
+    call, every arrival counter back at zero. N = the fixture's model width plus 3."""
+    pytest.importorskip("triton")
+    n = ModelConfig.from_file(ckpt_dir).text.dim + 3
+    split = {kind: [c for rows in int_gemv.class_configs(kind).values() for c in rows if c[4] > 1]
+             for kind in ("int8", "int4")}
+    assert all(split.values())
+    k = max(c[1] * c[4] for rows in split.values() for c in rows)
+    assert k % int_gemv.K_MULTIPLE == 0
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", SPLIT_CHECK,
+                          json.dumps([n, [k, k + int_gemv.K_MULTIPLE]])], cwd=ROOT, env=env,
+                         check=False, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["splits"] == {kind: len(rows) for kind, rows in split.items()}
+    assert out["counters"] == 0
+    assert len(out["worst"]) == 2 * 2 * sum(map(len, split.values()))
+    for case, worst in out["worst"].items():
+        assert worst <= 1e-5, case  # fp32 products and sums
+    assert all(out["again"].values())
+
+
 # ---------------------------------------------------------------------------- compile options
 class Wrapped(torch.Tensor):
     """A tensor subclass standing in for torchao's quantized weights."""
