@@ -14,8 +14,13 @@ moves ~5 bytes a weight; this does not depend on a compile:
 Numerics: int8 ``y = (x · codes) · scale``; int4 ``w = (q - 8) · scale + zero`` per group of
 ``GROUP`` columns (``int_linear.quantize_int4``'s codes and parameters), products and sums in
 fp32, one rounding to ``x``'s dtype: the fp32 matmul on the dequantized weights within fp32
-rounding. Up to ``MAX_ROWS`` rows of ``x`` (decode); the layers multiply more rows (prefill) by
-the dequantized weight (compute-bound: cuBLAS).
+rounding. int4 computes each group as ``scale · Σ (q - c) x`` with ``c = 8 - zero / scale``
+(the zero folded into the codes' offset, one division per group and block of outputs), so no
+program sums the activation over a group: the group sums are not computed once per call, they
+are not needed at all (no extra launch; per weight the one subtract ``q - 8`` was). The
+scales must be nonzero (``quantize_int4``'s are, in every dtype). Up to ``MAX_ROWS`` rows of
+``x`` (decode); the layers multiply more rows (prefill) by the dequantized weight
+(compute-bound: cuBLAS).
 
 int4 layout (``pack``): byte ``j`` of row ``n`` holds column ``j`` in its low nibble and column
 ``j + K / 2`` in its high nibble, so both halves of ``x`` are read as contiguous vectors. The
@@ -198,7 +203,7 @@ if triton is not None:
                      GROUP_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      SPLIT_K: tl.constexpr):
         # BLOCK_K bytes of each row (a multiple of GROUP_SIZE): columns j (low nibble) and
-        # j + K / 2 (high nibble). Per group: scale · Σ (q - 8) x + zero · Σ x.
+        # j + K / 2 (high nibble). Per group: scale · Σ (q - c) x, c = 8 - zero / scale.
         GROUPS: tl.constexpr = BLOCK_K // GROUP_SIZE  # groups per block, in each half
         row = tl.program_id(1)
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -219,26 +224,29 @@ if triton is not None:
             x_hi = tl.load(x_ptr + row * K + K // 2 + js, mask=in_k, other=0.0).to(tl.float32)
             b = tl.load(p_ptr + outs[:, None] * (K // 2) + js[None, :],
                         mask=live[:, None] & in_k[None, :], other=0)
-            q_lo = tl.reshape((b & 15).to(tl.float32) - 8.0, (BLOCK_N, GROUPS, GROUP_SIZE))
-            q_hi = tl.reshape((b >> 4).to(tl.float32) - 8.0, (BLOCK_N, GROUPS, GROUP_SIZE))
-            x3_lo = tl.reshape(x_lo, (GROUPS, GROUP_SIZE))
-            x3_hi = tl.reshape(x_hi, (GROUPS, GROUP_SIZE))
-            dot_lo = tl.sum(q_lo * x3_lo[None, :, :], axis=2)  # [BLOCK_N, GROUPS]
-            dot_hi = tl.sum(q_hi * x3_hi[None, :, :], axis=2)
-            sum_lo = tl.sum(x3_lo, axis=1)  # [GROUPS]
-            sum_hi = tl.sum(x3_hi, axis=1)
             # (scale, zero) of each group: params [K / GROUP, N, 2]
             g_lo = j0 // GROUP_SIZE + tl.arange(0, GROUPS)
             g_hi = g_lo + (K // 2) // GROUP_SIZE
             ok = live[:, None] & (g_lo < (K // 2) // GROUP_SIZE)[None, :]
             at_lo = (g_lo[None, :] * N + outs[:, None]) * 2
             at_hi = (g_hi[None, :] * N + outs[:, None]) * 2
-            s_lo = tl.load(sz_ptr + at_lo, mask=ok, other=0.0).to(tl.float32)
+            s_lo = tl.load(sz_ptr + at_lo, mask=ok, other=1.0).to(tl.float32)  # [BLOCK_N, GROUPS]
             z_lo = tl.load(sz_ptr + at_lo + 1, mask=ok, other=0.0).to(tl.float32)
-            s_hi = tl.load(sz_ptr + at_hi, mask=ok, other=0.0).to(tl.float32)
+            s_hi = tl.load(sz_ptr + at_hi, mask=ok, other=1.0).to(tl.float32)
             z_hi = tl.load(sz_ptr + at_hi + 1, mask=ok, other=0.0).to(tl.float32)
-            acc += tl.sum(s_lo * dot_lo + z_lo * sum_lo[None, :]
-                          + s_hi * dot_hi + z_hi * sum_hi[None, :], axis=1)
+            # the zero folded into the codes' offset: (q - 8) s + z = s (q - c), c = 8 - z / s,
+            # so no group sum of x is needed (the module docstring)
+            c_lo = 8.0 - tl.fdiv(z_lo, s_lo)  # div.full: 2 ulp, a few instructions
+            c_hi = 8.0 - tl.fdiv(z_hi, s_hi)
+            q_lo = (tl.reshape((b & 15).to(tl.float32), (BLOCK_N, GROUPS, GROUP_SIZE))
+                    - c_lo[:, :, None])
+            q_hi = (tl.reshape((b >> 4).to(tl.float32), (BLOCK_N, GROUPS, GROUP_SIZE))
+                    - c_hi[:, :, None])
+            x3_lo = tl.reshape(x_lo, (GROUPS, GROUP_SIZE))
+            x3_hi = tl.reshape(x_hi, (GROUPS, GROUP_SIZE))
+            dot_lo = tl.sum(q_lo * x3_lo[None, :, :], axis=2)  # [BLOCK_N, GROUPS]
+            dot_hi = tl.sum(q_hi * x3_hi[None, :, :], axis=2)
+            acc += tl.sum(s_lo * dot_lo + s_hi * dot_hi, axis=1)
         total, keep = fp8_gemv._split_total(acc, part_ptr, count_ptr, outs, live, N, SPLIT_K,
                                             BLOCK_N)
         tl.store(y_ptr + row * N + outs, total.to(y_ptr.dtype.element_ty), mask=keep)

@@ -247,8 +247,11 @@ def pack_int4(codes: Tensor) -> Tensor:
 
 def _int4_grid(g: Tensor, lo: Tensor, hi: Tensor, dtype: torch.dtype):
     """Codes (as floats), scale and zero (fp32 values of ``dtype`` numbers) for groups ``g``
-    mapped onto 16 levels spanning [lo, hi]."""
-    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float()
+    mapped onto 16 levels spanning [lo, hi]. The scale is never 0, in ``dtype`` too: a constant
+    group's 1e-12 would round to 0 in fp16 (its codes then 0 / 0), and the Triton GEMV divides
+    by it (``int_gemv``: the zero folded into the codes' offset)."""
+    least = torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # smallest positive (subnormal)
+    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float().clamp(min=least)
     zero = (lo + 8 * scale).to(dtype).float()
     q = torch.round((g - zero) / scale + 8).clamp(0, INT4_MAX)
     return q, scale, zero

@@ -130,6 +130,8 @@ from quant import fp8_gemv, int_gemv, int_linear
 n, k = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
 w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+w[0] = 1.0 + 1e-4 * torch.randn(k, generator=g)  # zero / scale large: int4's folded offset
+w[1, :int_gemv.GROUP] = 0.5  # a constant group
 configs = [None] + [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows]
 configs4 = [None] + [c for rows in int_gemv.INT4_CLASS_CONFIGS.values() for c in rows]
 worst = {}
