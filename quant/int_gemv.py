@@ -9,7 +9,7 @@ moves ~5 bytes a weight; this does not depend on a compile:
     y = torch.ops.sailfish.int8_triton_gemv(x, codes, scale)   # x [M, K], codes [N, K] int8,
                                                   # scale [N] → y [M, N] in x's dtype
     y = torch.ops.sailfish.int4_triton_gemv(x, packed, params)  # packed [N, K / 2] uint8
-                                                  # (``pack``), params [K / GROUP, N, 2]
+                          # (``pack``), params [K / (2 GROUP), N, 2, 2] (``order_params``)
 
 Numerics: int8 ``y = (x · codes) · scale``; int4 ``w = (q - 8) · scale + zero`` per group of
 ``GROUP`` columns (``int_linear.quantize_int4``'s codes and parameters), products and sums in
@@ -82,6 +82,22 @@ def unpack(packed: Tensor) -> Tensor:
     return torch.cat([packed & 15, packed >> 4], dim=1).to(torch.int32)
 
 
+def order_params(params: Tensor) -> Tensor:
+    """``quantize_int4``'s ``[K / GROUP, N, 2]`` (scale, zero) → the order the kernel reads them,
+    ``[K / (2 GROUP), N, 2, 2]``: group ``g``'s pair (low nibbles, column ``j``) next to group
+    ``g + K / (2 GROUP)``'s (high nibbles, ``j + K / 2``), which the same K step reads. A block
+    of ``BLOCK_N`` rows then reads, per step, ``GROUPS`` runs of ``8 · BLOCK_N`` bytes (bf16)
+    rather than ``2 · GROUPS`` runs of ``4 · BLOCK_N`` bytes ``N · 4`` bytes apart. Rows stay the
+    second dimension (joined rows concatenate there)."""
+    groups, n, _ = params.shape
+    return torch.cat(params.view(2, groups // 2, n, 1, 2).unbind(0), dim=2)
+
+
+def unorder_params(ordered: Tensor) -> Tensor:
+    """``order_params``'s inverse: ``[K / (2 GROUP), N, 2, 2]`` → ``[K / GROUP, N, 2]``."""
+    return torch.cat(ordered.unbind(2))
+
+
 def _x_problems(x: Tensor, k: int, device) -> list[str]:
     problems = []
     if (x.dim() != 2 or x.shape[-1] != k or x.dtype not in ACTIVATION_DTYPES
@@ -119,7 +135,7 @@ def check_int4(x: Tensor, packed: Tensor, params: Tensor) -> None:
     n, k = (packed.shape[0], 2 * packed.shape[1]) if packed.dim() == 2 else (-1, -1)
     if k % K_MULTIPLE:
         problems.append(f"packed: K = 2 × columns must be a multiple of {K_MULTIPLE}, got {k}")
-    want = (k // GROUP, n, 2)
+    want = (k // (2 * GROUP), n, 2, 2)  # order_params's
     if (tuple(params.shape) != want or params.dtype not in ACTIVATION_DTYPES
             or not params.is_contiguous() or params.device != packed.device):
         problems.append(f"params must be a contiguous {list(want)} float tensor on "
@@ -224,16 +240,15 @@ if triton is not None:
             x_hi = tl.load(x_ptr + row * K + K // 2 + js, mask=in_k, other=0.0).to(tl.float32)
             b = tl.load(p_ptr + outs[:, None] * (K // 2) + js[None, :],
                         mask=live[:, None] & in_k[None, :], other=0)
-            # (scale, zero) of each group: params [K / GROUP, N, 2]
+            # (scale, zero) of each group and of its high-nibble partner, side by side:
+            # params [K / (2 GROUP), N, 2, 2] (``order_params``)
             g_lo = j0 // GROUP_SIZE + tl.arange(0, GROUPS)
-            g_hi = g_lo + (K // 2) // GROUP_SIZE
             ok = live[:, None] & (g_lo < (K // 2) // GROUP_SIZE)[None, :]
-            at_lo = (g_lo[None, :] * N + outs[:, None]) * 2
-            at_hi = (g_hi[None, :] * N + outs[:, None]) * 2
-            s_lo = tl.load(sz_ptr + at_lo, mask=ok, other=1.0).to(tl.float32)  # [BLOCK_N, GROUPS]
-            z_lo = tl.load(sz_ptr + at_lo + 1, mask=ok, other=0.0).to(tl.float32)
-            s_hi = tl.load(sz_ptr + at_hi, mask=ok, other=1.0).to(tl.float32)
-            z_hi = tl.load(sz_ptr + at_hi + 1, mask=ok, other=0.0).to(tl.float32)
+            at = g_lo[None, :] * (4 * N) + outs[:, None] * 4  # [BLOCK_N, GROUPS]
+            s_lo = tl.load(sz_ptr + at, mask=ok, other=1.0).to(tl.float32)
+            z_lo = tl.load(sz_ptr + at + 1, mask=ok, other=0.0).to(tl.float32)
+            s_hi = tl.load(sz_ptr + at + 2, mask=ok, other=1.0).to(tl.float32)
+            z_hi = tl.load(sz_ptr + at + 3, mask=ok, other=0.0).to(tl.float32)
             # the zero folded into the codes' offset: (q - 8) s + z = s (q - c), c = 8 - z / s,
             # so no group sum of x is needed (the module docstring)
             c_lo = 8.0 - tl.fdiv(z_lo, s_lo)  # div.full: 2 ulp, a few instructions

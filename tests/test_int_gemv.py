@@ -42,6 +42,33 @@ def test_pack_unpack_round_trip_and_layout():
     assert int(packed[3, 5]) == int(codes[3, 5]) | (int(codes[3, 256 + 5]) << 4)
 
 
+def test_params_in_the_order_read_and_back():
+    """``order_params`` puts the (scale, zero) of group g (low nibbles) beside that of group
+    g + K / (2 GROUP) (high nibbles), rows in dim 1; ``unorder_params`` gives quantize_int4's
+    layout back exactly; a layer built from either layout holds the same, and a joined pair
+    of layers holds the joined rows."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 4 * int_gemv.GROUP, generator=g)
+    codes, params = int_linear.quantize_int4(w, torch.bfloat16)
+    ordered = int_gemv.order_params(params)
+    half = params.shape[0] // 2
+    assert ordered.shape == (half, 6, 2, 2) and ordered.is_contiguous()
+    for gp in range(half):
+        for n in range(6):
+            assert torch.equal(ordered[gp, n, 0], params[gp, n])
+            assert torch.equal(ordered[gp, n, 1], params[gp + half, n])
+    assert torch.equal(int_gemv.unorder_params(ordered), params)
+    packed = int_gemv.pack(codes)
+    a, b = Int4GemvLinear.holding(packed, params), Int4GemvLinear.holding(packed, ordered)
+    assert torch.equal(a.scales_and_zeros, b.scales_and_zeros)
+    assert (a.in_features, a.out_features) == (w.shape[1], w.shape[0])
+    w_hat = ((codes.float() - 8) * params[..., 0].float().T.repeat_interleave(int_gemv.GROUP, 1)
+             + params[..., 1].float().T.repeat_interleave(int_gemv.GROUP, 1))
+    assert torch.equal(a.dequantized(torch.float32), w_hat)
+    joined = quant.convert._join_int4_gemv(a, b)
+    assert torch.equal(joined.dequantized(torch.float32), torch.cat([w_hat, w_hat]))
+
+
 @pytest.mark.parametrize("rows", [1, int_gemv.MAX_ROWS, int_gemv.MAX_ROWS + 3])
 def test_every_real_shape_runs_the_int_layers_on_fake_cuda(rows):
     """Decode rows go through the GEMV ops (their fake kernels check the arguments), prefill rows
@@ -110,7 +137,8 @@ def test_converter_builds_the_gemv_layers(monkeypatch):
     assert model[0].weight.shape == (64, 256) and model[0].weight.dtype == torch.uint8
     codes, params = int_linear.quantize_int4(weights[0].bfloat16(), torch.bfloat16)
     assert torch.equal(int_gemv.unpack(model[0].weight), codes)
-    assert torch.equal(model[0].scales_and_zeros, params)
+    assert torch.equal(model[0].scales_and_zeros, int_gemv.order_params(params))
+    assert torch.equal(int_gemv.unorder_params(model[0].scales_and_zeros), params)
     meta = nn.Sequential(nn.Linear(512, 64, bias=False, device="meta"),
                          nn.Linear(128, 32, bias=False, device="meta")).to(torch.bfloat16)
     assert quant.weight_bytes(model) == quant.planned_bytes(meta, "int4", device="cuda")
