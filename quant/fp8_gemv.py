@@ -190,17 +190,19 @@ def split_configs(configs, n: int):
     return [c for c in configs if n <= SPLIT_MAX_N or c.kwargs["SPLIT_K"] == 1]
 
 
-_COUNTERS: dict = {}  # (device, stream) → int32 arrival counters, zero between launches
+_COUNTERS: dict = {}  # device → int32 arrival counters, zero between launches
 _RETIRED: list = []  # outgrown counters: a captured CUDA graph may still point at one
 
 
 def counters(count: int, device: torch.device) -> Tensor:
     """At least ``count`` int32 arrival counters on ``device``, all zero: each split launch's
-    last program puts back the zeros it found, so one buffer per (device, stream) serves every
-    launch in stream order. A buffer grown during CUDA-graph capture is the graph's own."""
+    last program puts back the zeros it found, so one buffer per device serves every launch that
+    follows another (stream order; the engine's warm-up stream waits for, and is waited on by,
+    the one it leaves; a graph replays in its caller's stream). The same buffer serves a CUDA
+    graph's capture (no memset in the graph); one grown during capture is the graph's own."""
     device = torch.device(device)
     cuda = device.type == "cuda"
-    key = (str(device), torch.cuda.current_stream(device).cuda_stream if cuda else 0)
+    key = str(device)
     have = _COUNTERS.get(key)
     if have is not None and have.numel() >= count:
         return have
