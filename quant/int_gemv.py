@@ -274,6 +274,25 @@ if triton is not None:
         prune_configs_by={"early_config_prune": _pruner("int4")})(_int4_kernel)
 
 
+def tuned_choices() -> dict[str, list[dict]]:
+    """What the autotuner has chosen so far in this process, per kernel (``"fp8"``, ``"int8"``,
+    ``"int4"``): each key it tuned (N, K, [BITS,] M bucket, dtypes) with the winning
+    ``[BLOCK_N, BLOCK_K, warps, stages, SPLIT_K]`` (int4's BLOCK_K in columns), so that a GPU
+    run can say where split-K won."""
+    if triton is None:
+        return {}
+    out = {}
+    for name, tuned in (("fp8", fp8_gemv._tuned_kernel), ("int8", _int8_tuned),
+                        ("int4", _int4_tuned)):
+        rows = []
+        for key, config in tuned.cache.items():
+            bn, bk, warps, stages, split = fp8_gemv.config_key(config)
+            rows.append({"key": [k if isinstance(k, (bool, int)) else str(k) for k in key],
+                         "config": [bn, 2 * bk if name == "int4" else bk, warps, stages, split]})
+        out[name] = rows
+    return out
+
+
 def _ready(x: Tensor) -> None:
     reason = unavailable(x.device)
     if reason:

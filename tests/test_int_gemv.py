@@ -274,6 +274,27 @@ def test_split_k_configs_equal_the_fp64_matmul(ckpt_dir):
     assert all(out["again"].values())
 
 
+def test_tuned_choices_name_each_kernels_winner(monkeypatch):
+    """The autotuner's choices as a GPU run prints them: per kernel, its key and the winning
+    configuration as the config lists spell it (int4's BLOCK_K back in columns)."""
+    triton = pytest.importorskip("triton")
+    assert set(int_gemv.tuned_choices()) == {"fp8", "int8", "int4"}
+    fp8_key = (2560, 9728, False, 1, "torch.bfloat16")
+    int4_key = (2560, 9728, 1, "torch.bfloat16")
+    fp8 = triton.Config({"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 4}, num_warps=4, num_stages=4)
+    int4 = triton.Config({"BLOCK_N": 4, "BLOCK_K": 256, "SPLIT_K": 2}, num_warps=4, num_stages=4)
+    monkeypatch.setattr(int_gemv.fp8_gemv._tuned_kernel, "cache", {fp8_key: fp8})
+    monkeypatch.setattr(int_gemv._int4_tuned, "cache", {int4_key: int4})
+    monkeypatch.setattr(int_gemv._int8_tuned, "cache", {})
+    choices = int_gemv.tuned_choices()
+    assert choices["fp8"] == [{"key": [2560, 9728, False, 1, "torch.bfloat16"],
+                               "config": [8, 512, 4, 4, 4]}]
+    assert choices["int4"] == [{"key": [2560, 9728, 1, "torch.bfloat16"],
+                                "config": [4, 512, 4, 4, 2]}]
+    assert choices["int8"] == []
+    assert tuple(choices["int4"][0]["config"]) in int_gemv.INT4_CLASS_CONFIGS["datacenter"]
+
+
 # ---------------------------------------------------------------------------- compile options
 class Wrapped(torch.Tensor):
     """A tensor subclass standing in for torchao's quantized weights."""
