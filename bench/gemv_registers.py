@@ -9,8 +9,9 @@ then assembled by the system's ``ptxas -v`` (the PTX ``.version`` lowered to wha
 reads), which prints the registers a thread uses and the bytes it spills. A memory-bound GEMV
 needs many warps resident to keep bytes in flight: more than 128 registers a thread halves
 them, and a spill adds local-memory traffic to every K step. Every configuration the autotuner
-may pick is listed (``int_gemv.class_configs``: both device classes) with ``ok`` when it
-neither spills nor uses more than ``--limit`` registers.
+may pick is listed (``int_gemv.class_configs``: both device classes, split-K ones included:
+``[BLOCK_N, BLOCK_K, warps, stages, SPLIT_K]``) with ``ok`` when it neither spills nor uses more
+than ``--limit`` registers.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def kernels() -> dict:
     """name → (jit function, signature, constexprs but the config's, lowest architecture)."""
     from quant import fp8_gemv, int_gemv
 
-    x = {"x_ptr": "*bf16", "y_ptr": "*bf16", "N": "i32", "ROWS": "i32", "K": "constexpr",
-         "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+    x = {"x_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32",
+         "N": "i32", "ROWS": "i32", "K": "constexpr", "BLOCK_N": "constexpr",
+         "BLOCK_K": "constexpr", "SPLIT_K": "constexpr"}
     fp8 = {**x, "q_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "BITS": "constexpr"}
     fp8_bits = {**fp8, "q_ptr": "*u8"}
     int8 = {**x, "q_ptr": "*i8", "s_ptr": "*fp32"}
@@ -84,6 +86,8 @@ def ptxas_report(ptx: str, arch: int, ptxas: str) -> dict:
 
 
 def configs(kernel: str) -> list[tuple[str, tuple]]:
+    """(device class, (BLOCK_N, BLOCK_K, warps, stages, SPLIT_K)) of every configuration the
+    autotuner may pick for ``kernel``, split ones included."""
     from quant import int_gemv
 
     seen, out = set(), []
@@ -112,20 +116,21 @@ def main(argv=None) -> dict:
             if arch < lowest:
                 continue
             for k in map(int, args.k.split(",")):
-                for cls, (bn, bk, warps, stages) in configs(name):
+                for cls, (bn, bk, warps, stages, split) in configs(name):
                     block_k = bk // 2 if name == "int4" else bk  # int4 counts bytes
                     row = {"kernel": name, "arch": f"sm_{arch}", "K": k, "class": cls,
-                           "config": [bn, bk, warps, stages]}
+                           "config": [bn, bk, warps, stages, split]}
                     try:
                         ptx = ptx_for(fn, signature, {**fixed, "K": k, "BLOCK_N": bn,
-                                                      "BLOCK_K": block_k}, arch, warps, stages)
+                                                      "BLOCK_K": block_k, "SPLIT_K": split},
+                                      arch, warps, stages)
                         row.update(ptxas_report(ptx, arch, args.ptxas))
                     except Exception as e:  # noqa: BLE001 - reported in the row
                         row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                     row["ok"] = ("registers" in row and row["registers"] <= args.limit
                                  and not row["spill_stores"] and not row["spill_loads"])
                     rows.append(row)
-                    print(f"{name:9} {row['arch']} K={k:<5} {str(row['config']):18} "
+                    print(f"{name:9} {row['arch']} K={k:<5} {str(row['config']):21} "
                           + (f"{row['registers']:3} regs  spill {row['spill_stores']}/"
                              f"{row['spill_loads']} B  {'ok' if row['ok'] else 'OVER'}"
                              if "registers" in row else row.get("error", "")), flush=True)

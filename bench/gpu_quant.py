@@ -11,6 +11,10 @@ Then the speed table (real-size random weights):
 1. S2-Pro's Linear shapes at batch 1 and 8: bf16 ``F.linear``, FP8 dequant, the FP8 GEMV and
    W8A8 ``_scaled_mm``, each eager (``path``) and compiled (``path_compiled``; one fresh compile
    each, ``torch._dynamo.reset()`` between) in µs per call (CUDA events): which path wins.
+   Then, for the shapes with N <= ``fp8_gemv.SPLIT_MAX_N`` at batch 1, every configuration of
+   the device's class run directly (``launch_with``, ``int8_launch``, ``int4_launch``):
+   µs per call, error against fp32 and whether three calls give the same bits (split-K's
+   fixed sum order), and ``int_gemv.tuned_choices()``: what the autotuner picked per shape.
 2. tiny-s2 loaded with each mode: slow-logit error against bf16 and whether it generates.
 3. ``Engine(compile=True)`` (and its CUDA graph) on the FP8 dequant model in fp32 activations:
    same greedy codes as eager (in bf16, fused kernels round differently and codes part on near
@@ -104,6 +108,43 @@ def kernels() -> list[dict]:
 
 
 @torch.inference_mode()
+def split_rows() -> list[dict]:
+    """Each GEMV configuration of this device's class on the small-N shapes at batch 1."""
+    from quant import fp8_gemv, int_gemv, int_linear
+
+    cls = fp8_gemv.device_class(torch.device("cuda"))
+    rows = []
+    for n, k in real_shapes():
+        if n > fp8_gemv.SPLIT_MAX_N:
+            continue
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        fp8 = FP8Linear.from_weight(w, "gemv")
+        int8 = int_linear.Int8Linear.from_weight(w)
+        int4 = int_linear.Int4GemvLinear.from_weight(w)
+        kinds = {"fp8": (lambda c: fp8_gemv.launch_with(x, fp8.weight, fp8.scale, c),
+                         fp8.weight.float() * fp8.scale, fp8_gemv.CLASS_CONFIGS[cls]),
+                 "int8": (lambda c: int_gemv.int8_launch(x, int8.weight, int8.scale, c),
+                          int8.dequantized(torch.float32), fp8_gemv.CLASS_CONFIGS[cls]),
+                 "int4": (lambda c: int_gemv.int4_launch(x, int4.weight, int4.scales_and_zeros, c),
+                          int4.dequantized(torch.float32), int_gemv.INT4_CLASS_CONFIGS[cls])}
+        for kind, (run, w_hat, configs) in kinds.items():
+            ref = F.linear(x.float(), w_hat)
+            for config in configs:
+                row = {"kernel": kind, "N": n, "K": k, "config": list(config)}
+                try:
+                    ys = [run(config) for _ in range(3)]
+                    row["us"] = cuda_time(lambda: run(config))
+                    row["rel_err"] = float((ys[0].float() - ref).norm() / ref.norm())
+                    row["same_bits"] = all(torch.equal(ys[0], y) for y in ys[1:])
+                except Exception as e:  # noqa: BLE001 - report what failed, keep measuring
+                    row["error"] = failure(e)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+@torch.inference_mode()
 def modes() -> dict:
     from safetensors.torch import load_file
 
@@ -156,6 +197,11 @@ def main(argv=None):
         sys.exit("gpu_quant.py needs CUDA")
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "capability": torch.cuda.get_device_capability(), "kernels": kernels()}
+    result["split"] = split_rows()
+    from quant import int_gemv
+
+    result["tuned"] = int_gemv.tuned_choices()
+    print("tuned", json.dumps(result["tuned"]), flush=True)
     # The compiled step before the torchao modes: their configs may change inductor settings
     # for the rest of the process.
     torch._dynamo.reset()

@@ -362,7 +362,7 @@ def _join_int8(first: nn.Module, second: nn.Module) -> nn.Module:
 
 
 def _join_int4_gemv(first: nn.Module, second: nn.Module) -> nn.Module:
-    """Parameters ``[K / GROUP, N, 2]``: rows are dim 1."""
+    """Parameters ``[K / (2 GROUP), N, 2, 2]`` (``int_gemv.order_params``): rows are dim 1."""
     return type(first).holding(torch.cat([first.weight, second.weight]),
                                torch.cat([first.scales_and_zeros, second.scales_and_zeros], 1))
 

@@ -13,8 +13,9 @@ Numerics: every product ``x * q`` and the sum are fp32, the row scale is applied
 the result is rounded once to ``x``'s dtype; i.e. the fp32 matmul on the dequantized weights,
 within fp32 rounding (closer to it than the ``dequant`` path, which rounds the weights to bf16).
 
-Each program computes ``BLOCK_N`` outputs of one row of ``x`` (grid: ``N / BLOCK_N`` × ``M``);
-for M > 1 the codes are read again from L2. Larger M (prefill) is compute-bound: there the layer
+Each program computes ``BLOCK_N`` outputs of one row of ``x`` (grid: ``N / BLOCK_N`` × ``M``
+× ``SPLIT_K``), over all of K or, split, over a slice of it (``CLASS_CONFIGS``); for M > 1 the
+codes are read again from L2. Larger M (prefill) is compute-bound: there the layer
 dequantizes and calls cuBLAS (``MAX_ROWS``). The op is registered with a fake (meta)
 implementation, so it traces under ``torch.compile(fullgraph=True)`` and FakeTensor, where
 ``check`` enforces the same constraints as a real call.
@@ -127,20 +128,33 @@ def check(x: Tensor, q: Tensor, scale: Tensor) -> None:
         raise GemvError("fp8_gemv: " + "; ".join(problems))
 
 
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) per device class, tried on the first call per (N, K)
-# on a device of that class. BLOCK_N <= 16 keeps the narrowest S2-Pro layer (N = 2560) at >= 160
-# programs: a full wave on 132 multiprocessors, two on a consumer card's <= 80. Each thread holds
-# at most 32 codes of a K step (BLOCK_N × BLOCK_K / threads), reduced into a [BLOCK_N]
-# accumulator every step: <= 128 registers and no spills on sm_80-sm_90
+# (BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K) per device class, tried on the first call
+# per (N, K, M bucket) on a device of that class. BLOCK_N <= 16 keeps the narrowest S2-Pro layer
+# (N = 2560) at >= 160 programs: a full wave on 132 multiprocessors, two on a consumer card's
+# <= 80. Each thread holds at most 32 codes of a K step (BLOCK_N × BLOCK_K / threads), reduced
+# into a [BLOCK_N] accumulator every step: <= 128 registers and no spills on sm_80-sm_90
 # (``bench/gemv_registers.py``), so several blocks share a multiprocessor and keep loads in
 # flight; deeper pipelines (stages) rather than wider tiles carry the bytes.
+#
+# Split-K (SPLIT_K > 1): a full wave is still only ~2-5 blocks of 4-8 warps per multiprocessor
+# for N = 2560, too few loads in flight; SPLIT_K programs then share one block of outputs, each
+# reducing a slice of K (``split_range``) into an fp32 partial, and the last of them to arrive
+# adds the partials in slice order, applies the scale and stores ``y`` (``_split_total``): one
+# launch, no memset, no cast kernel, and the same bits on every run (the order does not depend on
+# which program arrives last). The split configurations sit beside the unsplit ones and the
+# autotuner keeps whichever it measures fastest; they are offered only where N <= SPLIT_MAX_N.
 BIG_GPU_SMS = 100  # H100 (114-132 SMs), H200 (132), B200 (148): "datacenter"
 CLASS_CONFIGS = {
-    "datacenter": [(8, 512, 4, 4), (4, 1024, 4, 4), (8, 1024, 8, 4), (4, 2048, 8, 4),
-                   (16, 512, 8, 4), (4, 1024, 8, 4), (2, 2048, 4, 4)],
-    "consumer": [(8, 512, 4, 3), (4, 1024, 4, 3), (16, 256, 4, 4), (2, 2048, 4, 3),
-                 (8, 512, 4, 2), (4, 512, 2, 4)],
+    "datacenter": [(8, 512, 4, 4, 1), (4, 1024, 4, 4, 1), (8, 1024, 8, 4, 1),
+                   (4, 2048, 8, 4, 1), (16, 512, 8, 4, 1), (4, 1024, 8, 4, 1),
+                   (2, 2048, 4, 4, 1),
+                   (8, 512, 4, 4, 2), (8, 512, 4, 4, 4), (16, 512, 8, 4, 4),
+                   (4, 1024, 4, 4, 4)],
+    "consumer": [(8, 512, 4, 3, 1), (4, 1024, 4, 3, 1), (16, 256, 4, 4, 1),
+                 (2, 2048, 4, 3, 1), (8, 512, 4, 2, 1), (4, 512, 2, 4, 1),
+                 (8, 512, 4, 3, 2), (16, 256, 4, 4, 2)],
 }
+SPLIT_MAX_N = 4096  # split configurations are tried for N up to this (S2-Pro: wo, w2: 2560)
 
 
 def device_class(device: torch.device) -> str:
@@ -158,35 +172,130 @@ def rows_bucket(m: int) -> int:
     return 1 if m <= 1 else 4 if m <= 4 else 8
 
 
-def grid_for(n: int, m: int, block_n: int) -> tuple[int, int]:
-    """Programs of a launch: ``ceil(N / BLOCK_N)`` blocks of outputs × ``M`` rows."""
-    return (-(-n // block_n), m)
+def grid_for(n: int, m: int, block_n: int, split_k: int = 1) -> tuple[int, int, int]:
+    """Programs of a launch: ``ceil(N / BLOCK_N)`` blocks of outputs × ``M`` rows × ``SPLIT_K``
+    slices of K."""
+    return (-(-n // block_n), m, split_k)
+
+
+def split_range(k: int, block_k: int, split_k: int) -> int:
+    """Columns of K each of ``split_k`` programs reduces (whole ``block_k`` steps; the last
+    slice may be shorter, or empty)."""
+    steps = -(-k // block_k)
+    return -(-steps // split_k) * block_k
+
+
+def split_configs(configs, n: int):
+    """``configs`` without the split ones where ``N`` is above ``SPLIT_MAX_N``."""
+    return [c for c in configs if n <= SPLIT_MAX_N or c.kwargs["SPLIT_K"] == 1]
+
+
+_COUNTERS: dict = {}  # device → int32 arrival counters, zero between launches
+_RETIRED: list = []  # outgrown counters: a captured CUDA graph may still point at one
+
+
+def counters(count: int, device: torch.device) -> Tensor:
+    """At least ``count`` int32 arrival counters on ``device``, all zero: each split launch's
+    last program puts back the zeros it found, so one buffer per device serves every launch that
+    follows another (stream order; the engine's warm-up stream waits for, and is waited on by,
+    the one it leaves; a graph replays in its caller's stream). The same buffer serves a CUDA
+    graph's capture (no memset in the graph); one grown during capture is the graph's own."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    key = str(device)
+    have = _COUNTERS.get(key)
+    if have is not None and have.numel() >= count:
+        return have
+    fresh = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return fresh
+    if have is not None:
+        _RETIRED.append(have)
+    _COUNTERS[key] = fresh
+    return fresh
+
+
+def split_buffers(n: int, m: int, device: torch.device, split_k: int, block_n: int
+                  ) -> tuple[Tensor, Tensor]:
+    """(fp32 partials ``[split_k, M, N]``, arrival counters) for a launch of up to ``split_k``
+    slices with blocks of at least ``block_n`` outputs (one element each when unsplit)."""
+    if split_k == 1:
+        return (torch.empty(1, dtype=torch.float32, device=device), counters(1, device))
+    partials = torch.empty(split_k, m, n, dtype=torch.float32, device=device)
+    return partials, counters(grid_for(n, m, block_n)[0] * m, device)
+
+
+def tuned_split_buffers(configs, n: int, m: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``split_buffers`` large enough for every configuration the autotuner may run."""
+    split = [c for c in split_configs(configs, n) if c.kwargs["SPLIT_K"] > 1]
+    if not split:
+        return split_buffers(n, m, device, 1, 1)
+    return split_buffers(n, m, device, max(c.kwargs["SPLIT_K"] for c in split),
+                         min(c.kwargs["BLOCK_N"] for c in split))
 
 
 if triton is not None:
-    CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=st)
-               for cls in CLASS_CONFIGS.values() for n, k, w, st in cls]
-    _CLASS_KEYS = {cls: {(n, k, w, st) for n, k, w, st in rows}
-                   for cls, rows in CLASS_CONFIGS.items()}
+    CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k, "SPLIT_K": sk}, num_warps=w,
+                             num_stages=st)
+               for cls in CLASS_CONFIGS.values() for n, k, w, st, sk in cls]
+    _CLASS_KEYS = {cls: set(rows) for cls, rows in CLASS_CONFIGS.items()}
+
+    def config_key(c) -> tuple:
+        """A ``triton.Config``'s ``(BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K)``."""
+        return (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps, c.num_stages,
+                c.kwargs["SPLIT_K"])
 
     def _prune(configs, named_args, **kwargs):
-        """Keep the configurations of the device class of ``x``'s device."""
+        """Keep the configurations of the device class of ``x``'s device (split ones only for
+        a small N)."""
         x = named_args.get("x_ptr")
         keys = _CLASS_KEYS[device_class(x.device) if isinstance(x, Tensor) else "consumer"]
-        kept = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_warps,
-                                       c.num_stages) in keys]
+        kept = split_configs([c for c in configs if config_key(c) in keys], named_args["N"])
         return kept or configs
 
     @triton.jit
-    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, ROWS, K: tl.constexpr,
-                     BITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _split_total(acc, part_ptr, count_ptr, outs, live, N,
+                     SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr):
+        """(the sum over the K slices of this block of outputs, where to store it): each
+        program stores its partial; the one that arrives last (``SPLIT_K - 1`` before it) adds
+        them all in slice order, so the bits do not depend on the order of arrival, and resets
+        the counter for the next launch. The others store nothing."""
+        if SPLIT_K == 1:
+            total = acc
+            keep = live
+        else:
+            row = tl.program_id(1)
+            rows = tl.num_programs(1)
+            tl.store(part_ptr + (tl.program_id(2) * rows + row) * N + outs, acc, mask=live)
+            tl.debug_barrier()  # every thread's partial written before the arrival
+            ticket = count_ptr + row * tl.num_programs(0) + tl.program_id(0)
+            before = tl.atomic_add(ticket, 1, sem="acq_rel", scope="gpu")
+            keep = live & ((tl.full((BLOCK_N,), 0, tl.int32) + before) == SPLIT_K - 1)
+            total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(part_ptr + (s * rows + row) * N + outs, mask=keep, other=0.0,
+                                 cache_modifier=".cg")  # from L2: written by other programs
+            tl.store(ticket, 0, mask=before == SPLIT_K - 1)
+        return total, keep
+
+    @triton.jit
+    def _gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, part_ptr, count_ptr, N, ROWS,
+                     K: tl.constexpr, BITS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr):
         # ROWS: the M bucket (``rows_bucket``), only a key of the autotuner's choice
         row = tl.program_id(1)  # which row of x
         outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output features
         cols = tl.arange(0, BLOCK_K)  # [BLOCK_K]
         live = outs < N
+        if SPLIT_K == 1:
+            k_lo = 0
+            k_hi = K
+        else:  # this program's slice of K (``split_range``)
+            PER: tl.constexpr = (K + BLOCK_K * SPLIT_K - 1) // (BLOCK_K * SPLIT_K) * BLOCK_K
+            k_lo = tl.program_id(2) * PER
+            k_hi = k_lo + PER
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # reduced every K step: few registers
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_lo, k_hi, BLOCK_K):
             ks = k0 + cols
             in_k = ks < K
             x = tl.load(x_ptr + row * K + ks, mask=in_k, other=0.0).to(tl.float32)  # [BLOCK_K]
@@ -199,11 +308,12 @@ if triton is not None:
             else:
                 w = tl.load(where, mask=inside, other=0.0).to(tl.float32)
             acc += tl.sum(w * x[None, :], axis=1)
-        scale = tl.load(scale_ptr + outs, mask=live, other=0.0)  # [BLOCK_N]
+        total, keep = _split_total(acc, part_ptr, count_ptr, outs, live, N, SPLIT_K, BLOCK_N)
+        scale = tl.load(scale_ptr + outs, mask=keep, other=0.0)  # [BLOCK_N]
         if BITS:
             scale = scale * 256.0  # the 2^-8 of the decode, exactly
-        y = acc * scale
-        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=live)
+        y = total * scale
+        tl.store(y_ptr + row * N + outs, y.to(y_ptr.dtype.element_ty), mask=keep)
 
     _tuned_kernel = triton.autotune(configs=CONFIGS[:1] if INTERPRETED else CONFIGS,
                                     key=["N", "K", "BITS", "ROWS"],
@@ -211,8 +321,8 @@ if triton is not None:
 
 
 def _launch(x: Tensor, q: Tensor, scale: Tensor, config: tuple | None = None) -> Tensor:
-    """The kernel on ``x``, ``q``, ``scale``; ``config`` (``(BLOCK_N, BLOCK_K, warps, stages)``)
-    instead of the tuned choice (tests run every one)."""
+    """The kernel on ``x``, ``q``, ``scale``; ``config`` (``(BLOCK_N, BLOCK_K, warps, stages,
+    SPLIT_K)``) instead of the tuned choice (tests run every one)."""
     check(x, q, scale)
     reason = unavailable(x.device)
     if reason:
@@ -222,19 +332,21 @@ def _launch(x: Tensor, q: Tensor, scale: Tensor, config: tuple | None = None) ->
     bits = decode_mode(x.device) == "bits"
     codes = q.view(torch.uint8) if bits else q
     if config is None:
-        _tuned_kernel[lambda meta: grid_for(n, m, meta["BLOCK_N"])](x, codes, scale, y, n,
-                                                                    rows_bucket(m), k, bits)
+        parts, count = tuned_split_buffers(_tuned_kernel.configs, n, m, x.device)
+        _tuned_kernel[lambda meta: grid_for(n, m, meta["BLOCK_N"], meta["SPLIT_K"])](
+            x, codes, scale, y, parts, count, n, rows_bucket(m), k, bits)
     else:
-        block_n, block_k, warps, stages = config
-        _gemv_kernel[grid_for(n, m, block_n)](x, codes, scale, y, n, rows_bucket(m), k, bits,
-                                              BLOCK_N=block_n,
-                                              BLOCK_K=block_k, num_warps=warps,
-                                              num_stages=stages)
+        block_n, block_k, warps, stages, split_k = config
+        parts, count = split_buffers(n, m, x.device, split_k, block_n)
+        _gemv_kernel[grid_for(n, m, block_n, split_k)](
+            x, codes, scale, y, parts, count, n, rows_bucket(m), k, bits, BLOCK_N=block_n,
+            BLOCK_K=block_k, SPLIT_K=split_k, num_warps=warps, num_stages=stages)
     return y
 
 
 def launch_with(x: Tensor, q: Tensor, scale: Tensor, config: tuple) -> Tensor:
-    """``fp8_gemv`` with a given ``(BLOCK_N, BLOCK_K, num_warps, num_stages)`` (tests, tuning)."""
+    """``fp8_gemv`` with a given ``(BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K)``
+    (tests, tuning)."""
     return _launch(x, q, scale, config)
 
 

@@ -247,8 +247,11 @@ def pack_int4(codes: Tensor) -> Tensor:
 
 def _int4_grid(g: Tensor, lo: Tensor, hi: Tensor, dtype: torch.dtype):
     """Codes (as floats), scale and zero (fp32 values of ``dtype`` numbers) for groups ``g``
-    mapped onto 16 levels spanning [lo, hi]."""
-    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float()
+    mapped onto 16 levels spanning [lo, hi]. The scale is never 0, in ``dtype`` too: a constant
+    group's 1e-12 would round to 0 in fp16 (its codes then 0 / 0), and the Triton GEMV divides
+    by it (``int_gemv``: the zero folded into the codes' offset)."""
+    least = torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # smallest positive (subnormal)
+    scale = divided(hi - lo, INT4_MAX).clamp(min=1e-12).to(dtype).float().clamp(min=least)
     zero = (lo + 8 * scale).to(dtype).float()
     q = torch.round((g - zero) / scale + 8).clamp(0, INT4_MAX)
     return q, scale, zero
@@ -321,8 +324,10 @@ def int4_gemv_fits(shape: tuple[int, int]) -> bool:
 
 class Int4GemvLinear(IntLinear):
     """int4 on CUDA: ``weight [N, K / 2]`` uint8 in ``int_gemv.pack``'s layout and
-    ``scales_and_zeros [K / GROUP, N, 2]`` (``quantize_int4``'s, activation dtype); decode rows
-    through ``int_gemv.int4_gemv``, prefill through the dequantized weight."""
+    ``scales_and_zeros [K / (2 GROUP), N, 2, 2]`` (activation dtype): ``quantize_int4``'s
+    ``[K / GROUP, N, 2]`` put in the order the kernel reads them when the layer is built
+    (``int_gemv.order_params``; the codes unchanged); decode rows through
+    ``int_gemv.int4_gemv``, prefill through the dequantized weight."""
 
     PARAMS = "scales_and_zeros"
 
@@ -335,8 +340,8 @@ class Int4GemvLinear(IntLinear):
         self.weight = nn.Parameter(torch.empty(out_features, in_features // 2, dtype=torch.uint8,
                                                device=device), requires_grad=False)
         self.scales_and_zeros = nn.Parameter(
-            torch.zeros(in_features // GROUP, out_features, 2, dtype=dtype, device=device),
-            requires_grad=False)
+            torch.zeros(in_features // (2 * GROUP), out_features, 2, 2, dtype=dtype,
+                        device=device), requires_grad=False)
 
     @classmethod
     def from_weight(cls, w: Tensor, dtype: torch.dtype | None = None) -> Int4GemvLinear:
@@ -345,14 +350,22 @@ class Int4GemvLinear(IntLinear):
 
     @staticmethod
     def features(packed: Tensor, scales_and_zeros: Tensor) -> tuple[int, int]:
-        """(in, out) of ``int_gemv.pack``'s codes and ``quantize_int4``'s parameters."""
-        return scales_and_zeros.shape[0] * GROUP, packed.shape[0]
+        """(in, out) of ``int_gemv.pack``'s codes (either layout of the parameters)."""
+        return 2 * packed.shape[1], packed.shape[0]
+
+    def set_quantized(self, weight: Tensor, params: Tensor) -> None:
+        """``params`` as ``quantize_int4`` gives them (``[K / GROUP, N, 2]``: put in the
+        kernel's order) or already in it (``[K / (2 GROUP), N, 2, 2]``)."""
+        if params.dim() == 3:
+            params = int_gemv.order_params(params)
+        super().set_quantized(weight, params)
 
     def dequantized(self, dtype: torch.dtype) -> Tensor:
         """``[N, K]`` in ``dtype``: ``(q - 8) · scale + zero`` in fp32, rounded once."""
         n, k = self.out_features, self.in_features
         q = int_gemv.unpack(self.weight).float().reshape(n, k // GROUP, GROUP)
-        scale, zero = self.scales_and_zeros.float().transpose(0, 1).unbind(-1)  # [N, K / GROUP]
+        params = int_gemv.unorder_params(self.scales_and_zeros)  # [K / GROUP, N, 2]
+        scale, zero = params.float().transpose(0, 1).unbind(-1)  # [N, K / GROUP]
         return ((q - 8) * scale.unsqueeze(-1) + zero.unsqueeze(-1)).reshape(n, k).to(dtype)
 
     def forward(self, x: Tensor) -> Tensor:

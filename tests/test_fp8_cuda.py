@@ -163,11 +163,12 @@ def test_every_config_keeps_the_narrowest_real_layer_a_full_wave():
     multiprocessor of the class's largest part (H200: 132; consumer: two waves of 80)."""
     shapes = real_linear_shapes()
     for cls, sms in (("datacenter", 132), ("consumer", 2 * 80)):
-        for block_n, block_k, warps, stages in fp8_gemv.CLASS_CONFIGS[cls]:
+        for block_n, block_k, warps, stages, split in fp8_gemv.CLASS_CONFIGS[cls]:
             assert block_k % fp8_gemv.K_MULTIPLE == 0 and warps in (2, 4, 8) and stages >= 2
+            assert split in (1, 2, 4)
             for n, _ in shapes:
-                programs, rows = fp8_gemv.grid_for(n, 1, block_n)
-                assert programs >= sms and rows == 1, (cls, block_n, n, programs)
+                programs, rows, slices = fp8_gemv.grid_for(n, 1, block_n, split)
+                assert programs >= sms and rows == 1 and slices == split, (cls, block_n, n)
 
 
 @pytest.mark.parametrize("capability,forced,mode,reason", [
@@ -252,3 +253,95 @@ def test_every_config_and_both_decodes_equal_the_fp32_matmul(ckpt_dir):
     assert len(out["worst"]) == 2 * (1 + sum(map(len, fp8_gemv.CLASS_CONFIGS.values())))
     for case, worst in out["worst"].items():
         assert worst <= 1e-5, case  # fp32 products and sums, relative to |x|·|ŵ|
+
+
+# ---------------------------------------------------------------------------- split-K
+SPLIT_CHECK = r"""
+import json, os, sys, torch
+import torch.nn.functional as F
+from quant import fp8_gemv
+from quant.fp8 import quantize_rows
+n, ks = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(2)
+split = [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows if c[4] > 1]
+worst, again = {}, {}
+for k in ks:
+    w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+    q, scale = quantize_rows(w)
+    x = torch.randn(3, k, generator=g)
+    ref = F.linear(x.double(), q.double() * scale.double())
+    slack = x.abs().double() @ (q.double() * scale.double()).abs().T
+    for mode in ("native", "bits"):
+        os.environ["SAILFISH_FP8_DECODE"] = mode
+        for config in split:
+            for rows in (1, 3):
+                y = fp8_gemv.launch_with(x[:rows], q, scale, config)
+                worst[f"{mode} {k} {rows} {config}"] = float(
+                    ((y.double() - ref[:rows]).abs() / slack[:rows]).max())
+                again[f"{mode} {k} {rows} {config}"] = bool(torch.equal(
+                    y, fp8_gemv.launch_with(x[:rows], q, scale, config)))
+left = int(sum(int(c.abs().sum()) for c in fp8_gemv._COUNTERS.values()))
+print(json.dumps({"worst": worst, "again": again, "splits": len(split), "counters": left}))
+"""
+
+
+def test_split_k_configs_equal_the_fp32_matmul(ckpt_dir):
+    """Under Triton's interpreter, every SPLIT_K > 1 configuration (both decodes, 1 and 3 rows):
+    with K = the largest BLOCK_K × SPLIT_K every slice holds whole steps; 16 more columns make
+    the last slices short or empty. The combined sums give the fp32 matmul on the dequantized
+    weights, the same bits on a second call, and leave every arrival counter at zero.
+    N = the fixture's model width plus 3 (a ragged last block of outputs)."""
+    pytest.importorskip("triton")
+    n = ModelConfig.from_file(ckpt_dir).text.dim + 3
+    split = [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows if c[4] > 1]
+    assert split and all(fp8_gemv.CLASS_CONFIGS[cls][0][4] == 1 for cls in fp8_gemv.CLASS_CONFIGS)
+    k = max(c[1] * c[4] for c in split)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", SPLIT_CHECK, json.dumps([n, [k, k + 16]])],
+                         cwd=ROOT, env=env, check=False, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["splits"] == len(split) and out["counters"] == 0
+    assert len(out["worst"]) == 2 * 2 * 2 * len(split)
+    for case, worst in out["worst"].items():
+        assert worst <= 1e-5, case  # fp32 products and sums, relative to |x|·|ŵ|
+    assert all(out["again"].values())
+
+
+def test_split_slices_cover_k_and_split_configs_only_for_a_small_n():
+    """``split_range``'s slices (whole BLOCK_K steps) cover K, one step fewer would not; the
+    autotuner is offered the split configurations only where N <= SPLIT_MAX_N, and the buffers
+    fit every one it may run."""
+    triton = pytest.importorskip("triton")
+    for k in (16, 2560, 9728, 4096 + 16):
+        for block_k in (256, 512, 1024, 2048):
+            for split in (2, 4):
+                per = fp8_gemv.split_range(k, block_k, split)
+                assert per % block_k == 0 and per * split >= k > (per - block_k) * split
+    configs = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w,
+                             num_stages=st)
+               for rows in fp8_gemv.CLASS_CONFIGS.values() for bn, bk, w, st, sk in rows]
+    small, big = fp8_gemv.SPLIT_MAX_N, fp8_gemv.SPLIT_MAX_N + 1
+    assert len(fp8_gemv.split_configs(configs, small)) == len(configs)
+    assert all(c.kwargs["SPLIT_K"] == 1 for c in fp8_gemv.split_configs(configs, big))
+    m = 3
+    parts, count = fp8_gemv.tuned_split_buffers(configs, small, m, torch.device("cpu"))
+    most = max(c.kwargs["SPLIT_K"] for c in configs)
+    fewest = min(c.kwargs["BLOCK_N"] for c in configs if c.kwargs["SPLIT_K"] > 1)
+    assert parts.shape == (most, m, small) and parts.dtype == torch.float32
+    assert count.numel() >= fp8_gemv.grid_for(small, m, fewest)[0] * m
+    assert not count.any()
+    assert fp8_gemv.tuned_split_buffers(configs, big, m, torch.device("cpu"))[0].numel() == 1
+
+
+def test_counters_grow_and_keep_the_outgrown():
+    """A larger launch gets a larger zeroed buffer; the outgrown one stays alive (a captured CUDA
+    graph may still point at it)."""
+    cpu = torch.device("cpu")
+    first = fp8_gemv.counters(8, cpu)
+    assert fp8_gemv.counters(8, cpu) is first and not first.any()
+    grown = fp8_gemv.counters(first.numel() + 1, cpu)
+    assert grown.numel() > first.numel() and not grown.any()
+    assert any(t is first for t in fp8_gemv._RETIRED)
+    assert fp8_gemv.counters(4, cpu) is grown

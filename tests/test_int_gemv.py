@@ -42,6 +42,33 @@ def test_pack_unpack_round_trip_and_layout():
     assert int(packed[3, 5]) == int(codes[3, 5]) | (int(codes[3, 256 + 5]) << 4)
 
 
+def test_params_in_the_order_read_and_back():
+    """``order_params`` puts the (scale, zero) of group g (low nibbles) beside that of group
+    g + K / (2 GROUP) (high nibbles), rows in dim 1; ``unorder_params`` gives quantize_int4's
+    layout back exactly; a layer built from either layout holds the same, and a joined pair
+    of layers holds the joined rows."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 4 * int_gemv.GROUP, generator=g)
+    codes, params = int_linear.quantize_int4(w, torch.bfloat16)
+    ordered = int_gemv.order_params(params)
+    half = params.shape[0] // 2
+    assert ordered.shape == (half, 6, 2, 2) and ordered.is_contiguous()
+    for gp in range(half):
+        for n in range(6):
+            assert torch.equal(ordered[gp, n, 0], params[gp, n])
+            assert torch.equal(ordered[gp, n, 1], params[gp + half, n])
+    assert torch.equal(int_gemv.unorder_params(ordered), params)
+    packed = int_gemv.pack(codes)
+    a, b = Int4GemvLinear.holding(packed, params), Int4GemvLinear.holding(packed, ordered)
+    assert torch.equal(a.scales_and_zeros, b.scales_and_zeros)
+    assert (a.in_features, a.out_features) == (w.shape[1], w.shape[0])
+    w_hat = ((codes.float() - 8) * params[..., 0].float().T.repeat_interleave(int_gemv.GROUP, 1)
+             + params[..., 1].float().T.repeat_interleave(int_gemv.GROUP, 1))
+    assert torch.equal(a.dequantized(torch.float32), w_hat)
+    joined = quant.convert._join_int4_gemv(a, b)
+    assert torch.equal(joined.dequantized(torch.float32), torch.cat([w_hat, w_hat]))
+
+
 @pytest.mark.parametrize("rows", [1, int_gemv.MAX_ROWS, int_gemv.MAX_ROWS + 3])
 def test_every_real_shape_runs_the_int_layers_on_fake_cuda(rows):
     """Decode rows go through the GEMV ops (their fake kernels check the arguments), prefill rows
@@ -110,7 +137,8 @@ def test_converter_builds_the_gemv_layers(monkeypatch):
     assert model[0].weight.shape == (64, 256) and model[0].weight.dtype == torch.uint8
     codes, params = int_linear.quantize_int4(weights[0].bfloat16(), torch.bfloat16)
     assert torch.equal(int_gemv.unpack(model[0].weight), codes)
-    assert torch.equal(model[0].scales_and_zeros, params)
+    assert torch.equal(model[0].scales_and_zeros, int_gemv.order_params(params))
+    assert torch.equal(int_gemv.unorder_params(model[0].scales_and_zeros), params)
     meta = nn.Sequential(nn.Linear(512, 64, bias=False, device="meta"),
                          nn.Linear(128, 32, bias=False, device="meta")).to(torch.bfloat16)
     assert quant.weight_bytes(model) == quant.planned_bytes(meta, "int4", device="cuda")
@@ -130,6 +158,8 @@ from quant import fp8_gemv, int_gemv, int_linear
 n, k = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
 w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+w[0] = 1.0 + 1e-4 * torch.randn(k, generator=g)  # zero / scale large: int4's folded offset
+w[1, :int_gemv.GROUP] = 0.5  # a constant group
 configs = [None] + [c for rows in fp8_gemv.CLASS_CONFIGS.values() for c in rows]
 configs4 = [None] + [c for rows in int_gemv.INT4_CLASS_CONFIGS.values() for c in rows]
 worst = {}
@@ -182,6 +212,87 @@ def test_gemvs_equal_the_fp64_matmul_on_dequantized_weights(ckpt_dir):
     for case, (shape, dtype, err) in out["bf16"].items():
         assert shape[-1] == n and dtype == "torch.bfloat16", case
         assert err <= 2.0 ** -7, case  # one bf16 rounding of the output (and of x·w in prefill)
+
+
+SPLIT_CHECK = r"""
+import json, sys, torch
+import torch.nn.functional as F
+from quant import fp8_gemv, int_gemv, int_linear
+n, ks = json.loads(sys.argv[1])
+g = torch.Generator().manual_seed(3)
+split = {kind: [c for rows in int_gemv.class_configs(kind).values() for c in rows if c[4] > 1]
+         for kind in ("int8", "int4")}
+worst, again = {}, {}
+
+def relative(y, x, w_hat):
+    ref = F.linear(x.double(), w_hat.double())
+    return float(((y.double() - ref).abs() / (x.abs().double() @ w_hat.abs().double().T)).max())
+
+for k in ks:
+    w = torch.randn(n, k, generator=g) * torch.logspace(-3, 0, n)[:, None]
+    x = torch.randn(3, k, generator=g)
+    int8 = int_linear.Int8Linear.from_weight(w, torch.float32)
+    int4 = int_linear.Int4GemvLinear.from_weight(w, torch.float32)
+    runs = {"int8": (int_gemv.int8_launch, int8.weight, int8.scale, int8),
+            "int4": (int_gemv.int4_launch, int4.weight, int4.scales_and_zeros, int4)}
+    for kind, (launch, codes, params, layer) in runs.items():
+        for config in split[kind]:
+            for rows in (1, 3):
+                y = launch(x[:rows], codes, params, config)
+                case = f"{kind} {k} {rows} {config}"
+                worst[case] = relative(y, x[:rows], layer.dequantized(torch.float64))
+                again[case] = bool(torch.equal(y, launch(x[:rows], codes, params, config)))
+left = int(sum(int(c.abs().sum()) for c in fp8_gemv._COUNTERS.values()))
+print(json.dumps({"worst": worst, "again": again, "counters": left,
+                  "splits": {kind: len(rows) for kind, rows in split.items()}}))
+"""
+
+
+def test_split_k_configs_equal_the_fp64_matmul(ckpt_dir):
+    """Under Triton's interpreter, every int8 and int4 SPLIT_K > 1 configuration (1 and 3 rows):
+    K = the largest BLOCK_K × SPLIT_K (every slice whole steps) and 256 columns more (short or
+    empty last slices); the fp32 matmul on the dequantized weights, the same bits on a second
+    call, every arrival counter back at zero. N = the fixture's model width plus 3."""
+    pytest.importorskip("triton")
+    n = ModelConfig.from_file(ckpt_dir).text.dim + 3
+    split = {kind: [c for rows in int_gemv.class_configs(kind).values() for c in rows if c[4] > 1]
+             for kind in ("int8", "int4")}
+    assert all(split.values())
+    k = max(c[1] * c[4] for rows in split.values() for c in rows)
+    assert k % int_gemv.K_MULTIPLE == 0
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-c", SPLIT_CHECK,
+                          json.dumps([n, [k, k + int_gemv.K_MULTIPLE]])], cwd=ROOT, env=env,
+                         check=False, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out["splits"] == {kind: len(rows) for kind, rows in split.items()}
+    assert out["counters"] == 0
+    assert len(out["worst"]) == 2 * 2 * sum(map(len, split.values()))
+    for case, worst in out["worst"].items():
+        assert worst <= 1e-5, case  # fp32 products and sums
+    assert all(out["again"].values())
+
+
+def test_tuned_choices_name_each_kernels_winner(monkeypatch):
+    """The autotuner's choices as a GPU run prints them: per kernel, its key and the winning
+    configuration as the config lists spell it (int4's BLOCK_K back in columns)."""
+    triton = pytest.importorskip("triton")
+    assert set(int_gemv.tuned_choices()) == {"fp8", "int8", "int4"}
+    fp8_key = (2560, 9728, False, 1, "torch.bfloat16")
+    int4_key = (2560, 9728, 1, "torch.bfloat16")
+    fp8 = triton.Config({"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 4}, num_warps=4, num_stages=4)
+    int4 = triton.Config({"BLOCK_N": 4, "BLOCK_K": 256, "SPLIT_K": 2}, num_warps=4, num_stages=4)
+    monkeypatch.setattr(int_gemv.fp8_gemv._tuned_kernel, "cache", {fp8_key: fp8})
+    monkeypatch.setattr(int_gemv._int4_tuned, "cache", {int4_key: int4})
+    monkeypatch.setattr(int_gemv._int8_tuned, "cache", {})
+    choices = int_gemv.tuned_choices()
+    assert choices["fp8"] == [{"key": [2560, 9728, False, 1, "torch.bfloat16"],
+                               "config": [8, 512, 4, 4, 4]}]
+    assert choices["int4"] == [{"key": [2560, 9728, 1, "torch.bfloat16"],
+                                "config": [4, 512, 4, 4, 2]}]
+    assert choices["int8"] == []
+    assert tuple(choices["int4"][0]["config"]) in int_gemv.INT4_CLASS_CONFIGS["datacenter"]
 
 
 # ---------------------------------------------------------------------------- compile options

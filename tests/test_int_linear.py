@@ -85,6 +85,22 @@ def test_int4_codes_minmax_bound_and_the_clip_search_never_loses(dtype):
     assert per_group(err2).sum() < per_group(err).sum()  # the outlier row gains
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_int4_scale_is_never_zero_and_a_constant_group_is_exact(dtype):
+    """A constant group (range 0: the 1e-12 floor, 0 in fp16) keeps a nonzero scale in its
+    dtype, codes in 0..15 and dequantizes to its value exactly; the Triton GEMV divides by it."""
+    w = weights(8, 2 * GROUP).to(dtype)
+    w[1, :GROUP] = 0.5
+    w[2, GROUP:] = 0
+    codes, params = quantize_int4(w, dtype)
+    assert (params[..., 0] != 0).all() and torch.isfinite(params).all()
+    assert codes.min() >= 0 and codes.max() <= 15
+    scale, zero = (params[..., i].float().T.repeat_interleave(GROUP, 1) for i in (0, 1))
+    w_hat = (codes.float() - 8) * scale + zero
+    assert torch.equal(w_hat[1, :GROUP], torch.full((GROUP,), 0.5))
+    assert torch.equal(w_hat[2, GROUP:], torch.zeros(GROUP))
+
+
 # ---------------------------------------------------------------------------- layers
 @pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
