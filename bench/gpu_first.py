@@ -30,6 +30,8 @@ others with it; a stage that does not fit in what is left of the budget is skipp
     kernels        ops a decode frame, a join and a prefill (bench/count_ops.py: S2-Pro's
                    depth, tiny widths, eager), one frame's kernels and launch calls under the
                    profiler, the first codec chunk's ops
+    split-k        every split-K configuration of our GEMVs on the small-N shapes: error, the
+                   same bits over three calls, µs (CUDA only)
     int8, int4     torchao weight-only, only if torchao imports (what our GEMVs must beat to
                    become the CUDA default)
     bf16-compiled  torch.compile + CUDA graph
@@ -136,6 +138,7 @@ STAGES = [  # in the order the issue asks a short budget to measure (the rest is
     Stage("codec", 60, 15),
     Stage("serving", 150, 45, "none", frames=32),
     Stage("kernels", 90, 20),
+    Stage("split-k", 150, 40),
     Stage("int8", 80, 30, "int8", needs="torchao", env=TORCHAO_INT),
     Stage("int4", 80, 30, "int4", needs="torchao", env=TORCHAO_INT),
     Stage("bf16-compiled", 240, 120, "none", mode="compiled"),
@@ -314,7 +317,30 @@ def decode(args, stage: Stage) -> dict:
             out["time_to_first_audio_error"] = f"{type(e).__name__}: {e}"[:300]
     out.update(what_ran(engine, model))
     out["diagnosis"] = diagnosis(engine, model, prompt, device, dtype)
+    if stage.quantization != "none":  # which GEMV configuration won per shape (split-K?)
+        from quant import int_gemv
+
+        out["tuned"] = int_gemv.tuned_choices()
     return out
+
+
+def split_k(args) -> dict:
+    """Every split-K configuration of our GEMVs (FP8, int8, int4) on the shapes with small N at
+    batch 1: error against the fp32 matmul on the dequantized weights and the same bits over
+    three calls (the last program of a block sums the partials in a fixed order: its memory
+    ordering is only proven on a GPU), µs per call (``gpu_quant.split_rows``)."""
+    import torch
+
+    if torch.device(args.device).type != "cuda":
+        return {"skipped": "CUDA only (the interpreter runs one program at a time)"}
+    import gpu_quant
+
+    with torch.inference_mode():
+        rows = gpu_quant.split_rows(only_split=True)
+    ok = [r for r in rows if "error" not in r]
+    return {"configs": len(rows), "failed": [r for r in rows if "error" in r],
+            "all_same_bits": all(r["same_bits"] for r in ok),
+            "max_rel_err": max((r["rel_err"] for r in ok), default=None), "rows": rows}
 
 
 # ---------------------------------------------------------------------------- diagnosis
@@ -894,6 +920,8 @@ def run_stage(args) -> dict:
             out = parity(args)
         elif stage.name == "kernels":
             out = kernel_counts(args)
+        elif stage.name == "split-k":
+            out = split_k(args)
         elif stage.name == "codec":
             out = codec_speed(args)
         elif stage.name == "serving":
@@ -1099,7 +1127,7 @@ def print_table(report: dict) -> None:
         r = entry.get("result", {})
         if entry["status"] != "ok" or "frames_per_s" not in r:
             shown = ({"all_equal": r["all_equal"], "unequal": r["unequal"]} if "all_equal" in r
-                     else {k: v for k, v in r.items() if k != "warnings"})
+                     else {k: v for k, v in r.items() if k not in ("warnings", "rows")})
             note = entry.get("reason") or entry.get("error") or json.dumps(shown)[:200]
             print(f"| {name} | {entry['status']} | {note} |")
             continue

@@ -108,8 +108,9 @@ def kernels() -> list[dict]:
 
 
 @torch.inference_mode()
-def split_rows() -> list[dict]:
-    """Each GEMV configuration of this device's class on the small-N shapes at batch 1."""
+def split_rows(only_split: bool = False) -> list[dict]:
+    """Each GEMV configuration of this device's class on the small-N shapes at batch 1 (only
+    the split-K ones with ``only_split``: what ``bench/gpu_first.py`` checks)."""
     from quant import fp8_gemv, int_gemv, int_linear
 
     cls = fp8_gemv.device_class(torch.device("cuda"))
@@ -130,7 +131,7 @@ def split_rows() -> list[dict]:
                           int4.dequantized(torch.float32), int_gemv.INT4_CLASS_CONFIGS[cls])}
         for kind, (run, w_hat, configs) in kinds.items():
             ref = F.linear(x.float(), w_hat)
-            for config in configs:
+            for config in (c for c in configs if c[4] > 1 or not only_split):
                 row = {"kernel": kind, "N": n, "K": k, "config": list(config)}
                 try:
                     ys = [run(config) for _ in range(3)]

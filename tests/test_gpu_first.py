@@ -20,10 +20,11 @@ def run(tmp_path, *extra):
 
 
 def test_dry_run_reports_every_stage_even_after_one_fails(tmp_path):
-    report, stdout = run(tmp_path, "--stages", "preflight,bf16-eager,fp8-dequant",
+    report, stdout = run(tmp_path, "--stages", "preflight,split-k,bf16-eager,fp8-dequant",
                          "--fail-stage", "bf16-eager", "--budget", "800")
     stages = report["stages"]
-    assert list(stages) == ["preflight", "bf16-eager", "fp8-dequant"]
+    assert list(stages) == ["preflight", "split-k", "bf16-eager", "fp8-dequant"]
+    assert stages["split-k"]["result"]["skipped"].startswith("CUDA only")
 
     pre = stages["preflight"]
     assert pre["status"] == "ok", pre
@@ -42,6 +43,7 @@ def test_dry_run_reports_every_stage_even_after_one_fails(tmp_path):
     assert row["fp8_path"] == "dequant" and list(row["fp8_layer_paths"]) == ["dequant"]
     assert row["compiled"] is False and row["cuda_graph"] is False  # what really ran, on CPU
     assert isinstance(row["fallbacks"], list) and isinstance(row["warnings"], list)
+    assert set(row["tuned"]) <= {"fp8", "int8", "int4"}  # the GEMVs' choices (none here)
     assert "| fp8-dequant | ok |" in stdout and "| bf16-eager | error |" in stdout
     assert 0 < row["process_to_first_frame_s"] <= row["process_to_first_decode_step_s"]
 
