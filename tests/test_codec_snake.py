@@ -76,6 +76,21 @@ def test_inverse_computed_once_and_again_when_alpha_changes():
         assert torch.equal(snake(x), before(snake, x))
 
 
+def test_weights_made_in_inference_mode():
+    """ComfyUI loads and runs models under ``torch.inference_mode``: their tensors have no
+    version counter, and the inverse is still computed once and again on a new alpha."""
+    x = torch.randn(1, 4, 50)
+    with torch.inference_mode():
+        snake = random_snake(4)
+        assert snake.alpha.is_inference()
+        first = snake.inverse_for(torch.float32)
+        assert torch.equal(snake(x), before(snake, x))
+        assert snake.inverse_for(torch.float32) is first
+        snake.half()
+        assert torch.equal(snake(x.half()), before(snake, x.half()))
+    assert torch.equal(snake(x.half()), before(snake, x.half()))  # and outside the mode
+
+
 INTERPRETER_CHECK = r"""
 import json, torch
 from fish_core.codec.snake import _snake, snake_eager

@@ -116,6 +116,12 @@ class CausalConvTranspose1d(Stateful, nn.Module):
         return self.conv(x)[..., skip:skip + length]
 
 
+def version(t: Tensor) -> int | None:
+    """``t``'s version counter (bumped by each in-place write), or None for a tensor made under
+    ``torch.inference_mode`` (it has none: ComfyUI loads and runs models in that mode)."""
+    return None if t.is_inference() else t._version
+
+
 class Snake(nn.Module):
     """x + sin(alpha * x)^2 / (alpha + 1e-9), per channel: one kernel on CUDA (``snake``), the
     eager formula on the CPU."""
@@ -134,12 +140,12 @@ class Snake(nn.Module):
         alpha, cached = self.alpha, self._inverse
         if (cached is None or cached[0].data_ptr() != alpha.data_ptr()
                 or cached[0].device != alpha.device or cached[0].dtype != alpha.dtype
-                or cached[1] != alpha._version or cached[2] != dtype):
+                or cached[1] != version(alpha) or cached[2] != dtype):
             # 1e-9 in fp32: in fp16 it would round to 0 (and a zero alpha divide by zero)
             inverse = (alpha.detach().float() + 1e-9).reciprocal().to(dtype)
             # the detached alpha shares the parameter's storage (kept alive, so its address is
             # never another alpha's) and its version counter
-            cached = self._inverse = (alpha.detach(), alpha._version, dtype, inverse)
+            cached = self._inverse = (alpha.detach(), version(alpha), dtype, inverse)
         return cached[3]
 
     def forward(self, x: Tensor) -> Tensor:  # [B, C, L]
