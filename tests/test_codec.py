@@ -584,3 +584,23 @@ def test_cpu_codec_leaves_global_flags_alone(codec, long_codes, monkeypatch, use
     assert torch.equal(codec.encode(torch.zeros(codec.frame_length * FIRST_FRAMES)),
                        codec.encode(torch.zeros(codec.frame_length * FIRST_FRAMES)))
     assert cudnn.benchmark is user_setting
+
+
+def test_a_codec_loaded_and_run_under_inference_mode(codec, ckpt_dir):
+    """ComfyUI loads and runs models under ``torch.inference_mode`` (its tensors have no version
+    counter): a codec loaded there decodes a stream exactly as one loaded outside it, and
+    encodes the same codes."""
+    codes = random_codes(codec, 2 * FIRST_FRAMES, seed=3)
+    want, state = [], {}
+    with torch.no_grad():
+        for start in (0, FIRST_FRAMES):
+            want.append(codec.decode_chunk(codes[..., start:start + FIRST_FRAMES], state))
+        audio = torch.cat(want, dim=-1)
+        want_codes = codec.encode(audio)
+    with torch.inference_mode():
+        inference = Codec.from_file(ckpt_dir)
+        got, state = [], {}
+        for start in (0, FIRST_FRAMES):
+            got.append(inference.decode_chunk(codes[..., start:start + FIRST_FRAMES], state))
+        assert torch.equal(torch.cat(got, dim=-1), audio)
+        assert torch.equal(inference.encode(audio), want_codes)
