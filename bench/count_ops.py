@@ -278,6 +278,7 @@ def replayed_first_chunk(codec, codes) -> Counter:
     key = (codes.shape[0], codes.shape[-1], codec.decode_dtype)
     graphs = codec.first_chunk_graphs
     graphs.graphs[key] = (Replay(graphs.function, [codes]), list(graphs.function.layout))
+    graphs.weights = graph.weights_key(codec)  # captured on the weights as they are
     try:
         with mock.patch.object(graph, "first_chunk_key", lambda *_: key):
             ops = count(lambda: codec.decode_chunk(codes, {}))

@@ -149,6 +149,27 @@ def test_replayed_first_chunk_equals_eager(graphed, codec):
     assert not graphed.first_chunk_graphs.graphs
 
 
+def test_graphs_follow_weights_moved_without_the_codec(graphed, codec):
+    """A weight moved module by module (as ComfyUI offloads: never through ``Codec.to``) or an
+    ``alpha`` changed in place: the graphs that read the old ones are dropped before a replay,
+    and the next first chunk is captured again on the weights as they are."""
+    codes = codes_for(codec, FIRST_FRAMES, seed=6)
+    want = stream(codec, codes, [FIRST_FRAMES])[0]
+    assert torch.equal(stream(graphed, codes, [FIRST_FRAMES])[0], want)
+    assert CpuGraph.captures == 1
+    conv = next(m for m in graphed.decoder.modules() if isinstance(m, torch.nn.Conv1d))
+    conv.double().float()  # a leaf moved and back: new storage, the same values
+    assert torch.equal(stream(graphed, codes, [FIRST_FRAMES])[0], want)
+    assert CpuGraph.captures == 2
+    snake = next(m for m in graphed.decoder.modules() if isinstance(m, Snake))
+    with torch.no_grad():
+        snake.alpha.mul_(2)  # in place: same address, a new version
+    changed = stream(graphed, codes, [FIRST_FRAMES])[0]
+    assert CpuGraph.captures == 3 and not torch.equal(changed, want)
+    graphed.first_chunk_graphs.enabled = False  # eager on the same weights: the same audio
+    assert torch.equal(stream(graphed, codes, [FIRST_FRAMES])[0], changed)
+
+
 def test_failed_capture_runs_eagerly_and_is_recorded(graphed, codec, monkeypatch):
     monkeypatch.setattr(CpuGraph, "fail", True)
     codes = codes_for(codec, 2 * FIRST_FRAMES, seed=5)

@@ -26,8 +26,9 @@ import weakref
 import torch
 from torch import Tensor, nn
 
+from ..engine.cuda_graph import tensor_addresses
 from ..params import FIRST_FRAMES
-from .layers import State, cudnn_flag
+from .layers import Snake, State, cudnn_flag, version
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class FirstChunkGraphs:
         self.enabled = True
         self.graphs: dict[tuple, tuple] = {}  # key -> (FrameGraph, layout)
         self.failures: dict[tuple, str] = {}
+        self.weights: tuple | None = None  # what the graphs read (``weights_key``)
         self.lock = threading.Lock()
 
     def __deepcopy__(self, memo) -> FirstChunkGraphs:
@@ -126,6 +128,7 @@ class FirstChunkGraphs:
         if not self.enabled or key is None or key in self.failures:
             return None
         with self.lock:  # a replay's outputs are shared until copied out
+            self.follow_weights(codec)
             captured = self.graphs.get(key)
             if captured is None:
                 if len(self.graphs) >= MAX_GRAPHS:
@@ -156,10 +159,31 @@ class FirstChunkGraphs:
         self.graphs[key] = (graph, list(self.function.layout))
         return self.graphs[key]
 
+    def follow_weights(self, codec: nn.Module) -> None:
+        """Drop the graphs (under the lock) when a weight they read moved or was replaced
+        however it happened: ComfyUI offloads a model module by module (never through
+        ``Codec.to``), a state dict may be assigned, an ``alpha`` changed in place (its Snake
+        then computes a new inverse). A graph replays fixed addresses: it must never read freed
+        or stale weights."""
+        weights = weights_key(codec)
+        if weights != self.weights:
+            self._drop()
+            self.weights = weights
+
     def clear(self) -> None:
         """Drop every graph (the weights they read were cast, moved or replaced)."""
         with self.lock:
-            for graph, _ in self.graphs.values():
-                graph.release()
-            self.graphs.clear()
-            self.failures.clear()
+            self._drop()
+
+    def _drop(self) -> None:
+        for graph, _ in self.graphs.values():
+            graph.release()
+        self.graphs.clear()
+        self.failures.clear()
+
+
+def weights_key(codec: nn.Module) -> tuple:
+    """What a captured first chunk reads of ``codec``: every weight's address and each Snake's
+    ``alpha`` version (its cached inverse follows it)."""
+    snakes = tuple(version(m.alpha) for m in codec.modules() if isinstance(m, Snake))
+    return tensor_addresses(codec), snakes

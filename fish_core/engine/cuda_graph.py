@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 
 class FrameGraph:
@@ -47,3 +48,17 @@ class FrameGraph:
         """Free the graph and its memory pool now (rather than when the last reference goes)."""
         self.graph.reset()
         self.inputs, self.outputs = [], []
+
+
+def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:
+    """The storage address of every parameter and buffer (of the plain tensors inside a tensor
+    subclass, e.g. a torchao quantized weight): what a captured CUDA graph reads."""
+    def addresses(t: Tensor):
+        if t.is_mkldnn:  # oneDNN-packed (CPU, quant.packed): no data pointer, no CUDA graph
+            return [id(t)]
+        if not is_traceable_wrapper_subclass(t):
+            return [t.data_ptr()]
+        names, _ = t.__tensor_flatten__()
+        return [a for name in names for a in addresses(getattr(t, name))]
+
+    return tuple(a for t in [*module.parameters(), *module.buffers()] for a in addresses(t))

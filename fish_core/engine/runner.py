@@ -26,11 +26,10 @@ from typing import Sequence
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .compile_choice import MeasuredStep, compile_mode, compile_options, warn_cpu_compile
 from .config import ModelConfig
-from .cuda_graph import FrameGraph
+from .cuda_graph import FrameGraph, tensor_addresses
 from .device import to_device
 from .model import CacheRows, Caches, DualAR
 from .prefix_cache import PrefixCache, PrefixEntry, megabytes
@@ -620,20 +619,6 @@ def prefill_groups(starts: list[int]) -> list[list[int]]:
     kind when there is any."""
     groups = ([b for b, s in enumerate(starts) if not s], [b for b, s in enumerate(starts) if s])
     return [group for group in groups if group]
-
-
-def tensor_addresses(module: torch.nn.Module) -> tuple[int, ...]:
-    """The storage address of every parameter and buffer (of the plain tensors inside a tensor
-    subclass, e.g. a torchao quantized weight): what a captured CUDA graph reads."""
-    def addresses(t: Tensor):
-        if t.is_mkldnn:  # oneDNN-packed (CPU, quant.packed): no data pointer, no CUDA graph
-            return [id(t)]
-        if not is_traceable_wrapper_subclass(t):
-            return [t.data_ptr()]
-        names, _ = t.__tensor_flatten__()
-        return [a for name in names for a in addresses(getattr(t, name))]
-
-    return tuple(a for t in [*module.parameters(), *module.buffers()] for a in addresses(t))
 
 
 @contextmanager
