@@ -41,7 +41,7 @@ if triton is not None:
     def _snake_kernel(x_ptr, a_ptr, inv_ptr, y_ptr, C, L, stride_b, stride_c, stride_l,
                       BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)  # b * C + c
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        cols = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)).to(tl.int64)  # x strided
         live = cols < L
         b, c = row // C, row % C
         x = tl.load(x_ptr + b * stride_b + c * stride_c + cols * stride_l, mask=live, other=0.0)
@@ -53,13 +53,18 @@ if triton is not None:
         tl.store(y_ptr + row * L + cols, y.to(y_ptr.dtype.element_ty), mask=live)
 
 
+MAX_GRID_Y = 65_535  # CUDA's limit on a grid's second dimension (blocks of 1,024 samples)
+
+
 def _snake(x: Tensor, alpha: Tensor, inverse: Tensor) -> Tensor:
     if not (triton_runs(x) and x.ndim == 3):
         return snake_eager(x, alpha, inverse)
     B, C, L = x.shape
+    block = min(1024, triton.next_power_of_2(max(L, 1)))
+    if triton.cdiv(L, block) > MAX_GRID_Y:  # ~25 min of audio in one call: past CUDA's grid
+        return snake_eager(x, alpha, inverse)
     y = torch.empty(B, C, L, dtype=torch.promote_types(x.dtype, alpha.dtype), device=x.device)
     if y.numel():
-        block = min(1024, triton.next_power_of_2(L))
         _snake_kernel[(B * C, triton.cdiv(L, block))](
             x, alpha.reshape(C).contiguous(), inverse.reshape(C).contiguous(), y, C, L,
             *x.stride(), BLOCK=block)
