@@ -166,7 +166,9 @@ class Attention(nn.Module):
             keys, values = (k, v) if cache is None else cache.write(pos, k, v)
         if mask is not None:  # each row picks its slots from the first mask-width ones
             width = mask.shape[-1]
-            y = grouped_attention(q, keys[:, :, :width], values[:, :, :width], mask)
+            if width < keys.shape[2]:  # a join's filled slots (a decode step spans the cache)
+                keys, values = keys[:, :, :width], values[:, :, :width]
+            y = grouped_attention(q, keys, values, mask)
         elif isinstance(pos, int):  # static slots: attend to the cache up to them
             y = F.scaled_dot_product_attention(q, keys, values, is_causal=S > 1, enable_gqa=True)
         else:  # a prompt from slot 0: attend to itself (the slots it was stored in)
