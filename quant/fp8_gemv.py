@@ -227,11 +227,23 @@ def split_buffers(n: int, m: int, device: torch.device, split_k: int, block_n: i
 
 def tuned_split_buffers(configs, n: int, m: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """``split_buffers`` large enough for every configuration the autotuner may run."""
+    known = _EXTENTS.get((id(configs), n))
+    if known is None:  # once per kernel and layer shape, not per call
+        known = _EXTENTS[id(configs), n] = (configs, split_extent(configs, n))
+    return split_buffers(n, m, device, *known[1])
+
+
+# (id of a kernel's config list, N) → (that list, kept so its id is never another's; extent)
+_EXTENTS: dict = {}
+
+
+def split_extent(configs, n: int) -> tuple[int, int]:
+    """The largest ``SPLIT_K`` and smallest ``BLOCK_N`` among the split configurations of
+    ``configs`` for ``n`` outputs ((1, 1) when none splits)."""
     split = [c for c in split_configs(configs, n) if c.kwargs["SPLIT_K"] > 1]
     if not split:
-        return split_buffers(n, m, device, 1, 1)
-    return split_buffers(n, m, device, max(c.kwargs["SPLIT_K"] for c in split),
-                         min(c.kwargs["BLOCK_N"] for c in split))
+        return 1, 1
+    return (max(c.kwargs["SPLIT_K"] for c in split), min(c.kwargs["BLOCK_N"] for c in split))
 
 
 if triton is not None:
