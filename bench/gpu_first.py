@@ -1091,7 +1091,9 @@ def buckets_decision(report: dict) -> dict:
     parity = report["stages"].get("parity", {}).get("result", {})
     ttfa = report["stages"].get("ttfa", {}).get("result", {})
     plain, bucketed = ttfa.get("prefill_first_frame_s"), ttfa.get("prefill_first_frame_bucketed_s")
-    out = {"current": "off", "graph_buckets_equal": None}
+    from fish_core.engine.runner import PREFILL_BUCKETS_ON_CUDA
+
+    out = {"current": "on" if PREFILL_BUCKETS_ON_CUDA else "off", "graph_buckets_equal": None}
     if "graph-buckets" in parity:
         out["graph_buckets_equal"] = all(parity["graph-buckets"].values())
     if not plain or not bucketed or out["graph_buckets_equal"] is None:
